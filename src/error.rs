@@ -1,0 +1,142 @@
+//! The crate's one error type.
+
+use std::fmt;
+
+/// Why a session id from a cookie (or anywhere else) was refused.
+///
+/// The offending input is never echoed back: it may be huge, hostile, or a
+/// real id that must not reach a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidId {
+    /// The input is not exactly 40 bytes long.
+    Length {
+        /// How many bytes the input had.
+        found: usize,
+    },
+    /// The byte at this position is not one of `0-9a-f` (upper case is
+    /// refused too, so each id has exactly one text form).
+    NotLowerHex {
+        /// Position of the first offending byte.
+        at: usize,
+    },
+}
+
+impl fmt::Display for InvalidId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Length { found } => {
+                write!(f, "expected 40 hex characters, found {found} bytes")
+            }
+            Self::NotLowerHex { at } => {
+                write!(f, "byte {at} is not a lowercase hex digit")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InvalidId {}
+
+/// Everything that can go wrong in a session store, in variants a caller can
+/// act on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A session id was malformed; Redis was not contacted.
+    #[error("invalid session id: {0}")]
+    InvalidId(#[from] InvalidId),
+
+    /// Bytes stored in Redis do not decode as a session record. The record
+    /// is left where it is, for inspection.
+    #[error("corrupt session record in {location}: {reason}")]
+    CorruptRecord {
+        /// Where the record lives: key name and a redacted id.
+        location: String,
+        /// What the decoder said.
+        reason: String,
+    },
+
+    /// The encoded record is larger than the store accepts.
+    #[error("session record of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Encoded size of the record.
+        size: usize,
+        /// The store's configured maximum.
+        limit: usize,
+    },
+
+    /// A key the store owns holds a value of another type: something else
+    /// wrote there. Nothing was changed.
+    #[error("wrong type of key at {location}: {detail}")]
+    WrongType {
+        /// The key, or the bucket's hash tag, involved.
+        location: String,
+        /// Redis's message.
+        detail: String,
+    },
+
+    /// Redis could not be reached, or the connection dropped mid-call. The
+    /// operation may be retried once Redis is back.
+    #[error("redis unavailable: {0}")]
+    Unavailable(#[source] redis::RedisError),
+
+    /// Any other error reported by Redis or the client.
+    #[error("redis error: {0}")]
+    Redis(#[source] redis::RedisError),
+
+    /// An optimistic read-modify-write lost the race this many times in a
+    /// row; nothing was written by the last attempt.
+    #[error("gave up after {attempts} conflicting concurrent updates")]
+    Contended {
+        /// How many attempts were made.
+        attempts: u32,
+    },
+
+    /// The application's attributes could not be encoded.
+    #[error("cannot encode session attributes: {0}")]
+    Encode(#[from] rmp_serde::encode::Error),
+
+    /// The store or its server is configured in a way it cannot work with.
+    #[error("configuration: {0}")]
+    Config(String),
+
+    /// The operating system's random number generator failed.
+    #[error("operating system random number generator failed: {0}")]
+    Rng(String),
+}
+
+impl Error {
+    /// Whether retrying the same call later may succeed (Redis was
+    /// unreachable, or a concurrent writer won the race).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_) | Self::Contended { .. })
+    }
+
+    /// Classifies a Redis error raised while working on `location`.
+    pub(crate) fn from_redis(err: redis::RedisError, location: impl FnOnce() -> String) -> Self {
+        if err.code() == Some("WRONGTYPE") {
+            return Self::WrongType {
+                location: location(),
+                detail: err.to_string(),
+            };
+        }
+        if err.is_io_error()
+            || err.is_connection_refusal()
+            || err.is_connection_dropped()
+            || err.is_timeout()
+            || err.is_unrecoverable_error()
+        {
+            return Self::Unavailable(err);
+        }
+        Self::Redis(err)
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        Self::from_redis(err, || "unknown key".to_owned())
+    }
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

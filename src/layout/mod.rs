@@ -1,0 +1,183 @@
+//! Ways of laying sessions out in Redis, behind one small trait.
+//!
+//! A [`Layout`] stores opaque record bytes (see [`crate::record`]) under a
+//! [`SessionId`] with an expiry kept by the server's clock. Every layout
+//! gives the same guarantees, which the shared test suite checks:
+//!
+//! - `load` never returns a session whose expiry has passed, swept or not;
+//! - `touch`, `replace` and `remove` act only on a live session, so a
+//!   destroyed or expired one is never brought back;
+//! - each call is one atomic step on the server; `replace` and `remove`
+//!   can be made conditional on the record a caller last saw.
+//!
+//! Bulk calls have default bodies that issue one call per item; layouts
+//! override them with pipelines.
+
+use std::future::Future;
+
+use crate::error::Result;
+use crate::id::SessionId;
+
+pub mod bucketed;
+
+pub use bucketed::{Bucketed, BucketedConfig};
+
+/// When a new session expires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// This many seconds after now, by the server's clock.
+    In(u64),
+    /// At this unix time in seconds.
+    At(u64),
+}
+
+/// A session as a layout returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The record bytes, as they were given to the layout.
+    pub record: Vec<u8>,
+    /// Unix time in seconds at which the session expires.
+    pub expires_at: u64,
+}
+
+/// What [`Layout::insert`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inserted {
+    /// Stored; expires at this unix time.
+    Created {
+        /// Unix time in seconds.
+        expires_at: u64,
+    },
+    /// A session with this id already exists; nothing was written.
+    IdTaken,
+    /// The requested [`Expiry::At`] has already passed; nothing was written.
+    AlreadyExpired,
+}
+
+/// What a conditional write ([`Layout::replace`], [`Layout::remove`]) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Done.
+    Done,
+    /// No live session with this id; nothing was written.
+    Missing,
+    /// The stored record differs from the one expected; nothing was written.
+    Conflict,
+}
+
+/// One way of storing sessions in Redis.
+///
+/// Implementations are cheap to share (`&self`) across tasks.
+pub trait Layout: Send + Sync {
+    /// A short name for reports, e.g. `bucketed`.
+    fn name(&self) -> &'static str;
+
+    /// A log-safe description of where `id` lives, for error messages.
+    fn location(&self, id: &SessionId) -> String {
+        format!("{} session {}", self.name(), id.redacted())
+    }
+
+    /// Stores a new session unless the id is taken.
+    fn insert(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+    ) -> impl Future<Output = Result<Inserted>> + Send;
+
+    /// Loads a live session.
+    fn load(&self, id: &SessionId) -> impl Future<Output = Result<Option<Stored>>> + Send;
+
+    /// Sets a live session's expiry to `ttl_secs` from now; returns the new
+    /// expiry, or `None` if there is no live session.
+    fn touch(
+        &self,
+        id: &SessionId,
+        ttl_secs: u64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send;
+
+    /// Replaces a live session's record, keeping its expiry. With
+    /// `expected`, only if the stored record still equals it.
+    fn replace(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expected: Option<&[u8]>,
+    ) -> impl Future<Output = Result<Written>> + Send;
+
+    /// Removes a session. With `expected`, only if the stored record still
+    /// equals it.
+    fn remove(
+        &self,
+        id: &SessionId,
+        expected: Option<&[u8]>,
+    ) -> impl Future<Output = Result<Written>> + Send;
+
+    /// Inserts many sessions, all expiring `ttl_secs` from now; one result
+    /// per item, in order.
+    fn insert_many(
+        &self,
+        items: &[(SessionId, Vec<u8>)],
+        ttl_secs: u64,
+    ) -> impl Future<Output = Result<Vec<Inserted>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(items.len());
+            for (id, record) in items {
+                out.push(self.insert(id, record, Expiry::In(ttl_secs)).await?);
+            }
+            Ok(out)
+        }
+    }
+
+    /// Loads many sessions; one result per id, in order.
+    fn load_many(
+        &self,
+        ids: &[SessionId],
+    ) -> impl Future<Output = Result<Vec<Option<Stored>>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                out.push(self.load(id).await?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// A shared layout, so several stores (say, with different attribute
+/// types) can use one connection and one set of buckets.
+macro_rules! delegate_layout {
+    ($($ty:ty),*) => {$(
+        impl<L: Layout + ?Sized> Layout for $ty {
+            fn name(&self) -> &'static str {
+                (**self).name()
+            }
+            fn location(&self, id: &SessionId) -> String {
+                (**self).location(id)
+            }
+            fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> impl Future<Output = Result<Inserted>> + Send {
+                (**self).insert(id, record, expiry)
+            }
+            fn load(&self, id: &SessionId) -> impl Future<Output = Result<Option<Stored>>> + Send {
+                (**self).load(id)
+            }
+            fn touch(&self, id: &SessionId, ttl_secs: u64) -> impl Future<Output = Result<Option<u64>>> + Send {
+                (**self).touch(id, ttl_secs)
+            }
+            fn replace(&self, id: &SessionId, record: &[u8], expected: Option<&[u8]>) -> impl Future<Output = Result<Written>> + Send {
+                (**self).replace(id, record, expected)
+            }
+            fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> impl Future<Output = Result<Written>> + Send {
+                (**self).remove(id, expected)
+            }
+            fn insert_many(&self, items: &[(SessionId, Vec<u8>)], ttl_secs: u64) -> impl Future<Output = Result<Vec<Inserted>>> + Send {
+                (**self).insert_many(items, ttl_secs)
+            }
+            fn load_many(&self, ids: &[SessionId]) -> impl Future<Output = Result<Vec<Option<Stored>>>> + Send {
+                (**self).load_many(ids)
+            }
+        }
+    )*};
+}
+
+delegate_layout!(&L, std::sync::Arc<L>);

@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod buckets;
+pub mod error;
+pub mod id;
+pub mod layout;
+pub mod limits;
+pub mod record;
+mod scripts;
+pub mod server;
+pub mod store;
+
+pub use buckets::Buckets;
+pub use error::{Error, InvalidId, Result};
+pub use id::SessionId;
+pub use layout::{Bucketed, BucketedConfig, Expiry, Inserted, Layout, Stored, Written};
+pub use limits::{LimitsSource, ListpackLimits};
+pub use store::{Session, Store};
+
+/// The `redis` crate this one is built on, for connections.
+pub use redis;

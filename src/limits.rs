@@ -1,0 +1,107 @@
+//! The server's listpack thresholds, which decide whether a bucket stays
+//! compact.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+
+/// Where a set of [`ListpackLimits`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitsSource {
+    /// Read from the server with `CONFIG GET`.
+    Server,
+    /// Redis 7's defaults, because `CONFIG GET` was refused or incomplete.
+    Defaults,
+}
+
+/// The entry-count and value-size limits under which Redis keeps a HASH or
+/// ZSET in its compact listpack encoding.
+///
+/// Past either limit a key converts to a hashtable or skiplist, at several
+/// times the memory, and never converts back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListpackLimits {
+    /// `hash-max-listpack-entries`.
+    pub hash_entries: u64,
+    /// `hash-max-listpack-value`: the longest field or value, in bytes.
+    pub hash_value: u64,
+    /// `zset-max-listpack-entries`.
+    pub zset_entries: u64,
+    /// `zset-max-listpack-value`: the longest member, in bytes.
+    pub zset_value: u64,
+    /// Where these figures came from.
+    pub source: LimitsSource,
+}
+
+impl ListpackLimits {
+    /// Redis 7's defaults.
+    pub const REDIS7_DEFAULTS: Self = Self {
+        hash_entries: 512,
+        hash_value: 64,
+        zset_entries: 128,
+        zset_value: 64,
+        source: LimitsSource::Defaults,
+    };
+
+    /// Reads the limits from the server, falling back to Redis 7's defaults
+    /// (with a warning) where `CONFIG` is disabled or a value is missing.
+    /// Connection errors are returned, not papered over.
+    pub async fn read<C>(conn: &mut C) -> Result<Self>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let mut found = HashMap::new();
+        // Redis 7 names first; Redis 6.2 knows only the ziplist aliases.
+        for pattern in ["*-max-listpack-*", "*-max-ziplist-*"] {
+            let reply: redis::RedisResult<HashMap<String, String>> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(pattern)
+                .query_async(conn)
+                .await;
+            match reply {
+                Ok(map) => {
+                    for (name, value) in map {
+                        let name = name.replace("ziplist", "listpack");
+                        if let Ok(value) = value.parse::<u64>() {
+                            found.entry(name).or_insert(value);
+                        }
+                    }
+                }
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "CONFIG GET refused; assuming Redis 7 listpack defaults");
+                    return Ok(Self::REDIS7_DEFAULTS);
+                }
+            }
+        }
+        let get = |name: &str| found.get(name).copied();
+        match (
+            get("hash-max-listpack-entries"),
+            get("hash-max-listpack-value"),
+            get("zset-max-listpack-entries"),
+            get("zset-max-listpack-value"),
+        ) {
+            (Some(hash_entries), Some(hash_value), Some(zset_entries), Some(zset_value)) => {
+                Ok(Self {
+                    hash_entries,
+                    hash_value,
+                    zset_entries,
+                    zset_value,
+                    source: LimitsSource::Server,
+                })
+            }
+            _ => {
+                tracing::warn!("server did not report its listpack limits; assuming Redis 7 defaults");
+                Ok(Self::REDIS7_DEFAULTS)
+            }
+        }
+    }
+
+    /// The fewest entries at which one bucket (HASH + ZSET) converts.
+    pub fn bucket_entries(&self) -> u64 {
+        self.hash_entries.min(self.zset_entries)
+    }
+}

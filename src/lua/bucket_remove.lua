@@ -1,0 +1,18 @@
+-- Removes a session from its bucket.
+-- KEYS[1..3], ARGV[1]: see bucket_common.lua
+-- ARGV[2]: '1' to remove only if the stored record equals ARGV[3]
+-- ARGV[3]: the expected record
+-- Returns 1 if removed, 0 if there was no live session, -1 on a mismatch.
+if not live_expiry(server_now()) then
+  return 0
+end
+local record, out_of_line = current_record()
+if ARGV[2] == '1' and record ~= ARGV[3] then
+  return -1
+end
+if out_of_line then
+  redis.call('DEL', KEYS[3])
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1

@@ -1,0 +1,14 @@
+-- Rolls a live session's expiry forward.
+-- KEYS[1..3], ARGV[1]: see bucket_common.lua
+-- ARGV[2]: seconds from now
+-- Returns the new expiry, or nil if there is no live session.
+local now = server_now()
+if not live_expiry(now) then
+  return false
+end
+local expiry = now + tonumber(ARGV[2])
+if redis.call('HGET', KEYS[1], ARGV[1]) == OUT_OF_LINE then
+  redis.call('EXPIREAT', KEYS[3], expiry)
+end
+redis.call('ZADD', KEYS[2], 'XX', expiry, ARGV[1])
+return expiry

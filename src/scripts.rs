@@ -1,0 +1,42 @@
+//! The Lua scripts, compiled in and hashed once.
+//!
+//! `Script::invoke_async` reloads a script the server has forgotten (after
+//! a restart or `SCRIPT FLUSH`); pipelines do not, so bulk calls use
+//! [`load_all`] and retry once on `NOSCRIPT`.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+macro_rules! bucket_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("lua/bucket_common.lua"),
+                include_str!(concat!("lua/", $file))
+            ))
+        })
+    };
+}
+
+pub(crate) static BUCKET_INSERT: LazyLock<Script> = bucket_script!("bucket_insert.lua");
+pub(crate) static BUCKET_LOAD: LazyLock<Script> = bucket_script!("bucket_load.lua");
+pub(crate) static BUCKET_TOUCH: LazyLock<Script> = bucket_script!("bucket_touch.lua");
+pub(crate) static BUCKET_REPLACE: LazyLock<Script> = bucket_script!("bucket_replace.lua");
+pub(crate) static BUCKET_REMOVE: LazyLock<Script> = bucket_script!("bucket_remove.lua");
+
+/// Whether an error means the server has lost a script.
+pub(crate) fn is_noscript(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Loads scripts ahead of a pipeline that uses them.
+pub(crate) async fn load_all<C>(conn: &mut C, scripts: &[&Script]) -> redis::RedisResult<()>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    for script in scripts {
+        script.load_async(conn).await?;
+    }
+    Ok(())
+}

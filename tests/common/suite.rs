@@ -1,0 +1,364 @@
+//! The behaviour every layout must show, against a real server.
+
+use std::time::Duration;
+
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::TestRunner;
+use serde::{Deserialize, Serialize};
+use sessionpack::server::LocalServer;
+use sessionpack::{Error, Layout, SessionId, Store};
+
+/// Application attributes used by the suite.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Attrs {
+    pub counter: u32,
+    pub cart: Vec<u32>,
+    pub note: String,
+}
+
+fn store<L: Layout>(layout: L) -> Store<L, Attrs> {
+    Store::new(layout).with_ttl(Duration::from_secs(600))
+}
+
+pub async fn round_trip<L: Layout>(_: &LocalServer, layout: L) {
+    let store = store(layout);
+    let attrs = Attrs {
+        counter: 3,
+        cart: vec![7, 8, 9],
+        note: "ünïcode ✓".into(),
+    };
+    let created = store.create(42, attrs.clone()).await.unwrap();
+    assert_eq!(created.identity, 42);
+    let loaded = store.load(&created.id).await.unwrap().expect("live session");
+    assert_eq!(loaded, created);
+    assert_eq!(loaded.attrs, attrs);
+
+    // The cookie form finds the same session.
+    let by_cookie = store.load_cookie(&created.id.to_hex()).await.unwrap();
+    assert_eq!(by_cookie.as_ref(), Some(&created));
+
+    // An id never issued finds nothing.
+    let stranger = SessionId::generate().unwrap();
+    assert_eq!(store.load(&stranger).await.unwrap(), None);
+
+    // Identity-only sessions work with unit attributes.
+    let plain: Store<&L, ()> = Store::new(store.layout());
+    let s = plain.create(u64::MAX, ()).await.unwrap();
+    assert_eq!(plain.load(&s.id).await.unwrap().unwrap().identity, u64::MAX);
+}
+
+pub async fn bulk_round_trip<L: Layout>(_: &LocalServer, layout: L) {
+    let store = store(layout);
+    let items: Vec<(u64, Attrs)> = (0..2500)
+        .map(|i| {
+            (
+                i,
+                Attrs {
+                    counter: i as u32,
+                    ..Attrs::default()
+                },
+            )
+        })
+        .collect();
+    let ids = store.create_many(&items).await.unwrap();
+    assert_eq!(ids.len(), items.len());
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "ids are distinct");
+
+    let mut query = ids.clone();
+    query.push(SessionId::generate().unwrap());
+    let loaded = store.load_many(&query).await.unwrap();
+    assert_eq!(loaded.len(), query.len());
+    for (i, session) in loaded[..ids.len()].iter().enumerate() {
+        let session = session.as_ref().expect("bulk-created session loads");
+        assert_eq!(session.id, ids[i]);
+        assert_eq!(session.identity, i as u64);
+        assert_eq!(session.attrs.counter, i as u32);
+    }
+    assert_eq!(loaded.last().unwrap(), &None);
+}
+
+pub async fn expires_without_a_sweeper<L: Layout>(_: &LocalServer, layout: L) {
+    let store = store(layout);
+    let short = store
+        .create_with_ttl(1, Attrs::default(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let long = store.create(2, Attrs::default()).await.unwrap();
+    assert!(store.load(&short.id).await.unwrap().is_some());
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+
+    assert_eq!(store.load(&short.id).await.unwrap(), None);
+    assert!(store.load_many(&[short.id]).await.unwrap()[0].is_none());
+    // Nothing brings an expired session back.
+    assert_eq!(store.touch(&short.id).await.unwrap(), None);
+    assert_eq!(store.update(&short.id, |a| a.counter += 1).await.unwrap(), None);
+    assert!(!store.save(&short).await.unwrap());
+    assert_eq!(store.rotate(&short.id).await.unwrap(), None);
+    assert_eq!(store.load(&short.id).await.unwrap(), None);
+    assert!(!store.destroy(&short.id).await.unwrap());
+
+    assert!(store.load(&long.id).await.unwrap().is_some());
+}
+
+pub async fn touch_rolls_expiry_forward<L: Layout>(_: &LocalServer, layout: L) {
+    let store = store(layout).with_ttl(Duration::from_secs(2));
+    let s = store.create(1, Attrs::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let renewed = store.touch(&s.id).await.unwrap().expect("still live");
+    assert!(renewed > s.expires_at, "{renewed} > {}", s.expires_at);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Past the original expiry, alive thanks to the touch.
+    let loaded = store.load(&s.id).await.unwrap().expect("touched session lives");
+    assert_eq!(loaded.expires_at, renewed);
+}
+
+pub async fn update_and_save<L: Layout>(_: &LocalServer, layout: L) {
+    let store = store(layout);
+    let s = store.create(9, Attrs::default()).await.unwrap();
+    let updated = store
+        .update(&s.id, |a| {
+            a.counter += 5;
+            a.cart.push(11);
+        })
+        .await
+        .unwrap()
+        .expect("live");
+    assert_eq!(updated.attrs.counter, 5);
+    assert_eq!(updated.expires_at, s.expires_at, "update keeps expiry");
+    assert_eq!(store.load(&s.id).await.unwrap().unwrap().attrs, updated.attrs);
+
+    let mut replaced = updated.clone();
+    replaced.attrs.note = "x".repeat(200); // moves past any inline limit
+    assert!(store.save(&replaced).await.unwrap());
+    assert_eq!(store.load(&s.id).await.unwrap().unwrap().attrs, replaced.attrs);
+    replaced.attrs.note.clear(); // and back
+    assert!(store.save(&replaced).await.unwrap());
+    assert_eq!(store.load(&s.id).await.unwrap().unwrap(), replaced);
+}
+
+pub async fn destroy_is_final<L: Layout>(_: &LocalServer, layout: L) {
+    let store = store(layout);
+    let s = store.create(5, Attrs::default()).await.unwrap();
+    let other = store.create(6, Attrs::default()).await.unwrap();
+    assert!(store.destroy(&s.id).await.unwrap());
+    assert_eq!(store.load(&s.id).await.unwrap(), None);
+    assert!(!store.destroy(&s.id).await.unwrap());
+    // Writes after log-out must not resurrect it.
+    assert_eq!(store.touch(&s.id).await.unwrap(), None);
+    assert_eq!(store.update(&s.id, |a| a.counter = 1).await.unwrap(), None);
+    assert!(!store.save(&s).await.unwrap());
+    assert_eq!(store.rotate(&s.id).await.unwrap(), None);
+    assert_eq!(store.load(&s.id).await.unwrap(), None);
+    assert!(store.load(&other.id).await.unwrap().is_some());
+
+    // Destroy also works for a record stored out of line.
+    let big = store
+        .create(
+            7,
+            Attrs {
+                note: "y".repeat(10_000),
+                ..Attrs::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(store.destroy(&big.id).await.unwrap());
+    assert_eq!(store.load(&big.id).await.unwrap(), None);
+}
+
+pub async fn rotate_moves_the_session<L: Layout>(_: &LocalServer, layout: L) {
+    let store = store(layout);
+    for note_len in [0, 5_000] {
+        let s = store
+            .create(
+                77,
+                Attrs {
+                    counter: 1,
+                    note: "z".repeat(note_len),
+                    ..Attrs::default()
+                },
+            )
+            .await
+            .unwrap();
+        let new_id = store.rotate(&s.id).await.unwrap().expect("rotated");
+        assert_ne!(new_id, s.id);
+        assert_eq!(store.load(&s.id).await.unwrap(), None, "old id is dead");
+        let moved = store.load(&new_id).await.unwrap().expect("new id lives");
+        assert_eq!(moved.identity, 77);
+        assert_eq!(moved.attrs, s.attrs);
+        assert_eq!(moved.expires_at, s.expires_at, "rotation keeps expiry");
+        assert_eq!(store.touch(&s.id).await.unwrap(), None);
+    }
+    let missing = SessionId::generate().unwrap();
+    assert_eq!(store.rotate(&missing).await.unwrap(), None);
+}
+
+pub async fn concurrent_updates_lose_nothing<L: Layout + 'static>(_: &LocalServer, layout: L) {
+    const TASKS: u32 = 16;
+    const EACH: u32 = 25;
+    let store = std::sync::Arc::new(store(layout).with_update_attempts(1000));
+    let s = store.create(1, Attrs::default()).await.unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let store = store.clone();
+        let id = s.id;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..EACH {
+                store
+                    .update(&id, |a| {
+                        a.counter += 1;
+                        a.cart.push(t);
+                    })
+                    .await
+                    .unwrap()
+                    .expect("live");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let end = store.load(&s.id).await.unwrap().unwrap();
+    assert_eq!(end.attrs.counter, TASKS * EACH);
+    assert_eq!(end.attrs.cart.len() as u32, TASKS * EACH);
+    for t in 0..TASKS {
+        assert_eq!(end.attrs.cart.iter().filter(|&&x| x == t).count() as u32, EACH);
+    }
+}
+
+pub async fn corrupt_record_is_an_error<L: Layout>(_: &LocalServer, layout: L) {
+    let store = store(layout);
+    let s = store.create(3, Attrs::default()).await.unwrap();
+    let fine = store.create(4, Attrs::default()).await.unwrap();
+    // Bytes another program could have written: not a record at all.
+    for garbage in [&b"\xa3abc"[..], b"\x03\x93\x01", b"\x03\xdd\xff\xff\xff\xff", b"{\"json\":1}"] {
+        store
+            .layout()
+            .replace(&s.id, garbage, None)
+            .await
+            .expect("raw write");
+        match store.load(&s.id).await {
+            Err(Error::CorruptRecord { location, .. }) => {
+                assert!(!location.contains(&s.id.to_hex()), "id redacted");
+            }
+            other => panic!("expected CorruptRecord, got {other:?}"),
+        }
+        assert!(matches!(
+            store.update(&s.id, |a| a.counter += 1).await,
+            Err(Error::CorruptRecord { .. })
+        ));
+        assert!(matches!(
+            store.load_many(&[s.id]).await,
+            Err(Error::CorruptRecord { .. })
+        ));
+        // The record is left in place for inspection, other sessions work.
+        assert_eq!(store.layout().load(&s.id).await.unwrap().unwrap().record, garbage);
+        assert!(store.load(&fine.id).await.unwrap().is_some());
+    }
+    // A corrupt session can still be destroyed.
+    assert!(store.destroy(&s.id).await.unwrap());
+    assert_eq!(store.layout().load(&s.id).await.unwrap(), None);
+}
+
+pub async fn too_large_is_refused_before_redis<L: Layout>(server: &LocalServer, layout: L) {
+    let store = store(layout).with_max_record_bytes(64 * 1024);
+    let mut raw = super::raw(server).await;
+    let s = store.create(1, Attrs::default()).await.unwrap();
+    let before = super::commands_processed(&mut raw).await;
+    let huge = Attrs {
+        note: "h".repeat(100_000),
+        ..Attrs::default()
+    };
+    assert!(matches!(
+        store.create(1, huge.clone()).await,
+        Err(Error::TooLarge { limit: 65536, .. })
+    ));
+    let mut fat = s.clone();
+    fat.attrs = huge.clone();
+    assert!(matches!(store.save(&fat).await, Err(Error::TooLarge { .. })));
+    let after = super::commands_processed(&mut raw).await;
+    assert_eq!(after - before, 1, "only the INFO call itself reached Redis");
+    // An update reads first, then refuses to write.
+    assert!(matches!(
+        store.update(&s.id, |a| a.note = huge.note.clone()).await,
+        Err(Error::TooLarge { .. })
+    ));
+    assert_eq!(store.load(&s.id).await.unwrap().unwrap(), s, "nothing lost");
+}
+
+/// Strings a cookie could carry: random bytes, wrong lengths, unicode,
+/// near-misses of the real form, and very long ones.
+fn hostile_ids() -> Vec<String> {
+    let mut runner = TestRunner::deterministic();
+    let strategies = [
+        proptest::string::string_regex(".{0,80}").unwrap().boxed(),
+        proptest::string::string_regex("[0-9a-fA-F]{38,42}").unwrap().boxed(),
+        proptest::string::string_regex("[0-9a-f]{39}[^0-9a-f]").unwrap().boxed(),
+        proptest::string::string_regex("\\PC{40}").unwrap().boxed(),
+        proptest::collection::vec(proptest::num::u8::ANY, 0..64)
+            .prop_map(|b| String::from_utf8_lossy(&b).into_owned())
+            .boxed(),
+    ];
+    let mut out = Vec::new();
+    for strategy in &strategies {
+        for _ in 0..300 {
+            out.push(strategy.new_tree(&mut runner).unwrap().current());
+        }
+    }
+    out.push("0".repeat(1 << 20));
+    out.push("0123456789ABCDEF0123456789abcdef01234567".into());
+    out.push(format!("{}\0", "a".repeat(39)));
+    out.push(" 0123456789abcdef0123456789abcdef0123456".into());
+    out
+}
+
+pub async fn hostile_ids_never_reach_redis<L: Layout>(server: &LocalServer, layout: L) {
+    let store = store(layout);
+    let mut raw = super::raw(server).await;
+    let before = super::commands_processed(&mut raw).await;
+    let mut refused = 0;
+    for text in hostile_ids() {
+        let valid = text.len() == 40 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if valid {
+            continue; // a random string that happens to be well-formed
+        }
+        match store.load_cookie(&text).await {
+            Err(Error::InvalidId(_)) => refused += 1,
+            other => panic!("{:?}: expected InvalidId, got {other:?}", text.get(..50)),
+        }
+        assert!(text.parse::<SessionId>().is_err());
+    }
+    assert!(refused > 1000);
+    let after = super::commands_processed(&mut raw).await;
+    assert_eq!(after - before, 1, "only the INFO call itself reached Redis");
+}
+
+pub async fn survives_a_redis_restart<L: Layout>(server: &LocalServer, layout: L) {
+    let store = store(layout);
+    let s = store.create(1, Attrs::default()).await.unwrap();
+    assert!(store.load(&s.id).await.unwrap().is_some());
+    server.restart().unwrap();
+    // The first calls may fail while the connection is re-established;
+    // each failure must be a typed error, and the store must recover.
+    let mut recovered = None;
+    for _ in 0..100 {
+        match store.create(2, Attrs::default()).await {
+            Ok(created) => {
+                recovered = Some(created);
+                break;
+            }
+            Err(e) => assert!(matches!(e, Error::Unavailable(_)), "unexpected {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = recovered.expect("store works again after the restart");
+    assert_eq!(store.load(&created.id).await.unwrap().unwrap().identity, 2);
+    // The restarted server is empty: the old session is gone, not an error.
+    assert_eq!(store.load(&s.id).await.unwrap(), None);
+    // Bulk calls reload scripts the new server has never seen.
+    let ids = store.create_many(&[(5, Attrs::default())]).await.unwrap();
+    assert!(store.load_many(&ids).await.unwrap()[0].is_some());
+}
