@@ -153,7 +153,10 @@ mod tests {
         assert_eq!(b.bucket_of(&id), 0x3fa0);
         assert_eq!(b.hash_key(0x3fa0), "sp:{3fa0}:h");
         assert_eq!(b.zset_key(0x3fa0), "sp:{3fa0}:z");
-        assert_eq!(b.field(&id), hex::decode("c0ffee00112233445566778899aabbccddee").unwrap());
+        assert_eq!(
+            b.field(&id),
+            hex::decode("c0ffee00112233445566778899aabbccddee").unwrap()
+        );
         assert_eq!(b.field_len(), 18);
     }
 

@@ -112,9 +112,15 @@ impl Error {
         matches!(self, Self::Unavailable(_) | Self::Contended { .. })
     }
 
-    /// Classifies a Redis error raised while working on `location`.
+    /// Classifies a Redis error (or a pipeline's) raised while working on
+    /// `location`.
     pub(crate) fn from_redis(err: redis::RedisError, location: impl FnOnce() -> String) -> Self {
-        if err.code() == Some("WRONGTYPE") {
+        let wrong_type = err.code() == Some("WRONGTYPE")
+            || err
+                .clone()
+                .into_server_errors()
+                .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "WRONGTYPE"));
+        if wrong_type {
             return Self::WrongType {
                 location: location(),
                 detail: err.to_string(),

@@ -144,6 +144,25 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn parse_accepts_exactly_the_canonical_form(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..100)) {
+            let canonical = bytes.len() == ID_HEX_LEN && bytes.iter().all(|&b| lower_hex_value(b).is_some());
+            match SessionId::parse(&bytes) {
+                Ok(id) => {
+                    proptest::prop_assert!(canonical);
+                    proptest::prop_assert_eq!(id.to_hex().as_bytes(), &bytes[..]);
+                }
+                Err(_) => proptest::prop_assert!(!canonical),
+            }
+        }
+
+        #[test]
+        fn parse_never_panics_on_text(text in "\\PC*") {
+            let _ = SessionId::parse(&text);
+        }
+    }
+
     #[test]
     fn debug_does_not_show_the_whole_id() {
         let id = SessionId::parse("0123456789abcdef0123456789abcdef01234567").unwrap();

@@ -3,6 +3,9 @@
 #![deny(missing_docs)]
 
 pub mod buckets;
+#[cfg(feature = "cli")]
+pub mod cli;
+pub mod connect;
 pub mod error;
 pub mod id;
 pub mod layout;
@@ -13,6 +16,7 @@ pub mod server;
 pub mod store;
 
 pub use buckets::Buckets;
+pub use connect::connect;
 pub use error::{Error, InvalidId, Result};
 pub use id::SessionId;
 pub use layout::{Bucketed, BucketedConfig, Expiry, Inserted, Layout, Stored, Written};

@@ -94,7 +94,9 @@ impl ListpackLimits {
                 })
             }
             _ => {
-                tracing::warn!("server did not report its listpack limits; assuming Redis 7 defaults");
+                tracing::warn!(
+                    "server did not report its listpack limits; assuming Redis 7 defaults"
+                );
                 Ok(Self::REDIS7_DEFAULTS)
             }
         }

@@ -34,8 +34,7 @@ pub fn encode<A: Serialize>(identity: u64, attrs: &A) -> Result<Vec<u8>> {
 /// Decodes one record; the error text says what was wrong.
 pub fn decode<A: DeserializeOwned>(bytes: &[u8]) -> Result<(u64, A), String> {
     let mut rest = bytes;
-    let identity: u64 =
-        rmp::decode::read_int(&mut rest).map_err(|e| format!("identity: {e}"))?;
+    let identity: u64 = rmp::decode::read_int(&mut rest).map_err(|e| format!("identity: {e}"))?;
     if rest.is_empty() {
         let attrs = rmp_serde::from_slice(&[NIL]).map_err(|e| format!("attributes: {e}"))?;
         return Ok((identity, attrs));
@@ -93,6 +92,10 @@ mod tests {
         ] {
             assert!(decode::<Cart>(bytes).is_err(), "{bytes:?}");
         }
-        assert!(decode::<u8>(&[0x07, 0x01, 0x02]).unwrap_err().contains("trailing"));
+        assert!(
+            decode::<u8>(&[0x07, 0x01, 0x02])
+                .unwrap_err()
+                .contains("trailing")
+        );
     }
 }

@@ -109,9 +109,23 @@ impl LocalServer {
             .unwrap_or_else(|| PathBuf::from("redis-server"));
         let port = self.port.to_string();
         let dir = self.dir.path().to_string_lossy().into_owned();
-        let log = self.dir.path().join("redis.log").to_string_lossy().into_owned();
+        let log = self
+            .dir
+            .path()
+            .join("redis.log")
+            .to_string_lossy()
+            .into_owned();
         let mut child = Command::new(&binary)
-            .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--dir", &dir, "--logfile", &log, "--daemonize", "no"])
             .args(&self.args)
             .stdin(Stdio::null())
@@ -141,7 +155,9 @@ impl LocalServer {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(Error::Config("redis-server did not answer PING in time".into()));
+                return Err(Error::Config(
+                    "redis-server did not answer PING in time".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -2,11 +2,15 @@
 
 mod common;
 
-async fn bucketed_256(server: &sessionpack::server::LocalServer) -> impl sessionpack::Layout + 'static {
+async fn bucketed_256(
+    server: &sessionpack::server::LocalServer,
+) -> impl sessionpack::Layout + 'static {
     common::bucketed(server, 8).await
 }
 
-async fn bucketed_2(server: &sessionpack::server::LocalServer) -> impl sessionpack::Layout + 'static {
+async fn bucketed_2(
+    server: &sessionpack::server::LocalServer,
+) -> impl sessionpack::Layout + 'static {
     common::bucketed(server, 1).await
 }
 

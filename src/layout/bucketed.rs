@@ -14,7 +14,9 @@ use crate::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::limits::ListpackLimits;
-use crate::scripts::{self, BUCKET_INSERT, BUCKET_LOAD, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH};
+use crate::scripts::{
+    self, BUCKET_INSERT, BUCKET_LOAD, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH,
+};
 
 /// Default bucket bits: 65,536 buckets, for about 5M sessions.
 pub const DEFAULT_BUCKET_BITS: u8 = 16;
@@ -149,14 +151,23 @@ where
         inv
     }
 
-    fn insert_invocation<'a>(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> ScriptInvocation<'a> {
+    fn insert_invocation<'a>(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+    ) -> ScriptInvocation<'a> {
         let mut inv = Self::invocation(&BUCKET_INSERT, &self.keys(id));
         let (mode, secs) = match expiry {
             Expiry::In(secs) => ("in", secs),
             Expiry::At(at) => ("at", at),
         };
         inv.arg(record)
-            .arg(if self.fits_inline(record.len()) { "1" } else { "0" })
+            .arg(if self.fits_inline(record.len()) {
+                "1"
+            } else {
+                "0"
+            })
             .arg(mode)
             .arg(secs);
         inv
@@ -170,6 +181,7 @@ where
     /// once if the server has lost them.
     async fn pipelined<T: redis::FromRedisValue>(
         &self,
+        ids: &[SessionId],
         invocations: &[ScriptInvocation<'_>],
         script: &Script,
     ) -> Result<Vec<T>> {
@@ -178,13 +190,25 @@ where
             pipe.invoke_script(inv);
         }
         let mut conn = self.conn.clone();
-        match pipe.query_async(&mut conn).await {
+        let result = match pipe.query_async(&mut conn).await {
             Err(e) if scripts::is_noscript(&e) => {
                 scripts::load_all(&mut conn, &[script]).await?;
-                Ok(pipe.query_async(&mut conn).await?)
+                pipe.query_async(&mut conn).await
             }
-            other => Ok(other?),
-        }
+            other => other,
+        };
+        result.map_err(|e| {
+            // Name the bucket of the first item that failed.
+            let first = e
+                .clone()
+                .into_server_errors()
+                .and_then(|errors| errors.first().map(|(i, _)| *i))
+                .and_then(|i| ids.get(i));
+            Error::from_redis(e, || match first {
+                Some(id) => self.buckets.location(id),
+                None => format!("{}: a pipeline", self.buckets.namespace()),
+            })
+        })
     }
 }
 
@@ -243,10 +267,19 @@ where
             .map_err(self.error(id))
     }
 
-    async fn replace(&self, id: &SessionId, record: &[u8], expected: Option<&[u8]>) -> Result<Written> {
+    async fn replace(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expected: Option<&[u8]>,
+    ) -> Result<Written> {
         let code: i64 = Self::invocation(&BUCKET_REPLACE, &self.keys(id))
             .arg(record)
-            .arg(if self.fits_inline(record.len()) { "1" } else { "0" })
+            .arg(if self.fits_inline(record.len()) {
+                "1"
+            } else {
+                "0"
+            })
             .arg(if expected.is_some() { "1" } else { "0" })
             .arg(expected.unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
@@ -265,14 +298,19 @@ where
         Ok(written(code))
     }
 
-    async fn insert_many(&self, items: &[(SessionId, Vec<u8>)], ttl_secs: u64) -> Result<Vec<Inserted>> {
+    async fn insert_many(
+        &self,
+        items: &[(SessionId, Vec<u8>)],
+        ttl_secs: u64,
+    ) -> Result<Vec<Inserted>> {
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(PIPELINE_CHUNK) {
             let invocations: Vec<_> = chunk
                 .iter()
                 .map(|(id, record)| self.insert_invocation(id, record, Expiry::In(ttl_secs)))
                 .collect();
-            let codes: Vec<i64> = self.pipelined(&invocations, &BUCKET_INSERT).await?;
+            let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
+            let codes: Vec<i64> = self.pipelined(&ids, &invocations, &BUCKET_INSERT).await?;
             out.extend(codes.into_iter().map(inserted));
         }
         Ok(out)
@@ -285,7 +323,8 @@ where
                 .iter()
                 .map(|id| Self::invocation(&BUCKET_LOAD, &self.keys(id)))
                 .collect();
-            let found: Vec<Option<(Vec<u8>, u64)>> = self.pipelined(&invocations, &BUCKET_LOAD).await?;
+            let found: Vec<Option<(Vec<u8>, u64)>> =
+                self.pipelined(chunk, &invocations, &BUCKET_LOAD).await?;
             out.extend(
                 found
                     .into_iter()

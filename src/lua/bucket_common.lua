@@ -10,8 +10,20 @@
 -- 0xc1 is never used by MessagePack, and records start with an integer.
 local OUT_OF_LINE = '\193'
 
+-- The server's clock in whole seconds: a session is live while now < expiry.
 local function server_now()
   return tonumber(redis.call('TIME')[1])
+end
+
+-- The expiry for a lifetime of `ttl` seconds from now, rounded up so that a
+-- session lives at least `ttl` seconds (and less than `ttl` + 1).
+local function expiry_in(ttl)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1])
+  if t[2] ~= '0' then
+    now = now + 1
+  end
+  return now + tonumber(ttl)
 end
 
 -- The live session's expiry, or nil. An expired entry found here is

@@ -8,7 +8,7 @@
 local now = server_now()
 local expiry = tonumber(ARGV[5])
 if ARGV[4] == 'in' then
-  expiry = now + expiry
+  expiry = expiry_in(expiry)
 end
 if expiry <= now then
   return -1

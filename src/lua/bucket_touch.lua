@@ -2,11 +2,10 @@
 -- KEYS[1..3], ARGV[1]: see bucket_common.lua
 -- ARGV[2]: seconds from now
 -- Returns the new expiry, or nil if there is no live session.
-local now = server_now()
-if not live_expiry(now) then
+if not live_expiry(server_now()) then
   return false
 end
-local expiry = now + tonumber(ARGV[2])
+local expiry = expiry_in(ARGV[2])
 if redis.call('HGET', KEYS[1], ARGV[1]) == OUT_OF_LINE then
   redis.call('EXPIREAT', KEYS[3], expiry)
 end

@@ -15,9 +15,7 @@ pub fn server() -> LocalServer {
 
 /// A reconnecting connection to `server`.
 pub async fn manager(server: &LocalServer) -> ConnectionManager {
-    ConnectionManager::new(server.client().unwrap())
-        .await
-        .expect("connect")
+    sessionpack::connect(&server.url()).await.expect("connect")
 }
 
 /// A plain connection for inspecting what the store wrote.
@@ -39,7 +37,11 @@ pub async fn bucketed(server: &LocalServer, bits: u8) -> Bucketed<ConnectionMana
 
 /// `INFO stats` field `total_commands_processed`.
 pub async fn commands_processed(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("total_commands_processed:"))
         .and_then(|v| v.trim().parse().ok())

@@ -29,7 +29,11 @@ pub async fn round_trip<L: Layout>(_: &LocalServer, layout: L) {
     };
     let created = store.create(42, attrs.clone()).await.unwrap();
     assert_eq!(created.identity, 42);
-    let loaded = store.load(&created.id).await.unwrap().expect("live session");
+    let loaded = store
+        .load(&created.id)
+        .await
+        .unwrap()
+        .expect("live session");
     assert_eq!(loaded, created);
     assert_eq!(loaded.attrs, attrs);
 
@@ -94,7 +98,10 @@ pub async fn expires_without_a_sweeper<L: Layout>(_: &LocalServer, layout: L) {
     assert!(store.load_many(&[short.id]).await.unwrap()[0].is_none());
     // Nothing brings an expired session back.
     assert_eq!(store.touch(&short.id).await.unwrap(), None);
-    assert_eq!(store.update(&short.id, |a| a.counter += 1).await.unwrap(), None);
+    assert_eq!(
+        store.update(&short.id, |a| a.counter += 1).await.unwrap(),
+        None
+    );
     assert!(!store.save(&short).await.unwrap());
     assert_eq!(store.rotate(&short.id).await.unwrap(), None);
     assert_eq!(store.load(&short.id).await.unwrap(), None);
@@ -104,14 +111,19 @@ pub async fn expires_without_a_sweeper<L: Layout>(_: &LocalServer, layout: L) {
 }
 
 pub async fn touch_rolls_expiry_forward<L: Layout>(_: &LocalServer, layout: L) {
+    // A session lives at least its TTL and less than TTL + 1 second.
     let store = store(layout).with_ttl(Duration::from_secs(2));
     let s = store.create(1, Attrs::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let renewed = store.touch(&s.id).await.unwrap().expect("still live");
     assert!(renewed > s.expires_at, "{renewed} > {}", s.expires_at);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    // Past the original expiry, alive thanks to the touch.
-    let loaded = store.load(&s.id).await.unwrap().expect("touched session lives");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    // 3.1 s in: past any original expiry, alive thanks to the touch.
+    let loaded = store
+        .load(&s.id)
+        .await
+        .unwrap()
+        .expect("touched session lives");
     assert_eq!(loaded.expires_at, renewed);
 }
 
@@ -128,12 +140,18 @@ pub async fn update_and_save<L: Layout>(_: &LocalServer, layout: L) {
         .expect("live");
     assert_eq!(updated.attrs.counter, 5);
     assert_eq!(updated.expires_at, s.expires_at, "update keeps expiry");
-    assert_eq!(store.load(&s.id).await.unwrap().unwrap().attrs, updated.attrs);
+    assert_eq!(
+        store.load(&s.id).await.unwrap().unwrap().attrs,
+        updated.attrs
+    );
 
     let mut replaced = updated.clone();
     replaced.attrs.note = "x".repeat(200); // moves past any inline limit
     assert!(store.save(&replaced).await.unwrap());
-    assert_eq!(store.load(&s.id).await.unwrap().unwrap().attrs, replaced.attrs);
+    assert_eq!(
+        store.load(&s.id).await.unwrap().unwrap().attrs,
+        replaced.attrs
+    );
     replaced.attrs.note.clear(); // and back
     assert!(store.save(&replaced).await.unwrap());
     assert_eq!(store.load(&s.id).await.unwrap().unwrap(), replaced);
@@ -225,7 +243,10 @@ pub async fn concurrent_updates_lose_nothing<L: Layout + 'static>(_: &LocalServe
     assert_eq!(end.attrs.counter, TASKS * EACH);
     assert_eq!(end.attrs.cart.len() as u32, TASKS * EACH);
     for t in 0..TASKS {
-        assert_eq!(end.attrs.cart.iter().filter(|&&x| x == t).count() as u32, EACH);
+        assert_eq!(
+            end.attrs.cart.iter().filter(|&&x| x == t).count() as u32,
+            EACH
+        );
     }
 }
 
@@ -234,7 +255,12 @@ pub async fn corrupt_record_is_an_error<L: Layout>(_: &LocalServer, layout: L) {
     let s = store.create(3, Attrs::default()).await.unwrap();
     let fine = store.create(4, Attrs::default()).await.unwrap();
     // Bytes another program could have written: not a record at all.
-    for garbage in [&b"\xa3abc"[..], b"\x03\x93\x01", b"\x03\xdd\xff\xff\xff\xff", b"{\"json\":1}"] {
+    for garbage in [
+        &b"\xa3abc"[..],
+        b"\x03\x93\x01",
+        b"\x03\xdd\xff\xff\xff\xff",
+        b"{\"json\":1}",
+    ] {
         store
             .layout()
             .replace(&s.id, garbage, None)
@@ -255,7 +281,10 @@ pub async fn corrupt_record_is_an_error<L: Layout>(_: &LocalServer, layout: L) {
             Err(Error::CorruptRecord { .. })
         ));
         // The record is left in place for inspection, other sessions work.
-        assert_eq!(store.layout().load(&s.id).await.unwrap().unwrap().record, garbage);
+        assert_eq!(
+            store.layout().load(&s.id).await.unwrap().unwrap().record,
+            garbage
+        );
         assert!(store.load(&fine.id).await.unwrap().is_some());
     }
     // A corrupt session can still be destroyed.
@@ -278,7 +307,10 @@ pub async fn too_large_is_refused_before_redis<L: Layout>(server: &LocalServer, 
     ));
     let mut fat = s.clone();
     fat.attrs = huge.clone();
-    assert!(matches!(store.save(&fat).await, Err(Error::TooLarge { .. })));
+    assert!(matches!(
+        store.save(&fat).await,
+        Err(Error::TooLarge { .. })
+    ));
     let after = super::commands_processed(&mut raw).await;
     assert_eq!(after - before, 1, "only the INFO call itself reached Redis");
     // An update reads first, then refuses to write.
@@ -295,8 +327,12 @@ fn hostile_ids() -> Vec<String> {
     let mut runner = TestRunner::deterministic();
     let strategies = [
         proptest::string::string_regex(".{0,80}").unwrap().boxed(),
-        proptest::string::string_regex("[0-9a-fA-F]{38,42}").unwrap().boxed(),
-        proptest::string::string_regex("[0-9a-f]{39}[^0-9a-f]").unwrap().boxed(),
+        proptest::string::string_regex("[0-9a-fA-F]{38,42}")
+            .unwrap()
+            .boxed(),
+        proptest::string::string_regex("[0-9a-f]{39}[^0-9a-f]")
+            .unwrap()
+            .boxed(),
         proptest::string::string_regex("\\PC{40}").unwrap().boxed(),
         proptest::collection::vec(proptest::num::u8::ANY, 0..64)
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -321,7 +357,8 @@ pub async fn hostile_ids_never_reach_redis<L: Layout>(server: &LocalServer, layo
     let before = super::commands_processed(&mut raw).await;
     let mut refused = 0;
     for text in hostile_ids() {
-        let valid = text.len() == 40 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        let valid =
+            text.len() == 40 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         if valid {
             continue; // a random string that happens to be well-formed
         }

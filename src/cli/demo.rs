@@ -1,0 +1,99 @@
+//! `sessionpack demo`: the store end to end, against a real server.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use super::Target;
+use crate::error::Result;
+use crate::{Bucketed, BucketedConfig, Store};
+
+/// Arguments of `sessionpack demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Sessions to bulk-create after the walk-through.
+    #[arg(long, default_value_t = 100_000)]
+    sessions: u64,
+    /// log2 of the bucket count.
+    #[arg(long, default_value_t = 12)]
+    bucket_bits: u8,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Cart {
+    items: Vec<u32>,
+}
+
+async fn used_memory(conn: &mut redis::aio::ConnectionManager) -> Result<u64> {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+pub(super) async fn run(args: DemoArgs) -> Result<()> {
+    let target = args.target.connect().await?;
+    target.flush().await?;
+    let mut conn = crate::connect(&target.url).await?;
+    let layout = Bucketed::new(conn.clone(), BucketedConfig::new(args.bucket_bits)).await?;
+    println!(
+        "server {} with {} buckets; listpack limits {:?}",
+        target.url,
+        layout.buckets().count(),
+        layout.limits()
+    );
+    let store: Store<_, Cart> = Store::new(layout).with_ttl(Duration::from_secs(3600));
+
+    let session = store.create(42, Cart::default()).await?;
+    println!(
+        "created   {:?} for identity 42, expires at {}",
+        session.id, session.expires_at
+    );
+    let updated = store
+        .update(&session.id, |cart| cart.items.push(7))
+        .await?
+        .map(|s| s.attrs.items);
+    println!("updated   cart -> {updated:?}");
+    println!("touched   expires at {:?}", store.touch(&session.id).await?);
+    let rotated = store.rotate(&session.id).await?;
+    println!(
+        "rotated   old id finds {:?}",
+        store.load(&session.id).await?.map(|s| s.identity)
+    );
+    if let Some(new_id) = rotated {
+        let loaded = store.load(&new_id).await?;
+        println!(
+            "          new id {new_id:?} finds identity {:?}",
+            loaded.map(|s| s.identity)
+        );
+        println!("destroyed {}", store.destroy(&new_id).await?);
+    }
+    match store.load_cookie("not-a-session-id").await {
+        Err(e) => println!("hostile   cookie refused: {e}"),
+        Ok(found) => println!("hostile   cookie unexpectedly accepted: {found:?}"),
+    }
+
+    let before = used_memory(&mut conn).await?;
+    let batch: Vec<(u64, Cart)> = (0..args.sessions).map(|i| (i, Cart::default())).collect();
+    let started = std::time::Instant::now();
+    for chunk in batch.chunks(10_000) {
+        store.create_many(chunk).await?;
+    }
+    let elapsed = started.elapsed();
+    let after = used_memory(&mut conn).await?;
+    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+    println!(
+        "bulk      {} sessions in {:.2}s ({:.0}/s): {} keys, {:.1} bytes/session of used_memory",
+        args.sessions,
+        elapsed.as_secs_f64(),
+        args.sessions as f64 / elapsed.as_secs_f64(),
+        keys,
+        after.saturating_sub(before) as f64 / args.sessions.max(1) as f64
+    );
+    Ok(())
+}
