@@ -151,7 +151,7 @@ mod tests {
             match SessionId::parse(&bytes) {
                 Ok(id) => {
                     proptest::prop_assert!(canonical);
-                    proptest::prop_assert_eq!(id.to_hex().as_bytes(), &bytes[..]);
+                    proptest::prop_assert_eq!(id.to_hex().into_bytes(), bytes);
                 }
                 Err(_) => proptest::prop_assert!(!canonical),
             }
