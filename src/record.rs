@@ -31,6 +31,24 @@ pub fn encode<A: Serialize>(identity: u64, attrs: &A) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Splits a record into its identity and its encoded attributes (empty
+/// when the attributes are `nil`), without decoding the attributes.
+pub fn split(bytes: &[u8]) -> Result<(u64, &[u8]), String> {
+    let mut rest = bytes;
+    let identity: u64 = rmp::decode::read_int(&mut rest).map_err(|e| format!("identity: {e}"))?;
+    Ok((identity, rest))
+}
+
+/// Joins an identity and encoded attributes into a record; the inverse of
+/// [`split`].
+pub fn join(identity: u64, attrs: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + attrs.len());
+    // Writing to a Vec cannot fail.
+    let _ = rmp::encode::write_uint(&mut out, identity);
+    out.extend_from_slice(attrs);
+    out
+}
+
 /// Decodes one record; the error text says what was wrong.
 pub fn decode<A: DeserializeOwned>(bytes: &[u8]) -> Result<(u64, A), String> {
     let mut rest = bytes;
@@ -78,6 +96,22 @@ mod tests {
         // 7, [ [1, 2], nil ]
         assert_eq!(bytes, vec![0x07, 0x92, 0x92, 0x01, 0x02, 0xc0]);
         assert_eq!(decode::<Cart>(&bytes).unwrap(), (7, cart));
+    }
+
+    #[test]
+    fn split_and_join_are_inverse() {
+        let bytes = encode(
+            300,
+            &Cart {
+                items: vec![9],
+                note: Some("n".into()),
+            },
+        )
+        .unwrap();
+        let (identity, attrs) = split(&bytes).unwrap();
+        assert_eq!(identity, 300);
+        assert_eq!(join(identity, attrs), bytes);
+        assert_eq!(join(5, &[]), vec![5]);
     }
 
     #[test]

@@ -19,6 +19,28 @@ macro_rules! bucket_script {
     };
 }
 
+macro_rules! key_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("lua/key_common.lua"),
+                include_str!(concat!("lua/", $file))
+            ))
+        })
+    };
+}
+
+pub(crate) static STRING_INSERT: LazyLock<Script> = key_script!("string_insert.lua");
+pub(crate) static STRING_LOAD: LazyLock<Script> = key_script!("string_load.lua");
+pub(crate) static STRING_TOUCH: LazyLock<Script> = key_script!("string_touch.lua");
+pub(crate) static STRING_REPLACE: LazyLock<Script> = key_script!("string_replace.lua");
+pub(crate) static STRING_REMOVE: LazyLock<Script> = key_script!("string_remove.lua");
+pub(crate) static HASH_INSERT: LazyLock<Script> = key_script!("hash_insert.lua");
+pub(crate) static HASH_LOAD: LazyLock<Script> = key_script!("hash_load.lua");
+pub(crate) static HASH_TOUCH: LazyLock<Script> = key_script!("hash_touch.lua");
+pub(crate) static HASH_REPLACE: LazyLock<Script> = key_script!("hash_replace.lua");
+pub(crate) static HASH_REMOVE: LazyLock<Script> = key_script!("hash_remove.lua");
+
 pub(crate) static BUCKET_INSERT: LazyLock<Script> = bucket_script!("bucket_insert.lua");
 pub(crate) static BUCKET_LOAD: LazyLock<Script> = bucket_script!("bucket_load.lua");
 pub(crate) static BUCKET_TOUCH: LazyLock<Script> = bucket_script!("bucket_touch.lua");

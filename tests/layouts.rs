@@ -2,17 +2,89 @@
 
 mod common;
 
-async fn bucketed_256(
-    server: &sessionpack::server::LocalServer,
-) -> impl sessionpack::Layout + 'static {
+use sessionpack::layout::{BookLoginHash, Encoding, KeyPerSession};
+use sessionpack::server::LocalServer;
+use sessionpack::{Buckets, Layout, SessionId};
+
+async fn bucketed_256(server: &LocalServer) -> impl Layout + 'static {
     common::bucketed(server, 8).await
 }
 
-async fn bucketed_2(
-    server: &sessionpack::server::LocalServer,
-) -> impl sessionpack::Layout + 'static {
+async fn bucketed_2(server: &LocalServer) -> impl Layout + 'static {
     common::bucketed(server, 1).await
 }
 
-layout_suite!(bucketed_8_bits, bucketed_256);
-layout_suite!(bucketed_1_bit, bucketed_2);
+fn corrupt_bucketed(bits: u8, server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    let b = Buckets::new("sp", bits).unwrap();
+    let hash = b.hash_key(b.bucket_of(id));
+    common::raw_command(
+        server,
+        redis::cmd("HSET").arg(hash).arg(b.field(id)).arg(garbage),
+    );
+}
+
+fn corrupt_bucketed_256(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    corrupt_bucketed(8, server, id, garbage);
+}
+
+fn corrupt_bucketed_2(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    corrupt_bucketed(1, server, id, garbage);
+}
+
+async fn book(server: &LocalServer) -> impl Layout + 'static {
+    BookLoginHash::book(common::manager(server).await, "sp")
+}
+
+fn corrupt_book(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    common::raw_command(
+        server,
+        redis::cmd("HSET")
+            .arg("sp:login:")
+            .arg(id.to_hex())
+            .arg(garbage),
+    );
+}
+
+async fn json_setex(server: &LocalServer) -> impl Layout + 'static {
+    KeyPerSession::new(common::manager(server).await, Encoding::JsonSetex)
+}
+
+fn corrupt_json(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    let key = format!("session:{}", id.to_hex());
+    common::raw_command(
+        server,
+        redis::cmd("SET").arg(key).arg(garbage).arg("KEEPTTL"),
+    );
+}
+
+async fn packed_setex(server: &LocalServer) -> impl Layout + 'static {
+    KeyPerSession::new(common::manager(server).await, Encoding::PackedSetex)
+}
+
+fn corrupt_packed(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    common::raw_command(
+        server,
+        redis::cmd("SET")
+            .arg(id.as_bytes())
+            .arg(garbage)
+            .arg("KEEPTTL"),
+    );
+}
+
+async fn hash_per_session(server: &LocalServer) -> impl Layout + 'static {
+    KeyPerSession::new(common::manager(server).await, Encoding::HashPerSession)
+}
+
+fn corrupt_hash(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    common::raw_command(
+        server,
+        redis::cmd("HSET").arg(id.as_bytes()).arg("i").arg(garbage),
+    );
+}
+
+layout_suite!(bucketed_8_bits, bucketed_256, corrupt_bucketed_256);
+layout_suite!(bucketed_1_bit, bucketed_2, corrupt_bucketed_2);
+layout_suite!(book_login_hash, book, corrupt_book);
+layout_suite!(json_setex_layout, json_setex, corrupt_json);
+layout_suite!(packed_setex_layout, packed_setex, corrupt_packed);
+layout_suite!(hash_per_session_layout, hash_per_session, corrupt_hash);

@@ -18,9 +18,15 @@ use std::future::Future;
 use crate::error::Result;
 use crate::id::SessionId;
 
+pub mod book_login_hash;
 pub mod bucketed;
+pub mod indexed;
+pub mod key_per_session;
 
+pub use book_login_hash::BookLoginHash;
 pub use bucketed::{Bucketed, BucketedConfig};
+pub use indexed::{HashZset, KeyScheme, Keys};
+pub use key_per_session::{Encoding, KeyPerSession};
 
 /// When a new session expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,10 +49,11 @@ pub async fn commands_processed(conn: &mut redis::aio::MultiplexedConnection) ->
 }
 
 /// Runs every suite test against one layout. `$make` is an async fn taking
-/// `&LocalServer` and returning the layout.
+/// `&LocalServer` and returning the layout; `$corrupt` is a
+/// [`suite::Corrupter`] for it.
 #[macro_export]
 macro_rules! layout_suite {
-    ($module:ident, $make:path) => {
+    ($module:ident, $make:path, $corrupt:path) => {
         mod $module {
             use super::*;
 
@@ -75,10 +76,21 @@ macro_rules! layout_suite {
             case!(destroy_is_final);
             case!(rotate_moves_the_session);
             case!(concurrent_updates_lose_nothing);
-            case!(corrupt_record_is_an_error);
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn corrupt_record_is_an_error() {
+                let server = $crate::common::server();
+                let layout = $make(&server).await;
+                $crate::common::suite::corrupt_record_is_an_error(&server, layout, $corrupt).await;
+            }
             case!(too_large_is_refused_before_redis);
             case!(hostile_ids_never_reach_redis);
             case!(survives_a_redis_restart);
         }
     };
+}
+
+/// Runs one command on `server` from synchronous code.
+pub fn raw_command(server: &LocalServer, cmd: &redis::Cmd) {
+    let mut conn = server.client().unwrap().get_connection().unwrap();
+    let _: redis::Value = cmd.query(&mut conn).unwrap();
 }

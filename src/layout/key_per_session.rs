@@ -1,0 +1,399 @@
+//! The key-per-session baselines, as the well-known session stores lay
+//! sessions out: one top-level key per session, expired by Redis itself.
+//!
+//! - `json-setex`: `session:<40 hex>` -> `{"identity_id":..,"expires_at":..}`
+//!   (with an `"attrs"` member holding the attributes as JSON when there are
+//!   any), the usual store;
+//! - `packed-setex`: the 20 id bytes -> the MessagePack record;
+//! - `hash-per-session`: the 20 id bytes -> HASH `i` identity, `e` expiry,
+//!   `a` attributes (MessagePack, left out when empty).
+//!
+//! Every operation is one script, like the bucketed layout's, so the
+//! layouts differ only in what Redis holds.
+
+use redis::{Script, ScriptInvocation};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{Expiry, Inserted, Layout, Stored, Written};
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::record;
+use crate::scripts::{
+    HASH_INSERT, HASH_LOAD, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, STRING_INSERT, STRING_LOAD,
+    STRING_REMOVE, STRING_REPLACE, STRING_TOUCH,
+};
+
+/// How a key-per-session layout encodes a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Encoding {
+    /// A JSON string under `session:<40 hex>`.
+    JsonSetex,
+    /// A MessagePack string under the binary id.
+    PackedSetex,
+    /// A HASH of identity, expiry and attributes under the binary id.
+    HashPerSession,
+}
+
+impl Encoding {
+    /// The layout's report name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::JsonSetex => "json-setex",
+            Self::PackedSetex => "packed-setex",
+            Self::HashPerSession => "hash-per-session",
+        }
+    }
+}
+
+/// One top-level key per session.
+#[derive(Clone)]
+pub struct KeyPerSession<C> {
+    conn: C,
+    encoding: Encoding,
+    prefix: Vec<u8>,
+}
+
+impl<C> std::fmt::Debug for KeyPerSession<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyPerSession")
+            .field("encoding", &self.encoding)
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    identity_id: u64,
+    expires_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attrs: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct JsonIn<'a> {
+    identity_id: u64,
+    expires_at: u64,
+    #[serde(borrow)]
+    attrs: Option<&'a RawValue>,
+}
+
+/// A record as JSON, with `"expires_at":0` for the script to fill in.
+fn record_to_json(bytes: &[u8]) -> std::result::Result<String, String> {
+    let (identity_id, attrs) = record::split(bytes)?;
+    let attrs_json = if attrs.is_empty() {
+        None
+    } else {
+        let mut out = Vec::new();
+        let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(attrs));
+        serde_transcode::transcode(&mut de, &mut serde_json::Serializer::new(&mut out))
+            .map_err(|e| format!("attributes: {e}"))?;
+        if de.position() as usize != attrs.len() {
+            return Err("trailing bytes after the attributes".into());
+        }
+        Some(String::from_utf8(out).map_err(|e| e.to_string())?)
+    };
+    let raw = attrs_json
+        .as_deref()
+        .map(serde_json::from_str::<&RawValue>)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    serde_json::to_string(&JsonOut {
+        identity_id,
+        expires_at: 0,
+        attrs: raw,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// A stored JSON value back as a record and its expiry.
+fn json_to_record(json: &[u8]) -> std::result::Result<(Vec<u8>, u64), String> {
+    let parsed: JsonIn<'_> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let mut attrs = Vec::new();
+    if let Some(raw) = parsed.attrs {
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        serde_transcode::transcode(&mut de, &mut rmp_serde::Serializer::new(&mut attrs))
+            .map_err(|e| format!("attributes: {e}"))?;
+    }
+    Ok((record::join(parsed.identity_id, &attrs), parsed.expires_at))
+}
+
+fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
+
+impl<C> KeyPerSession<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// A key-per-session layout with the encoding's usual key prefix
+    /// (`session:` for JSON, none for the binary ones).
+    pub fn new(conn: C, encoding: Encoding) -> Self {
+        let prefix = match encoding {
+            Encoding::JsonSetex => b"session:".to_vec(),
+            Encoding::PackedSetex | Encoding::HashPerSession => Vec::new(),
+        };
+        Self {
+            conn,
+            encoding,
+            prefix,
+        }
+    }
+
+    /// Puts `prefix` before every key.
+    pub fn with_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The encoding.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// The key a session lives under.
+    pub fn key(&self, id: &SessionId) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        match self.encoding {
+            Encoding::JsonSetex => key.extend_from_slice(id.to_hex().as_bytes()),
+            Encoding::PackedSetex | Encoding::HashPerSession => {
+                key.extend_from_slice(id.as_bytes())
+            }
+        }
+        key
+    }
+
+    fn is_json(&self) -> bool {
+        self.encoding == Encoding::JsonSetex
+    }
+
+    fn corrupt(&self, id: &SessionId, reason: String) -> Error {
+        Error::CorruptRecord {
+            location: self.location(id),
+            reason,
+        }
+    }
+
+    /// The string value for a record (JSON with a zero expiry, or the record).
+    fn string_value(&self, id: &SessionId, record: &[u8]) -> Result<Vec<u8>> {
+        if self.is_json() {
+            record_to_json(record)
+                .map(String::into_bytes)
+                .map_err(|reason| self.corrupt(id, reason))
+        } else {
+            Ok(record.to_vec())
+        }
+    }
+
+    fn script(&self, string: &'static Script, hash: &'static Script) -> &'static Script {
+        if self.encoding == Encoding::HashPerSession {
+            hash
+        } else {
+            string
+        }
+    }
+
+    fn insert_invocation(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+    ) -> Result<ScriptInvocation<'static>> {
+        let (mode, secs) = match expiry {
+            Expiry::In(secs) => ("in", secs),
+            Expiry::At(at) => ("at", at),
+        };
+        let mut inv = self.script(&STRING_INSERT, &HASH_INSERT).prepare_invoke();
+        inv.key(self.key(id));
+        if self.encoding == Encoding::HashPerSession {
+            let (identity, attrs) = record::split(record).map_err(|r| self.corrupt(id, r))?;
+            inv.arg(identity).arg(attrs);
+        } else {
+            inv.arg(self.string_value(id, record)?)
+                .arg(flag(self.is_json()));
+        }
+        inv.arg(mode).arg(secs);
+        Ok(inv)
+    }
+
+    fn load_invocation(&self, id: &SessionId) -> ScriptInvocation<'static> {
+        let mut inv = self.script(&STRING_LOAD, &HASH_LOAD).prepare_invoke();
+        inv.key(self.key(id));
+        inv
+    }
+
+    /// Turns a load script's reply into a session.
+    fn stored(&self, id: &SessionId, reply: redis::Value) -> Result<Option<Stored>> {
+        if reply == redis::Value::Nil {
+            return Ok(None);
+        }
+        let bad = |e: redis::ParsingError| self.corrupt(id, e.to_string());
+        if self.encoding == Encoding::HashPerSession {
+            let (identity, attrs, expires_at): (String, Vec<u8>, u64) =
+                redis::from_redis_value(reply).map_err(bad)?;
+            let identity = identity
+                .parse::<u64>()
+                .map_err(|e| self.corrupt(id, format!("identity: {e}")))?;
+            return Ok(Some(Stored {
+                record: record::join(identity, &attrs),
+                expires_at,
+            }));
+        }
+        let (value, expires_at): (Vec<u8>, u64) = redis::from_redis_value(reply).map_err(bad)?;
+        let record = if self.is_json() {
+            json_to_record(&value).map_err(|r| self.corrupt(id, r))?.0
+        } else {
+            value
+        };
+        Ok(Some(Stored { record, expires_at }))
+    }
+
+    /// Arguments of a conditional write: the compare flag and expected value.
+    fn expected_args(
+        &self,
+        inv: &mut ScriptInvocation<'_>,
+        id: &SessionId,
+        expected: Option<&[u8]>,
+    ) -> Result<()> {
+        inv.arg(flag(expected.is_some()));
+        match (self.encoding, expected) {
+            (Encoding::HashPerSession, Some(e)) => {
+                let (identity, attrs) = record::split(e).map_err(|r| self.corrupt(id, r))?;
+                inv.arg(identity).arg(attrs);
+            }
+            (Encoding::HashPerSession, None) => {
+                inv.arg("").arg("");
+            }
+            (_, Some(e)) => {
+                inv.arg(self.string_value(id, e)?);
+            }
+            (_, None) => {
+                inv.arg("");
+            }
+        }
+        Ok(())
+    }
+
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        id: &SessionId,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T> {
+        inv.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || self.location(id)))
+    }
+}
+
+fn written(code: i64) -> Written {
+    match code {
+        1 => Written::Done,
+        0 => Written::Missing,
+        _ => Written::Conflict,
+    }
+}
+
+fn inserted(code: i64) -> Inserted {
+    match code {
+        0 => Inserted::IdTaken,
+        c if c < 0 => Inserted::AlreadyExpired,
+        c => Inserted::Created {
+            expires_at: c as u64,
+        },
+    }
+}
+
+impl<C> Layout for KeyPerSession<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    fn name(&self) -> &'static str {
+        self.encoding.name()
+    }
+
+    async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
+        let inv = self.insert_invocation(id, record, expiry)?;
+        Ok(inserted(self.call(id, &inv).await?))
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
+        let reply = self.call(id, &self.load_invocation(id)).await?;
+        self.stored(id, reply)
+    }
+
+    async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
+        let mut inv = self.script(&STRING_TOUCH, &HASH_TOUCH).prepare_invoke();
+        inv.key(self.key(id)).arg(ttl_secs);
+        if !matches!(self.encoding, Encoding::HashPerSession) {
+            inv.arg(flag(self.is_json()));
+        }
+        self.call(id, &inv).await
+    }
+
+    async fn replace(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expected: Option<&[u8]>,
+    ) -> Result<Written> {
+        let mut inv = self.script(&STRING_REPLACE, &HASH_REPLACE).prepare_invoke();
+        inv.key(self.key(id));
+        if self.encoding == Encoding::HashPerSession {
+            let (identity, attrs) = record::split(record).map_err(|r| self.corrupt(id, r))?;
+            inv.arg(identity).arg(attrs);
+        } else {
+            inv.arg(self.string_value(id, record)?)
+                .arg(flag(self.is_json()));
+        }
+        self.expected_args(&mut inv, id, expected)?;
+        Ok(written(self.call(id, &inv).await?))
+    }
+
+    async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
+        let mut inv = self.script(&STRING_REMOVE, &HASH_REMOVE).prepare_invoke();
+        inv.key(self.key(id));
+        if self.encoding != Encoding::HashPerSession {
+            inv.arg(flag(self.is_json()));
+        }
+        self.expected_args(&mut inv, id, expected)?;
+        Ok(written(self.call(id, &inv).await?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trips_records() {
+        #[derive(Serialize)]
+        struct A {
+            n: u32,
+            s: String,
+            m: std::collections::BTreeMap<String, u8>,
+        }
+        let a = A {
+            n: 3,
+            s: "é\"".into(),
+            m: [("z".to_owned(), 1), ("a".to_owned(), 2)].into(),
+        };
+        for bytes in [
+            record::encode(7, &a).unwrap(),
+            record::encode(u64::MAX, &()).unwrap(),
+        ] {
+            let json = record_to_json(&bytes).unwrap();
+            assert!(json.starts_with("{\"identity_id\":"), "{json}");
+            let (back, expires_at) = json_to_record(json.as_bytes()).unwrap();
+            assert_eq!(back, bytes);
+            assert_eq!(expires_at, 0);
+        }
+        assert_eq!(
+            record_to_json(&record::encode(42, &()).unwrap()).unwrap(),
+            r#"{"identity_id":42,"expires_at":0}"#
+        );
+        assert!(record_to_json(b"\xa3abc").is_err());
+        assert!(json_to_record(b"{\"identity_id\":-1}").is_err());
+    }
+}
