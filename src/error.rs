@@ -130,7 +130,6 @@ impl Error {
             || err.is_connection_refusal()
             || err.is_connection_dropped()
             || err.is_timeout()
-            || err.is_unrecoverable_error()
         {
             return Self::Unavailable(err);
         }

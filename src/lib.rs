@@ -2,11 +2,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod advisor;
 pub mod buckets;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod connect;
 pub mod error;
+#[cfg(feature = "cli")]
+pub mod harness;
 pub mod id;
 pub mod layout;
 pub mod limits;

@@ -8,44 +8,45 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-macro_rules! bucket_script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("lua/bucket_common.lua"),
-                include_str!(concat!("lua/", $file))
-            ))
-        })
+/// A script: shared helpers first, then its own file. Each script includes
+/// only the helpers it calls, because every call re-creates them.
+macro_rules! script {
+    ($($file:literal),+) => {
+        LazyLock::new(|| Script::new(concat!($(include_str!(concat!("lua/", $file))),+)))
     };
 }
 
-macro_rules! key_script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("lua/key_common.lua"),
-                include_str!(concat!("lua/", $file))
-            ))
-        })
-    };
-}
+pub(crate) static STRING_INSERT: LazyLock<Script> =
+    script!("key_common.lua", "key_json.lua", "string_insert.lua");
+pub(crate) static STRING_LOAD: LazyLock<Script> = script!("string_load.lua");
+pub(crate) static STRING_TOUCH: LazyLock<Script> =
+    script!("key_common.lua", "key_json.lua", "string_touch.lua");
+pub(crate) static STRING_REPLACE: LazyLock<Script> = script!("key_json.lua", "string_replace.lua");
+pub(crate) static STRING_REMOVE: LazyLock<Script> = script!("key_json.lua", "string_remove.lua");
+pub(crate) static HASH_INSERT: LazyLock<Script> = script!("key_common.lua", "hash_insert.lua");
+pub(crate) static HASH_LOAD: LazyLock<Script> = script!("hash_load.lua");
+pub(crate) static HASH_TOUCH: LazyLock<Script> = script!("key_common.lua", "hash_touch.lua");
+pub(crate) static HASH_REPLACE: LazyLock<Script> = script!("hash_replace.lua");
+pub(crate) static HASH_REMOVE: LazyLock<Script> = script!("hash_remove.lua");
 
-pub(crate) static STRING_INSERT: LazyLock<Script> = key_script!("string_insert.lua");
-pub(crate) static STRING_LOAD: LazyLock<Script> = key_script!("string_load.lua");
-pub(crate) static STRING_TOUCH: LazyLock<Script> = key_script!("string_touch.lua");
-pub(crate) static STRING_REPLACE: LazyLock<Script> = key_script!("string_replace.lua");
-pub(crate) static STRING_REMOVE: LazyLock<Script> = key_script!("string_remove.lua");
-pub(crate) static HASH_INSERT: LazyLock<Script> = key_script!("hash_insert.lua");
-pub(crate) static HASH_LOAD: LazyLock<Script> = key_script!("hash_load.lua");
-pub(crate) static HASH_TOUCH: LazyLock<Script> = key_script!("hash_touch.lua");
-pub(crate) static HASH_REPLACE: LazyLock<Script> = key_script!("hash_replace.lua");
-pub(crate) static HASH_REMOVE: LazyLock<Script> = key_script!("hash_remove.lua");
-
-pub(crate) static BUCKET_INSERT: LazyLock<Script> = bucket_script!("bucket_insert.lua");
-pub(crate) static BUCKET_LOAD: LazyLock<Script> = bucket_script!("bucket_load.lua");
-pub(crate) static BUCKET_TOUCH: LazyLock<Script> = bucket_script!("bucket_touch.lua");
-pub(crate) static BUCKET_REPLACE: LazyLock<Script> = bucket_script!("bucket_replace.lua");
-pub(crate) static BUCKET_REMOVE: LazyLock<Script> = bucket_script!("bucket_remove.lua");
+pub(crate) static BUCKET_INSERT: LazyLock<Script> =
+    script!("bucket_common.lua", "bucket_insert.lua");
+pub(crate) static BUCKET_LOAD: LazyLock<Script> =
+    script!("bucket_common.lua", "bucket_record.lua", "bucket_load.lua");
+pub(crate) static BUCKET_TOUCH: LazyLock<Script> =
+    script!("bucket_common.lua", "bucket_live.lua", "bucket_touch.lua");
+pub(crate) static BUCKET_REPLACE: LazyLock<Script> = script!(
+    "bucket_common.lua",
+    "bucket_live.lua",
+    "bucket_record.lua",
+    "bucket_replace.lua"
+);
+pub(crate) static BUCKET_REMOVE: LazyLock<Script> = script!(
+    "bucket_common.lua",
+    "bucket_live.lua",
+    "bucket_record.lua",
+    "bucket_remove.lua"
+);
 
 /// Whether an error means the server has lost a script.
 pub(crate) fn is_noscript(err: &redis::RedisError) -> bool {
@@ -61,4 +62,44 @@ where
         script.load_async(conn).await?;
     }
     Ok(())
+}
+
+/// Sends a pipeline of script calls, loading the script and retrying once
+/// if the server has lost it. An error names the location of the first item
+/// that failed.
+pub(crate) async fn pipelined<C, L, T>(
+    conn: &C,
+    layout: &L,
+    ids: &[crate::SessionId],
+    invocations: &[redis::ScriptInvocation<'_>],
+    script: &Script,
+) -> crate::Result<Vec<T>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+    L: crate::Layout,
+    T: redis::FromRedisValue,
+{
+    let mut pipe = redis::pipe();
+    for inv in invocations {
+        pipe.invoke_script(inv);
+    }
+    let mut conn = conn.clone();
+    let result = match pipe.query_async(&mut conn).await {
+        Err(e) if is_noscript(&e) => {
+            load_all(&mut conn, &[script]).await?;
+            pipe.query_async(&mut conn).await
+        }
+        other => other,
+    };
+    result.map_err(|e| {
+        let first = e
+            .clone()
+            .into_server_errors()
+            .and_then(|errors| errors.first().map(|(i, _)| *i))
+            .and_then(|i| ids.get(i));
+        crate::Error::from_redis(e, || match first {
+            Some(id) => layout.location(id),
+            None => format!("{}: a pipeline", layout.name()),
+        })
+    })
 }

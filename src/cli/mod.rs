@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 
 use crate::error::Result;
 
+mod advise;
+mod bench_memory;
 mod demo;
 mod target;
 
@@ -25,11 +27,27 @@ pub enum Command {
     /// Create, load, touch, rotate and destroy a few sessions, then show
     /// what Redis holds and how much memory it took.
     Demo(demo::DemoArgs),
+    /// Benchmarks: memory per session (the main job) and throughput.
+    #[command(subcommand)]
+    Bench(Bench),
+    /// Recommend a bucket count and predict memory for a planned
+    /// population, or check the model against a measured report.
+    Advise(advise::AdviseArgs),
+}
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum Bench {
+    /// Load N sessions layout by layout and record used_memory, RSS,
+    /// fragmentation and the listpack census at each step.
+    Memory(bench_memory::MemoryArgs),
 }
 
 /// Runs one parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
+        Command::Bench(Bench::Memory(args)) => bench_memory::run(args).await,
+        Command::Advise(args) => advise::run(args).await,
     }
 }

@@ -112,56 +112,13 @@ where
         move |e| Error::from_redis(e, || self.scheme.location(id))
     }
 
-    /// Sends a pipeline of script calls, loading the scripts and retrying
-    /// once if the server has lost them.
     async fn pipelined<T: redis::FromRedisValue>(
         &self,
         ids: &[SessionId],
         invocations: &[ScriptInvocation<'_>],
         script: &Script,
     ) -> Result<Vec<T>> {
-        let mut pipe = redis::pipe();
-        for inv in invocations {
-            pipe.invoke_script(inv);
-        }
-        let mut conn = self.conn.clone();
-        let result = match pipe.query_async(&mut conn).await {
-            Err(e) if scripts::is_noscript(&e) => {
-                scripts::load_all(&mut conn, &[script]).await?;
-                pipe.query_async(&mut conn).await
-            }
-            other => other,
-        };
-        result.map_err(|e| {
-            // Name the bucket of the first item that failed.
-            let first = e
-                .clone()
-                .into_server_errors()
-                .and_then(|errors| errors.first().map(|(i, _)| *i))
-                .and_then(|i| ids.get(i));
-            Error::from_redis(e, || match first {
-                Some(id) => self.scheme.location(id),
-                None => format!("{}: a pipeline", self.name),
-            })
-        })
-    }
-}
-
-fn inserted(code: i64) -> Inserted {
-    match code {
-        0 => Inserted::IdTaken,
-        c if c < 0 => Inserted::AlreadyExpired,
-        c => Inserted::Created {
-            expires_at: c as u64,
-        },
-    }
-}
-
-fn written(code: i64) -> Written {
-    match code {
-        1 => Written::Done,
-        0 => Written::Missing,
-        _ => Written::Conflict,
+        scripts::pipelined(&self.conn, self, ids, invocations, script).await
     }
 }
 
@@ -184,7 +141,7 @@ where
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
-        Ok(inserted(code))
+        Ok(Inserted::from_code(code))
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
@@ -221,7 +178,7 @@ where
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
-        Ok(written(code))
+        Ok(Written::from_code(code))
     }
 
     async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
@@ -231,7 +188,7 @@ where
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
-        Ok(written(code))
+        Ok(Written::from_code(code))
     }
 
     async fn insert_many(
@@ -247,7 +204,7 @@ where
                 .collect();
             let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
             let codes: Vec<i64> = self.pipelined(&ids, &invocations, &BUCKET_INSERT).await?;
-            out.extend(codes.into_iter().map(inserted));
+            out.extend(codes.into_iter().map(Inserted::from_code));
         }
         Ok(out)
     }

@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::record;
 use crate::scripts::{
-    HASH_INSERT, HASH_LOAD, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, STRING_INSERT, STRING_LOAD,
-    STRING_REMOVE, STRING_REPLACE, STRING_TOUCH,
+    self, HASH_INSERT, HASH_LOAD, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, STRING_INSERT,
+    STRING_LOAD, STRING_REMOVE, STRING_REPLACE, STRING_TOUCH,
 };
 
 /// How a key-per-session layout encodes a session.
@@ -119,6 +119,9 @@ fn json_to_record(json: &[u8]) -> std::result::Result<(Vec<u8>, u64), String> {
     }
     Ok((record::join(parsed.identity_id, &attrs), parsed.expires_at))
 }
+
+/// Most script calls sent in one pipeline by the bulk operations.
+const PIPELINE_CHUNK: usize = 1024;
 
 fn flag(on: bool) -> &'static str {
     if on { "1" } else { "0" }
@@ -287,24 +290,6 @@ where
     }
 }
 
-fn written(code: i64) -> Written {
-    match code {
-        1 => Written::Done,
-        0 => Written::Missing,
-        _ => Written::Conflict,
-    }
-}
-
-fn inserted(code: i64) -> Inserted {
-    match code {
-        0 => Inserted::IdTaken,
-        c if c < 0 => Inserted::AlreadyExpired,
-        c => Inserted::Created {
-            expires_at: c as u64,
-        },
-    }
-}
-
 impl<C> Layout for KeyPerSession<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
@@ -315,7 +300,7 @@ where
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         let inv = self.insert_invocation(id, record, expiry)?;
-        Ok(inserted(self.call(id, &inv).await?))
+        Ok(Inserted::from_code(self.call(id, &inv).await?))
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
@@ -348,7 +333,7 @@ where
                 .arg(flag(self.is_json()));
         }
         self.expected_args(&mut inv, id, expected)?;
-        Ok(written(self.call(id, &inv).await?))
+        Ok(Written::from_code(self.call(id, &inv).await?))
     }
 
     async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
@@ -358,7 +343,41 @@ where
             inv.arg(flag(self.is_json()));
         }
         self.expected_args(&mut inv, id, expected)?;
-        Ok(written(self.call(id, &inv).await?))
+        Ok(Written::from_code(self.call(id, &inv).await?))
+    }
+
+    async fn insert_many(
+        &self,
+        items: &[(SessionId, Vec<u8>)],
+        ttl_secs: u64,
+    ) -> Result<Vec<Inserted>> {
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(PIPELINE_CHUNK) {
+            let invocations = chunk
+                .iter()
+                .map(|(id, record)| self.insert_invocation(id, record, Expiry::In(ttl_secs)))
+                .collect::<Result<Vec<_>>>()?;
+            let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
+            let script = self.script(&STRING_INSERT, &HASH_INSERT);
+            let codes: Vec<i64> =
+                scripts::pipelined(&self.conn, self, &ids, &invocations, script).await?;
+            out.extend(codes.into_iter().map(Inserted::from_code));
+        }
+        Ok(out)
+    }
+
+    async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(PIPELINE_CHUNK) {
+            let invocations: Vec<_> = chunk.iter().map(|id| self.load_invocation(id)).collect();
+            let script = self.script(&STRING_LOAD, &HASH_LOAD);
+            let replies: Vec<redis::Value> =
+                scripts::pipelined(&self.conn, self, chunk, &invocations, script).await?;
+            for (id, reply) in chunk.iter().zip(replies) {
+                out.push(self.stored(id, reply)?);
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -18,11 +18,13 @@ use std::future::Future;
 use crate::error::Result;
 use crate::id::SessionId;
 
+pub mod any;
 pub mod book_login_hash;
 pub mod bucketed;
 pub mod indexed;
 pub mod key_per_session;
 
+pub use any::{AnyLayout, LayoutKind};
 pub use book_login_hash::BookLoginHash;
 pub use bucketed::{Bucketed, BucketedConfig};
 pub use indexed::{HashZset, KeyScheme, Keys};
@@ -60,6 +62,20 @@ pub enum Inserted {
     AlreadyExpired,
 }
 
+impl Inserted {
+    /// Reads an insert script's reply: the expiry, 0 if taken, -1 if an
+    /// absolute expiry had passed.
+    pub(crate) fn from_code(code: i64) -> Self {
+        match code {
+            0 => Self::IdTaken,
+            c if c < 0 => Self::AlreadyExpired,
+            c => Self::Created {
+                expires_at: c as u64,
+            },
+        }
+    }
+}
+
 /// What a conditional write ([`Layout::replace`], [`Layout::remove`]) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Written {
@@ -69,6 +85,18 @@ pub enum Written {
     Missing,
     /// The stored record differs from the one expected; nothing was written.
     Conflict,
+}
+
+impl Written {
+    /// Reads a conditional write script's reply: 1 done, 0 missing, -1
+    /// conflict.
+    pub(crate) fn from_code(code: i64) -> Self {
+        match code {
+            1 => Self::Done,
+            0 => Self::Missing,
+            _ => Self::Conflict,
+        }
+    }
 }
 
 /// One way of storing sessions in Redis.

@@ -4,18 +4,33 @@
 -- ARGV[3]: '1' to keep the record in the bucket, '0' to store it out of line
 -- ARGV[4]: 'in' (ARGV[5] is seconds from now) or 'at' (ARGV[5] is unix seconds)
 -- ARGV[5]: seconds
--- Returns the expiry; 0 if the field is taken; -1 if an 'at' expiry has passed.
-local now = server_now()
+-- Returns the expiry; 0 if the field is taken (live or not yet swept); -1 if
+-- an 'at' expiry has passed.
+local now, from = server_clock()
 local expiry = tonumber(ARGV[5])
 if ARGV[4] == 'in' then
-  expiry = expiry_in(expiry)
-end
-if expiry <= now then
+  expiry = from + expiry
+elseif expiry <= now then
   return -1
 end
-if live_expiry(now) or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+local stored = ARGV[2]
+if ARGV[3] ~= '1' then
+  stored = OUT_OF_LINE
+end
+-- HSETNX checks the HASH's type before anything is written.
+if redis.call('HSETNX', KEYS[1], ARGV[1], stored) == 0 then
   return 0
 end
-write_record(ARGV[2], ARGV[3], expiry, false)
-redis.call('ZADD', KEYS[2], expiry, ARGV[1])
+-- A foreign ZSET under our name: take the field back out and report.
+local ok, err = pcall(redis.call, 'ZADD', KEYS[2], expiry, ARGV[1])
+if not ok then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  if type(err) == 'table' then
+    return err
+  end
+  return redis.error_reply(err)
+end
+if ARGV[3] ~= '1' then
+  redis.call('SET', KEYS[3], ARGV[2], 'EXAT', expiry)
+end
 return expiry

@@ -2,10 +2,11 @@
 -- KEYS[1..3], ARGV[1]: see bucket_common.lua
 -- ARGV[2]: seconds from now
 -- Returns the new expiry, or nil if there is no live session.
-if not live_expiry(server_now()) then
+local now, from = server_clock()
+if not live_expiry(now) then
   return false
 end
-local expiry = expiry_in(ARGV[2])
+local expiry = from + tonumber(ARGV[2])
 if redis.call('HGET', KEYS[1], ARGV[1]) == OUT_OF_LINE then
   redis.call('EXPIREAT', KEYS[3], expiry)
 end

@@ -1,4 +1,4 @@
--- Shared by the key-per-session scripts; prepended to each.
+-- Included by the key-per-session scripts that set an expiry.
 -- KEYS[1]: the session's own key, which carries the session's expiry.
 
 -- The expiry for a lifetime of `ttl` seconds from now, rounded up so that a
@@ -23,11 +23,5 @@ local function requested_expiry(mode, secs)
     return nil
   end
   return at
-end
-
--- JSON values carry their expiry as the first "expires_at" member; it is
--- rewritten on touch, and zeroed when comparing with an expected record.
-local function with_expiry(json, expiry)
-  return (string.gsub(json, '"expires_at":%d+', '"expires_at":' .. expiry, 1))
 end
 

@@ -1,0 +1,346 @@
+//! The memory benchmark: load N sessions layout by layout, in steps, and
+//! record `used_memory`, RSS, fragmentation, key count and an encoding
+//! census at each step.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redis::aio::ConnectionManager;
+use serde::{Deserialize, Serialize};
+
+use super::info::{MemorySample, ServerInfo};
+use crate::buckets::Buckets;
+use crate::error::Result;
+use crate::id::SessionId;
+use crate::layout::{AnyLayout, Layout, LayoutKind};
+use crate::record;
+
+/// Sessions handed to the layout's batch insert at a time.
+const BATCH: usize = 8192;
+/// Buckets whose encoding is checked at an intermediate step when there are
+/// too many to check them all (the last step always checks all).
+const CENSUS_SAMPLE: u32 = 8192;
+/// Identities start here so every record has the same size (a 32-bit
+/// MessagePack integer: 5 bytes), as a real user-id space would.
+pub const FIRST_IDENTITY: u64 = 1 << 20;
+
+/// One layout (and bucket count) to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// The layout.
+    pub layout: LayoutKind,
+    /// log2 of the bucket count (bucketed layout only).
+    pub bucket_bits: Option<u8>,
+    /// The population emulated: sessions are confined to
+    /// `sessions / emulated` of the buckets so each holds what it would at
+    /// this size (bucketed layout only).
+    pub emulated_sessions: Option<u64>,
+}
+
+impl RunSpec {
+    /// A label such as `bucketed 2^16` or `bucketed 2^20 (emulating 100M)`.
+    pub fn label(&self) -> String {
+        let mut label = self.layout.name().to_owned();
+        if let Some(bits) = self.bucket_bits {
+            label += &format!(" 2^{bits}");
+        }
+        if let Some(n) = self.emulated_sessions {
+            label += &format!(" (emulating {})", human_count(n));
+        }
+        label
+    }
+}
+
+/// `100M`, `1.5M`, `20k`.
+pub fn human_count(n: u64) -> String {
+    let (v, unit) = match n {
+        n if n >= 1_000_000_000 => (n as f64 / 1e9, "G"),
+        n if n >= 1_000_000 => (n as f64 / 1e6, "M"),
+        n if n >= 1_000 => (n as f64 / 1e3, "k"),
+        n => return n.to_string(),
+    };
+    let text = format!("{v:.1}");
+    format!("{}{unit}", text.trim_end_matches(".0"))
+}
+
+/// How many bucket keys have left listpack.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct Census {
+    /// Buckets (HASH + ZSET pairs) that hold sessions.
+    pub buckets: u64,
+    /// Of those, how many have a HASH or ZSET that is no longer a listpack
+    /// (estimated from a sample when `sampled`).
+    pub converted: u64,
+    /// HASH keys converted to hashtable.
+    pub hashes_converted: u64,
+    /// ZSET keys converted to skiplist.
+    pub zsets_converted: u64,
+    /// Whether this is an estimate from a random sample of buckets.
+    pub sampled: bool,
+}
+
+/// The measurement after one step.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Point {
+    /// Sessions loaded so far.
+    pub sessions: u64,
+    /// `used_memory` minus the empty server's.
+    pub used_memory_delta: u64,
+    /// `used_memory_rss` minus the empty server's.
+    pub rss_delta: u64,
+    /// `used_memory_delta / sessions`.
+    pub bytes_per_session: f64,
+    /// `rss_delta / sessions`.
+    pub rss_per_session: f64,
+    /// The raw figures.
+    pub sample: MemorySample,
+    /// Encoding census (layouts with HASH/ZSET containers only).
+    pub census: Option<Census>,
+}
+
+/// All measurements of one [`RunSpec`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunResult {
+    /// What was run.
+    pub spec: RunSpec,
+    /// Its label.
+    pub label: String,
+    /// The empty server's figures.
+    pub empty: MemorySample,
+    /// One point per step.
+    pub points: Vec<Point>,
+    /// Sessions per second while loading (measurement pauses excluded).
+    pub load_rate: f64,
+}
+
+impl RunResult {
+    /// The last point.
+    pub fn last(&self) -> Option<&Point> {
+        self.points.last()
+    }
+}
+
+/// Progress callbacks, so the CLI can draw bars and the library stays quiet.
+pub trait Progress {
+    /// A run starts.
+    fn start(&mut self, spec: &RunSpec, sessions: u64);
+    /// `n` more sessions are loaded.
+    fn advance(&mut self, n: u64);
+    /// The run is done.
+    fn finish(&mut self, result: &RunResult);
+}
+
+/// No progress output.
+impl Progress for () {
+    fn start(&mut self, _: &RunSpec, _: u64) {}
+    fn advance(&mut self, _: u64) {}
+    fn finish(&mut self, _: &RunResult) {}
+}
+
+/// Loads `sessions` sessions for `spec` into an emptied server in `steps`
+/// steps, measuring after each.
+pub async fn run(
+    url: &str,
+    spec: RunSpec,
+    sessions: u64,
+    steps: u32,
+    ttl_secs: u64,
+    progress: &mut dyn Progress,
+) -> Result<RunResult> {
+    let mut conn = crate::connect::connect(url).await?;
+    let _: () = redis::cmd("FLUSHALL")
+        .arg("SYNC")
+        .query_async(&mut conn)
+        .await?;
+    // Let the allocator hand freed pages back so RSS starts low.
+    let _: redis::RedisResult<()> = redis::cmd("MEMORY")
+        .arg("PURGE")
+        .query_async(&mut conn)
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let empty = MemorySample::read(&mut conn).await?;
+
+    let bits = spec.bucket_bits.unwrap_or(16);
+    let layout = spec.layout.open(conn.clone(), bits).await?;
+    let buckets = match &layout {
+        AnyLayout::Bucketed(b) => Some(b.buckets().clone()),
+        _ => None,
+    };
+    // Emulation confines ids to the first `used` buckets.
+    let used_buckets = match (&buckets, spec.emulated_sessions) {
+        (Some(b), Some(total)) if total > sessions => {
+            let share = sessions as f64 / total as f64;
+            Some(((f64::from(b.count()) * share).round() as u32).max(1))
+        }
+        _ => None,
+    };
+
+    progress.start(&spec, sessions);
+    let mut loaded = 0u64;
+    let mut loading = Duration::ZERO;
+    let mut points = Vec::with_capacity(steps as usize);
+    for step in 1..=u64::from(steps) {
+        let target = sessions * step / u64::from(steps);
+        let started = Instant::now();
+        while loaded < target {
+            let n = (target - loaded).min(2 * BATCH as u64) as usize;
+            let batch = make_batch(loaded, n, buckets.as_ref(), used_buckets)?;
+            let (a, b) = batch.split_at(batch.len() / 2);
+            let (ra, rb) = tokio::join!(
+                layout.insert_many(a, ttl_secs),
+                layout.insert_many(b, ttl_secs)
+            );
+            ra?;
+            rb?;
+            loaded += n as u64;
+            progress.advance(n as u64);
+        }
+        loading += started.elapsed();
+        let sample = MemorySample::read(&mut conn).await?;
+        let census = match (&layout, &buckets) {
+            (AnyLayout::Bucketed(_), Some(b)) => {
+                let last = step == u64::from(steps);
+                Some(bucket_census(&mut conn, b, used_buckets.unwrap_or(b.count()), last).await?)
+            }
+            (AnyLayout::Book(book), _) => {
+                Some(book_census(&mut conn, book.login_key(), book.recent_key()).await?)
+            }
+            _ => None,
+        };
+        let used_memory_delta = sample.used_memory.saturating_sub(empty.used_memory);
+        let rss_delta = sample.used_memory_rss.saturating_sub(empty.used_memory_rss);
+        points.push(Point {
+            sessions: loaded,
+            used_memory_delta,
+            rss_delta,
+            bytes_per_session: used_memory_delta as f64 / loaded.max(1) as f64,
+            rss_per_session: rss_delta as f64 / loaded.max(1) as f64,
+            sample,
+            census,
+        });
+    }
+    let result = RunResult {
+        label: spec.label(),
+        spec,
+        empty,
+        points,
+        load_rate: loaded as f64 / loading.as_secs_f64().max(1e-9),
+    };
+    progress.finish(&result);
+    Ok(result)
+}
+
+fn make_batch(
+    first: u64,
+    n: usize,
+    buckets: Option<&Buckets>,
+    used_buckets: Option<u32>,
+) -> Result<Vec<(SessionId, Vec<u8>)>> {
+    let mut rng = rand::rng();
+    (0..n as u64)
+        .map(|i| {
+            let mut id = SessionId::generate()?;
+            if let (Some(b), Some(used)) = (buckets, used_buckets) {
+                id = b.with_bucket(&id, rng.random_range(0..used));
+            }
+            Ok((id, record::encode(FIRST_IDENTITY + first + i, &())?))
+        })
+        .collect()
+}
+
+async fn encodings(conn: &mut ConnectionManager, keys: &[String]) -> Result<Vec<Option<String>>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(4096) {
+        let mut pipe = redis::pipe();
+        for key in chunk {
+            pipe.cmd("OBJECT").arg("ENCODING").arg(key);
+        }
+        let replies: Vec<Option<String>> = pipe.query_async(conn).await?;
+        out.extend(replies);
+    }
+    Ok(out)
+}
+
+/// Counts buckets whose HASH or ZSET has left listpack: all of them, or a
+/// random sample scaled up when there are many and this is not the last
+/// step.
+async fn bucket_census(
+    conn: &mut ConnectionManager,
+    b: &Buckets,
+    used: u32,
+    full: bool,
+) -> Result<Census> {
+    let sampled = !full && used > CENSUS_SAMPLE;
+    let chosen: Vec<u32> = if sampled {
+        let mut rng = rand::rng();
+        (0..CENSUS_SAMPLE)
+            .map(|_| rng.random_range(0..used))
+            .collect()
+    } else {
+        (0..used).collect()
+    };
+    let mut keys = Vec::with_capacity(chosen.len() * 2);
+    for &bucket in &chosen {
+        keys.push(b.hash_key(bucket));
+        keys.push(b.zset_key(bucket));
+    }
+    let found = encodings(conn, &keys).await?;
+    let (mut present, mut converted, mut hashes, mut zsets) = (0u64, 0u64, 0u64, 0u64);
+    for pair in found.chunks(2) {
+        let hash = pair[0].as_deref();
+        let zset = pair[1].as_deref();
+        if hash.is_none() && zset.is_none() {
+            continue;
+        }
+        present += 1;
+        let h = hash.is_some_and(|e| e != "listpack");
+        let z = zset.is_some_and(|e| e != "listpack");
+        hashes += u64::from(h);
+        zsets += u64::from(z);
+        converted += u64::from(h || z);
+    }
+    let scale = |n: u64| {
+        if sampled {
+            (n as f64 * f64::from(used) / chosen.len() as f64).round() as u64
+        } else {
+            n
+        }
+    };
+    Ok(Census {
+        buckets: scale(present),
+        converted: scale(converted),
+        hashes_converted: scale(hashes),
+        zsets_converted: scale(zsets),
+        sampled,
+    })
+}
+
+async fn book_census(conn: &mut ConnectionManager, login: &str, recent: &str) -> Result<Census> {
+    let found = encodings(conn, &[login.to_owned(), recent.to_owned()]).await?;
+    let h = found[0].as_deref().is_some_and(|e| e != "listpack");
+    let z = found[1].as_deref().is_some_and(|e| e != "listpack");
+    Ok(Census {
+        buckets: 1,
+        converted: u64::from(h || z),
+        hashes_converted: u64::from(h),
+        zsets_converted: u64::from(z),
+        sampled: false,
+    })
+}
+
+/// The server a whole benchmark ran against, and what it was asked.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MemoryReport {
+    /// The command line that produced it.
+    pub command: String,
+    /// Unix time the run started.
+    pub started_at: u64,
+    /// The server.
+    pub server: ServerInfo,
+    /// Sessions loaded per run.
+    pub sessions: u64,
+    /// Steps per run.
+    pub steps: u32,
+    /// The runs.
+    pub runs: Vec<RunResult>,
+}

@@ -1,0 +1,155 @@
+//! A layout chosen at run time (CLI, benches): an enum that delegates to
+//! each layout.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    BookLoginHash, Bucketed, BucketedConfig, Encoding, Expiry, Inserted, KeyPerSession, Layout,
+    Stored, Written,
+};
+use crate::error::Result;
+use crate::id::SessionId;
+
+/// The layouts this crate implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum LayoutKind {
+    /// `SETEX session:<40 hex>` with a JSON value: the usual store.
+    JsonSetex,
+    /// `SETEX <20 binary bytes>` with a MessagePack value.
+    PackedSetex,
+    /// One HASH per session plus `EXPIREAT`.
+    HashPerSession,
+    /// The book's global `login:` HASH and `recent:` ZSET.
+    BookLoginHash,
+    /// HASH + ZSET buckets that stay listpacks.
+    Bucketed,
+}
+
+impl LayoutKind {
+    /// Every layout, baselines first.
+    pub const ALL: [Self; 5] = [
+        Self::JsonSetex,
+        Self::PackedSetex,
+        Self::HashPerSession,
+        Self::BookLoginHash,
+        Self::Bucketed,
+    ];
+
+    /// The report name, e.g. `json-setex`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::JsonSetex => "json-setex",
+            Self::PackedSetex => "packed-setex",
+            Self::HashPerSession => "hash-per-session",
+            Self::BookLoginHash => "book-login-hash",
+            Self::Bucketed => "bucketed",
+        }
+    }
+
+    /// Whether the layout has a bucket count to choose.
+    pub fn is_bucketed(self) -> bool {
+        self == Self::Bucketed
+    }
+
+    /// Opens this layout on `conn`; `bucket_bits` is used by the bucketed
+    /// layout only.
+    pub async fn open<C>(self, conn: C, bucket_bits: u8) -> Result<AnyLayout<C>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send + Sync,
+    {
+        Ok(match self {
+            Self::JsonSetex => {
+                AnyLayout::KeyPerSession(KeyPerSession::new(conn, Encoding::JsonSetex))
+            }
+            Self::PackedSetex => {
+                AnyLayout::KeyPerSession(KeyPerSession::new(conn, Encoding::PackedSetex))
+            }
+            Self::HashPerSession => {
+                AnyLayout::KeyPerSession(KeyPerSession::new(conn, Encoding::HashPerSession))
+            }
+            Self::BookLoginHash => AnyLayout::Book(BookLoginHash::book(conn, "sp")),
+            Self::Bucketed => {
+                AnyLayout::Bucketed(Bucketed::new(conn, BucketedConfig::new(bucket_bits)).await?)
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for LayoutKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Any of this crate's layouts.
+#[derive(Clone, Debug)]
+pub enum AnyLayout<C> {
+    /// The bucketed layout.
+    Bucketed(Bucketed<C>),
+    /// The book's design.
+    Book(BookLoginHash<C>),
+    /// A key-per-session baseline.
+    KeyPerSession(KeyPerSession<C>),
+}
+
+macro_rules! each {
+    ($self:ident, $l:ident => $e:expr) => {
+        match $self {
+            AnyLayout::Bucketed($l) => $e,
+            AnyLayout::Book($l) => $e,
+            AnyLayout::KeyPerSession($l) => $e,
+        }
+    };
+}
+
+impl<C> Layout for AnyLayout<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    fn name(&self) -> &'static str {
+        each!(self, l => l.name())
+    }
+
+    fn location(&self, id: &SessionId) -> String {
+        each!(self, l => l.location(id))
+    }
+
+    async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
+        each!(self, l => l.insert(id, record, expiry).await)
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
+        each!(self, l => l.load(id).await)
+    }
+
+    async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
+        each!(self, l => l.touch(id, ttl_secs).await)
+    }
+
+    async fn replace(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expected: Option<&[u8]>,
+    ) -> Result<Written> {
+        each!(self, l => l.replace(id, record, expected).await)
+    }
+
+    async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
+        each!(self, l => l.remove(id, expected).await)
+    }
+
+    async fn insert_many(
+        &self,
+        items: &[(SessionId, Vec<u8>)],
+        ttl_secs: u64,
+    ) -> Result<Vec<Inserted>> {
+        each!(self, l => l.insert_many(items, ttl_secs).await)
+    }
+
+    async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
+        each!(self, l => l.load_many(ids).await)
+    }
+}
