@@ -7,6 +7,7 @@ use crate::error::Result;
 
 mod advise;
 mod bench_memory;
+mod bench_throughput;
 mod demo;
 mod target;
 
@@ -41,6 +42,9 @@ pub enum Bench {
     /// Load N sessions layout by layout and record used_memory, RSS,
     /// fragmentation and the listpack census at each step.
     Memory(bench_memory::MemoryArgs),
+    /// Sessions per second per layout and operation, beside redis-benchmark's
+    /// SET on the same server.
+    Throughput(bench_throughput::ThroughputArgs),
 }
 
 /// Runs one parsed command line.
@@ -48,6 +52,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(Bench::Memory(args)) => bench_memory::run(args).await,
+        Command::Bench(Bench::Throughput(args)) => bench_throughput::run(args).await,
         Command::Advise(args) => advise::run(args).await,
     }
 }

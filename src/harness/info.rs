@@ -65,6 +65,10 @@ pub struct MemorySample {
     pub mem_fragmentation_ratio: f64,
     /// `allocator_frag_ratio`: the allocator's own fragmentation.
     pub allocator_frag_ratio: f64,
+    /// `mem_clients_normal`: client buffers (query buffers of pipelines
+    /// included), a fixed cost that is not the sessions'.
+    #[serde(default)]
+    pub mem_clients_normal: u64,
     /// Keys in the database.
     pub keys: u64,
 }
@@ -83,6 +87,7 @@ impl MemorySample {
             used_memory_rss: num("used_memory_rss") as u64,
             mem_fragmentation_ratio: num("mem_fragmentation_ratio"),
             allocator_frag_ratio: num("allocator_frag_ratio"),
+            mem_clients_normal: num("mem_clients_normal") as u64,
             keys,
         })
     }

@@ -20,6 +20,8 @@ const BATCH: usize = 8192;
 /// Buckets whose encoding is checked at an intermediate step when there are
 /// too many to check them all (the last step always checks all).
 const CENSUS_SAMPLE: u32 = 8192;
+/// Idle time before each sample.
+const SETTLE: Duration = Duration::from_millis(300);
 /// Identities start here so every record has the same size (a 32-bit
 /// MessagePack integer: 5 bytes), as a real user-id space would.
 pub const FIRST_IDENTITY: u64 = 1 << 20;
@@ -196,6 +198,10 @@ pub async fn run(
             progress.advance(n as u64);
         }
         loading += started.elapsed();
+        // A dict that just doubled holds both tables until incremental
+        // rehashing ends; the server's cron finishes it within a few idle
+        // milliseconds. Sample the steady state, not that transient.
+        tokio::time::sleep(SETTLE).await;
         let sample = MemorySample::read(&mut conn).await?;
         let census = match (&layout, &buckets) {
             (AnyLayout::Bucketed(_), Some(b)) => {

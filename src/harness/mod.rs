@@ -5,3 +5,4 @@ pub mod info;
 pub mod memory;
 pub mod plot;
 pub mod report;
+pub mod throughput;

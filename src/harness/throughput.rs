@@ -1,0 +1,240 @@
+//! The throughput benchmark: operations per second per layout on one
+//! server, beside `redis-benchmark`'s plain SET on the same server in the
+//! same run, so every figure is also a ratio.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::layout::{Layout, LayoutKind};
+use crate::store::Store;
+
+/// Sessions per batched call.
+pub const BATCH: usize = 1000;
+
+/// One measured operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Op {
+    /// `Store::create`, one call per session.
+    Create,
+    /// `Store::load`.
+    Load,
+    /// `Store::touch`.
+    Touch,
+    /// `Store::create_many`, [`BATCH`] at a time.
+    CreateBatch,
+    /// `Store::load_many`, [`BATCH`] at a time.
+    LoadBatch,
+}
+
+impl Op {
+    /// Every operation.
+    pub const ALL: [Self; 5] = [
+        Self::Create,
+        Self::Load,
+        Self::Touch,
+        Self::CreateBatch,
+        Self::LoadBatch,
+    ];
+
+    /// Its report name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Load => "load",
+            Self::Touch => "touch",
+            Self::CreateBatch => "create (batch)",
+            Self::LoadBatch => "load (batch)",
+        }
+    }
+
+    /// Whether it is batched (compared with pipelined SET).
+    pub fn is_batched(self) -> bool {
+        matches!(self, Self::CreateBatch | Self::LoadBatch)
+    }
+}
+
+/// One layout's rate for one operation.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Rate {
+    /// The layout's label.
+    pub layout: String,
+    /// The operation.
+    pub op: Op,
+    /// Sessions per second.
+    pub ops_per_sec: f64,
+}
+
+/// `redis-benchmark -t set` on the same server: one request at a time per
+/// client, and pipelined.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SetBaseline {
+    /// Requests per second with `-P 1`.
+    pub single: f64,
+    /// Requests per second with `-P <batch>`.
+    pub pipelined: f64,
+}
+
+/// Runs `redis-benchmark -t set` against `port`.
+pub fn redis_benchmark_set(
+    port: u16,
+    clients: usize,
+    pipeline: usize,
+    requests: u64,
+) -> Result<f64> {
+    let out = std::process::Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "set",
+            "-q",
+        ])
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-P",
+            &pipeline.to_string(),
+            "-n",
+            &requests.to_string(),
+        ])
+        .args(["-r", "1000000", "-d", "8"])
+        .output()
+        .map_err(|e| {
+            Error::Config(format!(
+                "cannot run redis-benchmark (apt-get install redis-tools): {e}"
+            ))
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "SET: 123456.79 requests per second, p50=0.215 msec"
+    text.split(['\r', '\n'])
+        .filter_map(|line| line.trim().strip_prefix("SET: "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter_map(|n| n.parse::<f64>().ok())
+        .last()
+        .ok_or_else(|| Error::Config(format!("unexpected redis-benchmark output: {text}")))
+}
+
+/// Measures `ops` on one layout: `clients` concurrent callers for single
+/// operations, each batch call for batched ones, `sessions` sessions per op.
+pub async fn measure<L: Layout + 'static>(
+    label: &str,
+    store: Store<L, ()>,
+    clients: usize,
+    sessions: usize,
+) -> Result<Vec<Rate>> {
+    let store = std::sync::Arc::new(store);
+    let mut rates = Vec::new();
+    let identities: Vec<(u64, ())> = (0..sessions as u64).map(|i| (1 << 20 | i, ())).collect();
+
+    // Batched create also seeds the sessions the other operations use.
+    let started = Instant::now();
+    let mut ids = Vec::with_capacity(sessions);
+    for chunk in identities.chunks(BATCH) {
+        ids.extend(store.create_many(chunk).await?);
+    }
+    rates.push(rate(label, Op::CreateBatch, sessions, started.elapsed()));
+
+    let started = Instant::now();
+    for chunk in ids.chunks(BATCH) {
+        let found = store.load_many(chunk).await?;
+        if found.iter().any(Option::is_none) {
+            return Err(Error::Config(format!(
+                "{label}: a session created moments ago is missing"
+            )));
+        }
+    }
+    rates.push(rate(label, Op::LoadBatch, sessions, started.elapsed()));
+
+    for op in [Op::Create, Op::Load, Op::Touch] {
+        let started = Instant::now();
+        let per_client = sessions / clients;
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in 0..clients {
+            let store = store.clone();
+            let mine: Vec<SessionId> = ids[c * per_client..(c + 1) * per_client].to_vec();
+            tasks.spawn(async move {
+                for id in mine {
+                    match op {
+                        Op::Create => drop(store.create(1 << 20, ()).await?),
+                        Op::Load => drop(store.load(&id).await?),
+                        _ => drop(store.touch(&id).await?),
+                    }
+                }
+                Ok::<_, Error>(())
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.map_err(|e| Error::Config(format!("benchmark task failed: {e}")))??;
+        }
+        rates.push(rate(label, op, per_client * clients, started.elapsed()));
+    }
+    Ok(rates)
+}
+
+fn rate(label: &str, op: Op, n: usize, took: Duration) -> Rate {
+    Rate {
+        layout: label.to_owned(),
+        op,
+        ops_per_sec: n as f64 / took.as_secs_f64().max(1e-9),
+    }
+}
+
+/// A whole throughput run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThroughputReport {
+    /// The command line that produced it.
+    pub command: String,
+    /// Redis version.
+    pub redis_version: String,
+    /// Concurrent callers for single operations.
+    pub clients: usize,
+    /// Sessions per operation and layout.
+    pub sessions: usize,
+    /// redis-benchmark's SET rates.
+    pub set_baseline: SetBaseline,
+    /// Every rate measured.
+    pub rates: Vec<Rate>,
+    /// The layouts, in order.
+    pub layouts: Vec<LayoutKind>,
+}
+
+impl ThroughputReport {
+    /// A markdown table: ops/s, ratio to SET, ratio to packed-setex.
+    pub fn table(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "| layout | operation | sessions/s | vs redis-benchmark SET | vs packed-setex |\n|---|---|---:|---:|---:|"
+        );
+        for r in &self.rates {
+            let set = if r.op.is_batched() {
+                self.set_baseline.pipelined
+            } else {
+                self.set_baseline.single
+            };
+            let packed = self
+                .rates
+                .iter()
+                .find(|p| p.op == r.op && p.layout == LayoutKind::PackedSetex.name())
+                .map(|p| format!("{:.2}x", r.ops_per_sec / p.ops_per_sec))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {:.2}x | {} |",
+                r.layout,
+                r.op.name(),
+                r.ops_per_sec,
+                r.ops_per_sec / set,
+                packed
+            );
+        }
+        s
+    }
+}
