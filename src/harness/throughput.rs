@@ -116,7 +116,7 @@ pub fn redis_benchmark_set(
         .filter_map(|line| line.trim().strip_prefix("SET: "))
         .filter_map(|rest| rest.split_whitespace().next())
         .filter_map(|n| n.parse::<f64>().ok())
-        .last()
+        .next_back()
         .ok_or_else(|| Error::Config(format!("unexpected redis-benchmark output: {text}")))
 }
 
@@ -160,10 +160,13 @@ pub async fn measure<L: Layout + 'static>(
             let mine: Vec<SessionId> = ids[c * per_client..(c + 1) * per_client].to_vec();
             tasks.spawn(async move {
                 for id in mine {
-                    match op {
-                        Op::Create => drop(store.create(1 << 20, ()).await?),
-                        Op::Load => drop(store.load(&id).await?),
-                        _ => drop(store.touch(&id).await?),
+                    let found = match op {
+                        Op::Create => store.create(1 << 20, ()).await.map(|_| true)?,
+                        Op::Load => store.load(&id).await?.is_some(),
+                        _ => store.touch(&id).await?.is_some(),
+                    };
+                    if !found {
+                        return Err(Error::Config(format!("{op:?}: a live session was not found")));
                     }
                 }
                 Ok::<_, Error>(())
