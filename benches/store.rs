@@ -1,6 +1,8 @@
 //! Criterion benches of the library's hot paths: create, load and touch
 //! for each layout, one at a time and in batches, against a dedicated
 //! `redis-server` started for the run.
+// criterion_group! generates an undocumented public function.
+#![allow(missing_docs)]
 
 use std::time::Duration;
 
@@ -85,10 +87,5 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group! {
-    #[allow(missing_docs)]
-    name = store;
-    config = Criterion::default();
-    targets = benches
-}
+criterion_group!(store, benches);
 criterion_main!(store);
