@@ -13,10 +13,12 @@ pub mod harness;
 pub mod id;
 pub mod layout;
 pub mod limits;
+pub mod lock;
 pub mod record;
 mod scripts;
 pub mod server;
 pub mod store;
+pub mod sweep;
 
 pub use buckets::Buckets;
 pub use connect::connect;

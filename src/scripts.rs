@@ -48,6 +48,10 @@ pub(crate) static BUCKET_REMOVE: LazyLock<Script> = script!(
     "bucket_remove.lua"
 );
 
+pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_sweep.lua");
+pub(crate) static LOCK_RELEASE: LazyLock<Script> = script!("lock_release.lua");
+pub(crate) static LOCK_EXTEND: LazyLock<Script> = script!("lock_extend.lua");
+
 /// Whether an error means the server has lost a script.
 pub(crate) fn is_noscript(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)

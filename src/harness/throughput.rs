@@ -166,7 +166,9 @@ pub async fn measure<L: Layout + 'static>(
                         _ => store.touch(&id).await?.is_some(),
                     };
                     if !found {
-                        return Err(Error::Config(format!("{op:?}: a live session was not found")));
+                        return Err(Error::Config(format!(
+                            "{op:?}: a live session was not found"
+                        )));
                     }
                 }
                 Ok::<_, Error>(())

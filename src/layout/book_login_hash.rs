@@ -8,6 +8,7 @@
 //! so this layout is not for Redis Cluster.
 
 use super::indexed::{HashZset, KeyScheme, Keys};
+use crate::error::Result;
 use crate::id::SessionId;
 
 /// Key names of the book's design, under a namespace.
@@ -64,5 +65,55 @@ where
     /// The name of the global ZSET of token -> expiry.
     pub fn recent_key(&self) -> &str {
         &self.scheme.recent
+    }
+}
+
+/// Tokens the book's cleanup removes per round trip.
+pub const CLEAN_BATCH: u64 = 100;
+
+impl<C> HashZset<C, BookKeys>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// The book's `clean_sessions` (listing 2.3), one sweep of it: while
+    /// `recent:` holds more than `limit` tokens, fetch the oldest (up to 100)
+    /// and remove them from `login:` and `recent:`, three round trips per
+    /// hundred, as the book does. Returns the number removed.
+    ///
+    /// Like the book's, it is not atomic: a token touched between the
+    /// fetch and the removal is removed anyway.
+    pub async fn clean_sessions(&self, limit: u64) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        let mut removed = 0;
+        loop {
+            let size: u64 = redis::cmd("ZCARD")
+                .arg(&self.scheme.recent)
+                .query_async(&mut conn)
+                .await?;
+            if size <= limit {
+                return Ok(removed);
+            }
+            let end_index = (size - limit).min(CLEAN_BATCH);
+            let tokens: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+                .arg(&self.scheme.recent)
+                .arg(0)
+                .arg(end_index - 1)
+                .query_async(&mut conn)
+                .await?;
+            if tokens.is_empty() {
+                return Ok(removed);
+            }
+            let _: () = redis::cmd("HDEL")
+                .arg(&self.scheme.login)
+                .arg(&tokens)
+                .query_async(&mut conn)
+                .await?;
+            let _: () = redis::cmd("ZREM")
+                .arg(&self.scheme.recent)
+                .arg(&tokens)
+                .query_async(&mut conn)
+                .await?;
+            removed += tokens.len() as u64;
+        }
     }
 }

@@ -68,6 +68,11 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
     S: KeyScheme,
 {
+    /// The connection the layout uses.
+    pub fn connection(&self) -> &C {
+        &self.conn
+    }
+
     /// Whether a record of this many bytes is kept in the HASH.
     pub fn fits_inline(&self, record_len: usize) -> bool {
         record_len as u64 <= self.inline_max

@@ -1,0 +1,403 @@
+//! The sweeper, the session cap and the lease lock, on a real server.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use sessionpack::layout::BookLoginHash;
+use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::{Layout, SessionId, Store, lock};
+
+fn long() -> Duration {
+    Duration::from_secs(600)
+}
+
+async fn totals(
+    raw: &mut redis::aio::MultiplexedConnection,
+    b: &sessionpack::Buckets,
+) -> (u64, u64) {
+    let (mut h, mut z) = (0, 0);
+    for bucket in 0..b.count() {
+        h += raw.hlen::<_, u64>(b.hash_key(bucket)).await.unwrap();
+        z += raw.zcard::<_, u64>(b.zset_key(bucket)).await.unwrap();
+    }
+    (h, z)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_sessions_leave_every_key_and_live_ones_stay() {
+    let server = common::server();
+    let layout = common::bucketed(&server, 4).await;
+    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(long());
+    let mut short = Vec::new();
+    let mut live = Vec::new();
+    for i in 0..300u64 {
+        let fat = "x".repeat(if i % 10 == 0 { 500 } else { 3 });
+        short.push(
+            store
+                .create_with_ttl(i, fat.clone(), Duration::from_secs(1))
+                .await
+                .unwrap(),
+        );
+        live.push(store.create(i, fat).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let report = sweeper.sweep_range(0..16, None).await.unwrap();
+    assert_eq!(report.reclaimed, 300);
+    assert_eq!(report.buckets, 16);
+    // Expired between 0 and ~1 s before the sweep, in whole seconds.
+    assert!(report.lag_secs <= 2, "{report:?}");
+
+    let mut raw = common::raw(&server).await;
+    let b = layout.buckets();
+    assert_eq!(totals(&mut raw, b).await, (300, 300));
+    for s in &short {
+        let bucket = b.bucket_of(&s.id);
+        let field = b.field(&s.id);
+        let in_hash: bool = raw.hexists(b.hash_key(bucket), &field).await.unwrap();
+        assert!(!in_hash);
+        let out_of_line: bool = raw.exists(b.out_of_line_key(bucket, &field)).await.unwrap();
+        assert!(!out_of_line, "Redis expired the out-of-line record with it");
+    }
+    for s in &live {
+        assert_eq!(store.load(&s.id).await.unwrap().as_ref(), Some(s));
+    }
+    // A second pass finds nothing more.
+    assert_eq!(sweeper.sweep_range(0..16, None).await.unwrap().reclaimed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() {
+    let server = common::server();
+    let layout = common::bucketed(&server, 6).await;
+    let store: Arc<Store<_, ()>> = Arc::new(Store::new(layout.clone()).with_ttl(long()));
+    // Kept alive by touches only: created to expire in 2 s.
+    let kept: Vec<(u64, ())> = (0..3000).map(|i| (i, ())).collect();
+    let kept = Arc::new(store.create_many(&kept).await.unwrap());
+    for id in kept.iter() {
+        store.layout().touch(id, 2).await.unwrap().unwrap();
+    }
+    // Left to expire in 1 s, then touched after they expired.
+    let doomed: Vec<SessionId> = {
+        let s: Vec<(u64, ())> = (0..2000).map(|i| (i, ())).collect();
+        let ids = store.create_many(&s).await.unwrap();
+        for id in &ids {
+            store.layout().touch(id, 1).await.unwrap().unwrap();
+        }
+        ids
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let sweeping = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut reclaimed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                reclaimed += sweeper.sweep_range(0..64, None).await.unwrap().reclaimed;
+            }
+            reclaimed
+        })
+    };
+    let mut touchers = Vec::new();
+    for t in 0..4usize {
+        let store = store.clone();
+        let kept = kept.clone();
+        let stop = stop.clone();
+        touchers.push(tokio::spawn(async move {
+            let mut touches = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for id in kept.iter().skip(t).step_by(4) {
+                    assert!(
+                        store.touch(id).await.unwrap().is_some(),
+                        "a live session was swept"
+                    );
+                    touches += 1;
+                }
+            }
+            touches
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Expired by now: touching must not revive them, sweep or no sweep.
+    let mut revived = 0;
+    for id in &doomed {
+        if store.touch(id).await.unwrap().is_some() {
+            revived += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut touches = 0;
+    for t in touchers {
+        touches += t.await.unwrap();
+    }
+    let reclaimed = sweeping.await.unwrap();
+    assert_eq!(revived, 0);
+    assert!(touches > 3000, "{touches} touches");
+    assert!(reclaimed <= 2000);
+    let found = store.load_many(&kept).await.unwrap();
+    assert!(
+        found.iter().all(Option::is_some),
+        "every touched session is alive"
+    );
+    assert!(
+        store
+            .load_many(&doomed)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_none)
+    );
+    // Whatever the racing sweeps left, one more pass clears it.
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let rest = sweeper.sweep_range(0..64, None).await.unwrap().reclaimed;
+    assert_eq!(reclaimed + rest, 2000);
+    let mut raw = common::raw(&server).await;
+    assert_eq!(totals(&mut raw, layout.buckets()).await, (3000, 3000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_sweepers_share_the_work_once_per_interval() {
+    for sweepers in [2usize, 4] {
+        let server = common::server();
+        let layout = common::bucketed(&server, 8).await;
+        let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+        let expired: Vec<(u64, ())> = (0..5000).map(|i| (i, ())).collect();
+        store.create_many(&expired).await.unwrap();
+        let live: Store<_, ()> = Store::new(layout.clone()).with_ttl(long());
+        let alive = live.create_many(&expired).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+
+        let config = SweepConfig::default()
+            .with_segments(32)
+            .with_interval(Duration::from_secs(30));
+        let mut passes = Vec::new();
+        for _ in 0..sweepers {
+            let s = Sweeper::new(layout.clone(), config.clone());
+            passes.push(tokio::spawn(async move { s.pass().await.unwrap() }));
+        }
+        let mut reports = Vec::new();
+        for p in passes {
+            reports.push(p.await.unwrap());
+        }
+        let swept: u32 = reports.iter().map(|r| r.segments_swept).sum();
+        let skipped: u32 = reports.iter().map(|r| r.segments_skipped).sum();
+        let buckets: u64 = reports.iter().map(|r| r.buckets).sum();
+        let reclaimed: u64 = reports.iter().map(|r| r.reclaimed).sum();
+        assert_eq!(swept, 32, "each segment swept exactly once: {reports:?}");
+        assert_eq!(skipped as usize, 32 * (sweepers - 1));
+        assert_eq!(buckets, 256, "each bucket swept once");
+        assert_eq!(reclaimed, 5000);
+        assert!(
+            live.load_many(&alive)
+                .await
+                .unwrap()
+                .iter()
+                .all(Option::is_some)
+        );
+        // Within the same interval, every segment is leased: nothing to do.
+        let again = Sweeper::new(layout.clone(), config);
+        let r = again.pass().await.unwrap();
+        assert_eq!((r.segments_swept, r.segments_skipped), (0, 32));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_keeps_the_most_recently_used() {
+    let server = common::server();
+    // 64 buckets: all are sampled, so the cutoff is exact.
+    let layout = common::bucketed(&server, 6).await;
+    let store: Store<_, String> = Store::new(layout.clone());
+    let mut sessions = Vec::new();
+    for i in 0..3000u64 {
+        // Distinct expiries, one second apart: recency order is known.
+        let attrs = if i % 100 == 0 {
+            "y".repeat(300)
+        } else {
+            String::new()
+        };
+        let s = store
+            .create_with_ttl(i, attrs, Duration::from_secs(10_000 + i))
+            .await
+            .unwrap();
+        sessions.push(s);
+    }
+    let sweeper = Sweeper::new(
+        layout.clone(),
+        SweepConfig::default().with_max_sessions(1000),
+    );
+    let evicted = sweeper.enforce_cap().await.unwrap();
+    assert_eq!(evicted, 2000);
+    let ids: Vec<SessionId> = sessions.iter().map(|s| s.id).collect();
+    let found = store.load_many(&ids).await.unwrap();
+    for (i, f) in found.iter().enumerate() {
+        assert_eq!(f.is_some(), i >= 2000, "session {i}");
+    }
+    // Evicted out-of-line records are deleted, not left to expire.
+    let mut raw = common::raw(&server).await;
+    let b = layout.buckets();
+    for s in &sessions[..2000] {
+        let key = b.out_of_line_key(b.bucket_of(&s.id), &b.field(&s.id));
+        assert!(!raw.exists::<_, bool>(key).await.unwrap());
+    }
+    assert_eq!(
+        sweeper.enforce_cap().await.unwrap(),
+        0,
+        "at the cap: nothing to do"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_cap_holds_within_its_stated_bound() {
+    let server = common::server();
+    // 2^13 buckets: the cutoff comes from a sample of 4096 of them.
+    let layout = common::bucketed(&server, 13).await;
+    let n = 60_000u64;
+    for chunk_start in (0..n).step_by(1000) {
+        // 60 expiry seconds, 1000 sessions each: ties at the cutoff matter.
+        let s: Store<_, ()> =
+            Store::new(layout.clone()).with_ttl(Duration::from_secs(5000 + chunk_start / 1000));
+        let batch: Vec<(u64, ())> = (0..1000).map(|i| (chunk_start + i, ())).collect();
+        s.create_many(&batch).await.unwrap();
+    }
+    let cap = 45_000u64;
+    let sweeper = Sweeper::new(
+        layout.clone(),
+        SweepConfig::default().with_max_sessions(cap),
+    );
+    sweeper.enforce_cap().await.unwrap();
+    let mut raw = common::raw(&server).await;
+    let (kept, _) = totals(&mut raw, layout.buckets()).await;
+    // Bound from enforce_cap's docs: 3 n sqrt(q (1 - q) / s) with about
+    // half the sessions sampled, plus one cutoff second (1000 sessions).
+    let q = (n - cap) as f64 / n as f64;
+    let sampled = n as f64 / 2.0;
+    let bound = 3.0 * n as f64 * (q * (1.0 - q) / sampled).sqrt() + 1000.0;
+    assert!(kept <= cap + bound as u64, "kept {kept}");
+    assert!(
+        kept as f64 >= cap as f64 - bound,
+        "kept {kept}, bound {bound}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_task_runs_each_interval_survives_restarts_and_stops() {
+    let server = common::server();
+    // Paused time jumps to the next timer whenever the runtime waits, so
+    // this connection has no timeouts of its own to trip.
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(None)
+        .set_number_of_retries(1);
+    let conn = redis::aio::ConnectionManager::new_with_config(server.client().unwrap(), config)
+        .await
+        .unwrap();
+    let layout = sessionpack::Bucketed::new(conn, sessionpack::BucketedConfig::new(4))
+        .await
+        .unwrap();
+    let config = SweepConfig::default()
+        .with_interval(Duration::from_secs(60))
+        .with_segments(4);
+    tokio::time::pause();
+    let handle = Sweeper::new(layout, config).spawn();
+    let mut stats = handle.subscribe();
+
+    // Nothing happens before the first interval has passed.
+    tokio::time::advance(Duration::from_secs(59)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(handle.stats().passes, 0);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    stats.changed().await.unwrap();
+    assert_eq!(handle.stats().passes, 1);
+    assert_eq!(handle.stats().last.unwrap().buckets, 16);
+
+    // Redis goes away: the pass fails and the task carries on.
+    server.stop();
+    while handle.stats().failed_passes == 0 {
+        tokio::time::advance(Duration::from_secs(60)).await;
+        stats.changed().await.unwrap();
+    }
+    assert!(handle.stats().last_error.is_some());
+
+    // Back again: passes succeed once the connection is re-established.
+    server.resume().unwrap();
+    let mut rounds = 0;
+    while handle.stats().passes < 2 {
+        rounds += 1;
+        assert!(rounds < 50, "{:?}", handle.stats());
+        tokio::time::advance(Duration::from_secs(60)).await;
+        stats.changed().await.unwrap();
+    }
+    let end = handle.shutdown().await;
+    assert!(end.passes >= 2 && end.failed_passes >= 1, "{end:?}");
+}
+
+#[tokio::test]
+async fn the_lock_is_exclusive_and_only_its_holder_releases_it() {
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let a = lock::try_acquire(&conn, "lock:res", Duration::from_millis(300))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        lock::try_acquire(&conn, "lock:res", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(a.extend(Duration::from_millis(300)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // a's lease ran out; b takes the lock; a's late release must not free it.
+    let b = lock::try_acquire(&conn, "lock:res", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!a.extend(Duration::from_secs(1)).await.unwrap());
+    assert!(!a.release().await.unwrap());
+    assert!(
+        lock::try_acquire(&conn, "lock:res", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(b.release().await.unwrap());
+    assert!(
+        lock::try_acquire(&conn, "lock:res", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_books_cleanup_keeps_the_newest() {
+    let server = common::server();
+    let book = BookLoginHash::book(common::manager(&server).await, "sp");
+    let store: Store<_, ()> = Store::new(book.clone());
+    let mut ids = Vec::new();
+    for i in 0..350u64 {
+        ids.push(
+            store
+                .create_with_ttl(i, (), Duration::from_secs(1000 + i))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    assert_eq!(book.clean_sessions(100).await.unwrap(), 250);
+    let found = store.load_many(&ids).await.unwrap();
+    let kept: HashSet<usize> = found
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.is_some())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(kept, (250..350).collect());
+    assert_eq!(book.clean_sessions(0).await.unwrap(), 100);
+}
