@@ -7,8 +7,10 @@ use crate::error::Result;
 
 mod advise;
 mod bench_memory;
+mod bench_sweep;
 mod bench_throughput;
 mod demo;
+mod sweep;
 mod target;
 
 pub use target::Target;
@@ -31,6 +33,9 @@ pub enum Command {
     /// Benchmarks: memory per session (the main job) and throughput.
     #[command(subcommand)]
     Bench(Bench),
+    /// Sweep a bucketed store's expired sessions as a daemon, printing
+    /// counters after each pass.
+    Sweep(sweep::SweepArgs),
     /// Recommend a bucket count and predict memory for a planned
     /// population, or check the model against a measured report.
     Advise(advise::AdviseArgs),
@@ -45,6 +50,8 @@ pub enum Bench {
     /// Sessions per second per layout and operation, beside redis-benchmark's
     /// SET on the same server.
     Throughput(bench_throughput::ThroughputArgs),
+    /// Reclaim rate of the bucketed sweeper against the book's cleanup.
+    Sweep(bench_sweep::SweepBenchArgs),
 }
 
 /// Runs one parsed command line.
@@ -53,6 +60,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(Bench::Memory(args)) => bench_memory::run(args).await,
         Command::Bench(Bench::Throughput(args)) => bench_throughput::run(args).await,
+        Command::Bench(Bench::Sweep(args)) => bench_sweep::run(args).await,
+        Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
     }
 }

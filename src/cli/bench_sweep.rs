@@ -1,0 +1,167 @@
+//! `sessionpack bench sweep`: reclaim rate of the bucketed sweeper against
+//! the book's cleanup, on the same server in the same run.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use super::Target;
+use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
+use crate::error::{Error, Result};
+use crate::harness::info::ServerInfo;
+use crate::layout::{BookLoginHash, LayoutKind};
+use crate::store::Store;
+use crate::sweep::{SweepConfig, Sweeper};
+
+/// Arguments of `sessionpack bench sweep`.
+#[derive(Debug, Args)]
+pub struct SweepBenchArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Expired sessions to load into each layout.
+    #[arg(long, default_value_t = 1_000_000)]
+    sessions: u64,
+    /// Directory for sweep.json and sweep.md.
+    #[arg(long, default_value = "results/sweep")]
+    out: PathBuf,
+}
+
+/// One scenario's figures for both cleaners.
+#[derive(Debug, Serialize)]
+struct Scenario {
+    name: &'static str,
+    expired: u64,
+    live: u64,
+    bucketed_reclaimed: u64,
+    bucketed_secs: f64,
+    book_reclaimed: u64,
+    book_secs: f64,
+}
+
+impl Scenario {
+    fn bucketed_rate(&self) -> f64 {
+        self.bucketed_reclaimed as f64 / self.bucketed_secs
+    }
+
+    fn book_rate(&self) -> f64 {
+        self.book_reclaimed as f64 / self.book_secs
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct SweepBench {
+    command: String,
+    redis_version: String,
+    bucket_bits: u8,
+    scenarios: Vec<Scenario>,
+}
+
+/// Loads `expired` sessions that live one second and `live` that live an
+/// hour, interleaved, then waits until the short ones have expired.
+async fn load<L: crate::Layout>(layout: &L, expired: u64, live: u64) -> Result<()> {
+    let short: Store<&L, ()> = Store::new(layout).with_ttl(Duration::from_secs(1));
+    let long: Store<&L, ()> = Store::new(layout).with_ttl(Duration::from_secs(3600));
+    let batch: Vec<(u64, ())> = (0..5_000u64).map(|i| (1 << 20 | i, ())).collect();
+    let (mut s, mut l) = (0, 0);
+    while s < expired || l < live {
+        let take = (expired - s).min(batch.len() as u64) as usize;
+        short.create_many(&batch[..take]).await?;
+        s += take as u64;
+        let take = (live - l).min(batch.len() as u64) as usize;
+        long.create_many(&batch[..take]).await?;
+        l += take as u64;
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    Ok(())
+}
+
+pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
+    let target = args.target.connect().await?;
+    target.flush().await?;
+    let mut conn = crate::connect(&target.url).await?;
+    let server = ServerInfo::read(&mut conn).await?;
+    let bits = advisor::recommend_bits(args.sessions, &server.limits, DEFAULT_MAX_CONVERTED);
+
+    let bucketed = match LayoutKind::Bucketed.open(conn.clone(), bits).await? {
+        crate::layout::AnyLayout::Bucketed(b) => b,
+        _ => return Err(Error::Config("bucketed layout expected".into())),
+    };
+    let book = BookLoginHash::book(conn.clone(), "sp");
+    let sweeper = Sweeper::new(bucketed.clone(), SweepConfig::default());
+    let n = args.sessions;
+    let mut scenarios = Vec::new();
+    for (name, expired, live) in [("all expired", n, 0), ("half expired", n / 2, n / 2)] {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        load(&bucketed, expired, live).await?;
+        let started = Instant::now();
+        let report = sweeper
+            .sweep_range(0..bucketed.buckets().count(), None)
+            .await?;
+        let bucketed_secs = started.elapsed().as_secs_f64();
+
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        load(&book, expired, live).await?;
+        let started = Instant::now();
+        // The book's cleanup keeps the newest `limit`: here, the live ones.
+        let book_reclaimed = book.clean_sessions(live).await?;
+        let book_secs = started.elapsed().as_secs_f64();
+        let scenario = Scenario {
+            name,
+            expired,
+            live,
+            bucketed_reclaimed: report.reclaimed,
+            bucketed_secs,
+            book_reclaimed,
+            book_secs,
+        };
+        println!(
+            "{name}: bucketed 2^{bits} sweeper {:.0}/s, book's clean_sessions {:.0}/s: {:.1}x",
+            scenario.bucketed_rate(),
+            scenario.book_rate(),
+            scenario.bucketed_rate() / scenario.book_rate()
+        );
+        if report.reclaimed != expired || book_reclaimed != expired {
+            return Err(Error::Config(format!(
+                "{name}: expected {expired} reclaimed, got {} (bucketed) and {book_reclaimed} (book)",
+                report.reclaimed
+            )));
+        }
+        scenarios.push(scenario);
+    }
+    let result = SweepBench {
+        command: super::bench_memory::command_line(),
+        redis_version: server.redis_version,
+        bucket_bits: bits,
+        scenarios,
+    };
+    let mut md = format!(
+        "# Reclaiming expired sessions\n\nProduced by `{}` (Redis {}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | bucketed / book |\n|---|---|---:|---:|---:|---:|\n",
+        result.command, result.redis_version, bits
+    );
+    for s in &result.scenarios {
+        md += &format!(
+            "| {} ({} expired, {} live) | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x |\n| | book's clean_sessions | {} | {:.2} | {:.0} | |\n",
+            s.name,
+            s.expired,
+            s.live,
+            s.bucketed_reclaimed,
+            s.bucketed_secs,
+            s.bucketed_rate(),
+            s.bucketed_rate() / s.book_rate(),
+            s.book_reclaimed,
+            s.book_secs,
+            s.book_rate()
+        );
+    }
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
+    let json = serde_json::to_string_pretty(&result).map_err(|e| Error::Config(e.to_string()))?;
+    for (name, text) in [("sweep.json", json), ("sweep.md", md)] {
+        let path = args.out.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| Error::Config(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
+}

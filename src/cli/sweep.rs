@@ -1,0 +1,96 @@
+//! `sessionpack sweep`: the sweeper as a daemon, printing its counters.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::buckets::DEFAULT_NAMESPACE;
+use crate::error::Result;
+use crate::sweep::{DEFAULT_SEGMENTS, SweepConfig, Sweeper};
+use crate::{Bucketed, BucketedConfig};
+
+/// Arguments of `sessionpack sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// The store's server.
+    #[arg(long, value_name = "URL")]
+    redis_url: String,
+    /// The store's key namespace.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// The store's bucket bits (log2 of the bucket count).
+    #[arg(long)]
+    bucket_bits: u8,
+    /// Seconds between passes (and the length of each segment lease).
+    #[arg(long, default_value_t = 60.0)]
+    interval_secs: f64,
+    /// Lease segments the buckets are divided into.
+    #[arg(long, default_value_t = DEFAULT_SEGMENTS)]
+    segments: u32,
+    /// Keep at most this many sessions, evicting the least recently used.
+    #[arg(long)]
+    max_sessions: Option<u64>,
+    /// Stop after this many passes (default: run until interrupted).
+    #[arg(long)]
+    passes: Option<u64>,
+}
+
+pub(super) async fn run(args: SweepArgs) -> Result<()> {
+    let conn = crate::connect(&args.redis_url).await?;
+    let layout = Bucketed::new(
+        conn,
+        BucketedConfig::new(args.bucket_bits).with_namespace(args.namespace.clone()),
+    )
+    .await?;
+    let mut config = SweepConfig::default()
+        .with_interval(Duration::from_secs_f64(args.interval_secs.max(0.001)))
+        .with_segments(args.segments);
+    config.max_sessions = args.max_sessions;
+    println!(
+        "sweeping {} buckets of {} every {:?} in {} segments{}",
+        layout.buckets().count(),
+        args.namespace,
+        config.interval,
+        config.segments,
+        args.max_sessions
+            .map(|m| format!(", capped at {m} sessions"))
+            .unwrap_or_default()
+    );
+    let handle = Sweeper::new(layout, config).spawn();
+    let mut stats = handle.subscribe();
+    loop {
+        tokio::select! {
+            changed = stats.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let s = stats.borrow_and_update().clone();
+                let last = s.last.unwrap_or_default();
+                println!(
+                    "pass {}: {} buckets in {} segments ({} held by others), {} reclaimed, {} evicted, lag {}s, {:.1} ms | totals: {} reclaimed, {} evicted, {} failed passes{}",
+                    s.passes,
+                    last.buckets,
+                    last.segments_swept,
+                    last.segments_skipped,
+                    last.reclaimed,
+                    last.evicted,
+                    last.lag_secs,
+                    last.took.as_secs_f64() * 1e3,
+                    s.reclaimed,
+                    s.evicted,
+                    s.failed_passes,
+                    s.last_error.map(|e| format!(" (last error: {e})")).unwrap_or_default(),
+                );
+                if args.passes.is_some_and(|n| s.passes + s.failed_passes >= n) {
+                    break;
+                }
+            }
+            _ = tokio::signal::ctrl_c() => {
+                println!("interrupted; stopping");
+                break;
+            }
+        }
+    }
+    handle.shutdown().await;
+    Ok(())
+}
