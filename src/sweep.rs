@@ -45,6 +45,10 @@ pub struct SweepConfig {
     /// Keep at most this many sessions, evicting those least recently
     /// touched first (see [`Sweeper::enforce_cap`]).
     pub max_sessions: Option<u64>,
+    /// Make the first pass as soon as the task starts, rather than one
+    /// interval later (the default, so a starting app does not sweep at
+    /// once).
+    pub run_at_start: bool,
 }
 
 mod secs {
@@ -69,6 +73,7 @@ impl Default for SweepConfig {
             segments: DEFAULT_SEGMENTS,
             step_limit: DEFAULT_STEP_LIMIT,
             max_sessions: None,
+            run_at_start: false,
         }
     }
 }
@@ -83,6 +88,12 @@ impl SweepConfig {
     /// Sets the number of lease segments.
     pub fn with_segments(mut self, segments: u32) -> Self {
         self.segments = segments.max(1);
+        self
+    }
+
+    /// Makes the first pass at start.
+    pub fn with_run_at_start(mut self, run_at_start: bool) -> Self {
+        self.run_at_start = run_at_start;
         self
     }
 
@@ -372,7 +383,9 @@ where
     }
 
     /// Starts the sweeper as a background task: a pass every interval (the
-    /// first after one interval), until the handle is dropped or shut down.
+    /// first after one interval, or at once with
+    /// [`SweepConfig::run_at_start`]), until the handle is dropped or shut
+    /// down.
     /// Failed passes are counted and retried next interval, so the task
     /// survives Redis restarts.
     pub fn spawn(self) -> SweeperHandle {
@@ -381,7 +394,9 @@ where
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(self.config.interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticks.tick().await; // the first tick is immediate
+            if !self.config.run_at_start {
+                ticks.tick().await; // the first tick is immediate: skip it
+            }
             loop {
                 tokio::select! {
                     _ = ticks.tick() => {}

@@ -44,7 +44,8 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
     .await?;
     let mut config = SweepConfig::default()
         .with_interval(Duration::from_secs_f64(args.interval_secs.max(0.001)))
-        .with_segments(args.segments);
+        .with_segments(args.segments)
+        .with_run_at_start(true);
     config.max_sessions = args.max_sessions;
     println!(
         "sweeping {} buckets of {} every {:?} in {} segments{}",
