@@ -3,14 +3,14 @@
 # and README.md. Each run starts its own redis-server. Takes about an hour
 # on a 2-core machine (the real 100M run alone ~30 minutes, 7 GB of Redis);
 # pass the names of the parts to run only some: 1m 10m 100m-emulated 100m
-# throughput check.
+# throughput sweep check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated 10m 100m throughput check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated throughput sweep 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -18,6 +18,7 @@ for part in "${parts[@]}"; do
     10m) $sp bench memory --sessions 10000000 --bucket-bits 16,17 --out analysis/runs/10m ;;
     100m) $sp bench memory --sessions 100000000 --layouts bucketed --bucket-bits 20 --steps 20 --out analysis/runs/100m ;;
     throughput) $sp bench throughput --out analysis/runs/throughput ;;
+    sweep) $sp bench sweep --out analysis/runs/sweep ;;
     check)
       {
         echo "# The advisor's model against measured runs"

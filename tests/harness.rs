@@ -50,6 +50,7 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         assert_eq!(run.last().unwrap().sessions, sessions);
         assert!(run.points.windows(2).all(|w| w[0].sessions < w[1].sessions));
         assert!(run.load_rate > 0.0);
+        assert!(run.points.iter().all(|p| p.settled), "{}: sampled mid-rehash", run.label);
         let p = run.last().unwrap();
         let w = Workload {
             sessions: run.spec.emulated_sessions.unwrap_or(sessions),

@@ -25,6 +25,10 @@ pub struct AdviseArgs {
     /// Bytes of encoded attributes per session.
     #[arg(long, default_value_t = 0)]
     attrs_bytes: u64,
+    /// Show these bucket counts (log2) instead of those around the
+    /// recommendation.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=24))]
+    bucket_bits: Vec<u8>,
     /// Tolerated expected number of buckets that leave listpack.
     #[arg(long, default_value_t = DEFAULT_MAX_CONVERTED)]
     max_converted: f64,
@@ -97,7 +101,12 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
         limits.bucket_entries()
     );
     println!("{HEADER}");
-    for bits in best.saturating_sub(3).max(1)..=(best + 3).min(24) {
+    let shown: Vec<u8> = if args.bucket_bits.is_empty() {
+        (best.saturating_sub(3).max(1)..=(best + 3).min(24)).collect()
+    } else {
+        args.bucket_bits.clone()
+    };
+    for bits in shown {
         println!("{}", row(&advisor::predict(LayoutKind::Bucketed, bits, &w)));
     }
     println!("\nEvery layout at 2^{best} buckets:\n\n{HEADER}");

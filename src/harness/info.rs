@@ -92,3 +92,71 @@ impl MemorySample {
         })
     }
 }
+
+/// Slots in db 0's main and expires dicts, from `MEMORY STATS`: Redis 7.0
+/// reports each dict's overhead as entries x 24 bytes (+ 16 per key for the
+/// main dict's objects) + slots x 8.
+async fn dict_slots<C>(conn: &mut C) -> Result<Option<(u64, u64)>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let keyspace = info(conn, "keyspace").await?;
+    let (mut keys, mut expires) = (0u64, 0u64);
+    if let Some(db0) = keyspace.get("db0") {
+        for part in db0.split(',') {
+            match part.split_once('=') {
+                Some(("keys", v)) => keys = v.parse().unwrap_or(0),
+                Some(("expires", v)) => expires = v.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    let stats: redis::Value = redis::cmd("MEMORY").arg("STATS").query_async(conn).await?;
+    let Some(db0) = lookup(&stats, "db.0") else {
+        return Ok(None);
+    };
+    let num = |name: &str| lookup(db0, name).and_then(|v| redis::from_redis_value_ref::<u64>(v).ok());
+    let (Some(main), Some(exp)) = (num("overhead.hashtable.main"), num("overhead.hashtable.expires")) else {
+        return Ok(None);
+    };
+    Ok(Some((
+        main.saturating_sub(keys * 40) / 8,
+        exp.saturating_sub(expires * 24) / 8,
+    )))
+}
+
+/// A value in a flat `[name, value, ...]` reply (or a map).
+fn lookup<'a>(value: &'a redis::Value, name: &str) -> Option<&'a redis::Value> {
+    let is = |k: &redis::Value| redis::from_redis_value_ref::<String>(k).is_ok_and(|k| k == name);
+    match value {
+        redis::Value::Array(items) => items.chunks(2).find(|kv| is(&kv[0])).and_then(|kv| kv.get(1)),
+        redis::Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v),
+        _ => None,
+    }
+}
+
+/// Waits, up to `max`, until neither of db 0's dicts is being rehashed
+/// (during a rehash a dict holds two tables, and its slot count is not a
+/// power of two), so a sample shows the steady state. Redis finishes a
+/// rehash in its cron while idle. Returns whether it settled.
+pub async fn wait_for_rehash<C>(conn: &mut C, max: std::time::Duration) -> Result<bool>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let started = std::time::Instant::now();
+    loop {
+        match dict_slots(conn).await? {
+            None => return Ok(true),
+            Some((main, expires)) => {
+                let single = |slots: u64| slots == 0 || slots.is_power_of_two();
+                if single(main) && single(expires) {
+                    return Ok(true);
+                }
+            }
+        }
+        if started.elapsed() > max {
+            return Ok(false);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

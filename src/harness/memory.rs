@@ -8,7 +8,7 @@ use rand::Rng;
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 
-use super::info::{MemorySample, ServerInfo};
+use super::info::{MemorySample, ServerInfo, wait_for_rehash};
 use crate::buckets::Buckets;
 use crate::error::Result;
 use crate::id::SessionId;
@@ -20,8 +20,8 @@ const BATCH: usize = 8192;
 /// Buckets whose encoding is checked at an intermediate step when there are
 /// too many to check them all (the last step always checks all).
 const CENSUS_SAMPLE: u32 = 8192;
-/// Idle time before each sample.
-const SETTLE: Duration = Duration::from_millis(300);
+/// Longest wait for rehashing to finish before a sample.
+const SETTLE_MAX: Duration = Duration::from_secs(120);
 /// Identities start here so every record has the same size (a 32-bit
 /// MessagePack integer: 5 bytes), as a real user-id space would.
 pub const FIRST_IDENTITY: u64 = 1 << 20;
@@ -98,6 +98,14 @@ pub struct Point {
     pub sample: MemorySample,
     /// Encoding census (layouts with HASH/ZSET containers only).
     pub census: Option<Census>,
+    /// Whether the key dicts had finished rehashing when sampled (false:
+    /// the sample includes a second, transient table).
+    #[serde(default = "settled_default")]
+    pub settled: bool,
+}
+
+fn settled_default() -> bool {
+    true
 }
 
 /// All measurements of one [`RunSpec`].
@@ -199,9 +207,9 @@ pub async fn run(
         }
         loading += started.elapsed();
         // A dict that just doubled holds both tables until incremental
-        // rehashing ends; the server's cron finishes it within a few idle
-        // milliseconds. Sample the steady state, not that transient.
-        tokio::time::sleep(SETTLE).await;
+        // rehashing ends, which the server's cron finishes while idle.
+        // Sample the steady state, not that transient.
+        let settled = wait_for_rehash(&mut conn, SETTLE_MAX).await?;
         let sample = MemorySample::read(&mut conn).await?;
         let census = match (&layout, &buckets) {
             (AnyLayout::Bucketed(_), Some(b)) => {
@@ -223,6 +231,7 @@ pub async fn run(
             rss_per_session: rss_delta as f64 / loaded.max(1) as f64,
             sample,
             census,
+            settled,
         });
     }
     let result = RunResult {
