@@ -52,6 +52,9 @@ pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_sweep.lua");
 pub(crate) static LOCK_RELEASE: LazyLock<Script> = script!("lock_release.lua");
 pub(crate) static LOCK_EXTEND: LazyLock<Script> = script!("lock_extend.lua");
 
+/// Most script calls sent in one pipeline by the layouts' bulk operations.
+pub(crate) const PIPELINE_CHUNK: usize = 1024;
+
 /// Whether an error means the server has lost a script.
 pub(crate) fn is_noscript(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)

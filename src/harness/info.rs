@@ -115,8 +115,12 @@ where
     let Some(db0) = lookup(&stats, "db.0") else {
         return Ok(None);
     };
-    let num = |name: &str| lookup(db0, name).and_then(|v| redis::from_redis_value_ref::<u64>(v).ok());
-    let (Some(main), Some(exp)) = (num("overhead.hashtable.main"), num("overhead.hashtable.expires")) else {
+    let num =
+        |name: &str| lookup(db0, name).and_then(|v| redis::from_redis_value_ref::<u64>(v).ok());
+    let (Some(main), Some(exp)) = (
+        num("overhead.hashtable.main"),
+        num("overhead.hashtable.expires"),
+    ) else {
         return Ok(None);
     };
     Ok(Some((
@@ -129,7 +133,10 @@ where
 fn lookup<'a>(value: &'a redis::Value, name: &str) -> Option<&'a redis::Value> {
     let is = |k: &redis::Value| redis::from_redis_value_ref::<String>(k).is_ok_and(|k| k == name);
     match value {
-        redis::Value::Array(items) => items.chunks(2).find(|kv| is(&kv[0])).and_then(|kv| kv.get(1)),
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .find(|kv| is(&kv[0]))
+            .and_then(|kv| kv.get(1)),
         redis::Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v),
         _ => None,
     }

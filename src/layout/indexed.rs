@@ -13,11 +13,8 @@ use super::{Expiry, Inserted, Layout, Stored, Written};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::scripts::{
-    self, BUCKET_INSERT, BUCKET_LOAD, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH,
+    self, BUCKET_INSERT, BUCKET_LOAD, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH, PIPELINE_CHUNK,
 };
-
-/// Most script calls sent in one pipeline by the bulk operations.
-const PIPELINE_CHUNK: usize = 1024;
 
 /// How a HASH + ZSET layout names the keys and field of an id.
 pub trait KeyScheme: Send + Sync {

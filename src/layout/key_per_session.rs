@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::record;
 use crate::scripts::{
-    self, HASH_INSERT, HASH_LOAD, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, STRING_INSERT,
-    STRING_LOAD, STRING_REMOVE, STRING_REPLACE, STRING_TOUCH,
+    self, HASH_INSERT, HASH_LOAD, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, PIPELINE_CHUNK,
+    STRING_INSERT, STRING_LOAD, STRING_REMOVE, STRING_REPLACE, STRING_TOUCH,
 };
 
 /// How a key-per-session layout encodes a session.
@@ -120,9 +120,6 @@ fn json_to_record(json: &[u8]) -> std::result::Result<(Vec<u8>, u64), String> {
     Ok((record::join(parsed.identity_id, &attrs), parsed.expires_at))
 }
 
-/// Most script calls sent in one pipeline by the bulk operations.
-const PIPELINE_CHUNK: usize = 1024;
-
 fn flag(on: bool) -> &'static str {
     if on { "1" } else { "0" }
 }
@@ -210,12 +207,9 @@ where
         };
         let mut inv = self.script(&STRING_INSERT, &HASH_INSERT).prepare_invoke();
         inv.key(self.key(id));
-        if self.encoding == Encoding::HashPerSession {
-            let (identity, attrs) = record::split(record).map_err(|r| self.corrupt(id, r))?;
-            inv.arg(identity).arg(attrs);
-        } else {
-            inv.arg(self.string_value(id, record)?)
-                .arg(flag(self.is_json()));
+        self.record_args(&mut inv, id, record)?;
+        if self.encoding != Encoding::HashPerSession {
+            inv.arg(flag(self.is_json()));
         }
         inv.arg(mode).arg(secs);
         Ok(inv)
@@ -253,7 +247,25 @@ where
         Ok(Some(Stored { record, expires_at }))
     }
 
-    /// Arguments of a conditional write: the compare flag and expected value.
+    /// A record as script arguments: identity and attributes for a HASH,
+    /// the value for a string.
+    fn record_args(
+        &self,
+        inv: &mut ScriptInvocation<'_>,
+        id: &SessionId,
+        record: &[u8],
+    ) -> Result<()> {
+        if self.encoding == Encoding::HashPerSession {
+            let (identity, attrs) = record::split(record).map_err(|r| self.corrupt(id, r))?;
+            inv.arg(identity).arg(attrs);
+        } else {
+            inv.arg(self.string_value(id, record)?);
+        }
+        Ok(())
+    }
+
+    /// Arguments of a conditional write: the compare flag and the expected
+    /// record (empty ones without a comparison).
     fn expected_args(
         &self,
         inv: &mut ScriptInvocation<'_>,
@@ -261,18 +273,12 @@ where
         expected: Option<&[u8]>,
     ) -> Result<()> {
         inv.arg(flag(expected.is_some()));
-        match (self.encoding, expected) {
-            (Encoding::HashPerSession, Some(e)) => {
-                let (identity, attrs) = record::split(e).map_err(|r| self.corrupt(id, r))?;
-                inv.arg(identity).arg(attrs);
-            }
-            (Encoding::HashPerSession, None) => {
+        match expected {
+            Some(e) => self.record_args(inv, id, e)?,
+            None if self.encoding == Encoding::HashPerSession => {
                 inv.arg("").arg("");
             }
-            (_, Some(e)) => {
-                inv.arg(self.string_value(id, e)?);
-            }
-            (_, None) => {
+            None => {
                 inv.arg("");
             }
         }
@@ -325,12 +331,9 @@ where
     ) -> Result<Written> {
         let mut inv = self.script(&STRING_REPLACE, &HASH_REPLACE).prepare_invoke();
         inv.key(self.key(id));
-        if self.encoding == Encoding::HashPerSession {
-            let (identity, attrs) = record::split(record).map_err(|r| self.corrupt(id, r))?;
-            inv.arg(identity).arg(attrs);
-        } else {
-            inv.arg(self.string_value(id, record)?)
-                .arg(flag(self.is_json()));
+        self.record_args(&mut inv, id, record)?;
+        if self.encoding != Encoding::HashPerSession {
+            inv.arg(flag(self.is_json()));
         }
         self.expected_args(&mut inv, id, expected)?;
         Ok(Written::from_code(self.call(id, &inv).await?))
