@@ -143,5 +143,11 @@ impl From<redis::RedisError> for Error {
     }
 }
 
+impl From<redis::ParsingError> for Error {
+    fn from(err: redis::ParsingError) -> Self {
+        Self::Redis(err.into())
+    }
+}
+
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

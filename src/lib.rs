@@ -6,6 +6,7 @@ pub mod advisor;
 pub mod buckets;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod clock;
 pub mod connect;
 pub mod error;
 #[cfg(feature = "cli")]

@@ -18,21 +18,17 @@ macro_rules! script {
 
 pub(crate) static STRING_INSERT: LazyLock<Script> =
     script!("key_common.lua", "key_json.lua", "string_insert.lua");
-pub(crate) static STRING_LOAD: LazyLock<Script> = script!("string_load.lua");
 pub(crate) static STRING_TOUCH: LazyLock<Script> =
     script!("key_common.lua", "key_json.lua", "string_touch.lua");
 pub(crate) static STRING_REPLACE: LazyLock<Script> = script!("key_json.lua", "string_replace.lua");
 pub(crate) static STRING_REMOVE: LazyLock<Script> = script!("key_json.lua", "string_remove.lua");
 pub(crate) static HASH_INSERT: LazyLock<Script> = script!("key_common.lua", "hash_insert.lua");
-pub(crate) static HASH_LOAD: LazyLock<Script> = script!("hash_load.lua");
 pub(crate) static HASH_TOUCH: LazyLock<Script> = script!("key_common.lua", "hash_touch.lua");
 pub(crate) static HASH_REPLACE: LazyLock<Script> = script!("hash_replace.lua");
 pub(crate) static HASH_REMOVE: LazyLock<Script> = script!("hash_remove.lua");
 
 pub(crate) static BUCKET_INSERT: LazyLock<Script> =
     script!("bucket_common.lua", "bucket_insert.lua");
-pub(crate) static BUCKET_LOAD: LazyLock<Script> =
-    script!("bucket_common.lua", "bucket_record.lua", "bucket_load.lua");
 pub(crate) static BUCKET_TOUCH: LazyLock<Script> =
     script!("bucket_common.lua", "bucket_live.lua", "bucket_touch.lua");
 pub(crate) static BUCKET_REPLACE: LazyLock<Script> = script!(
@@ -99,14 +95,17 @@ where
         other => other,
     };
     result.map_err(|e| {
-        let first = e
-            .clone()
-            .into_server_errors()
-            .and_then(|errors| errors.first().map(|(i, _)| *i))
-            .and_then(|i| ids.get(i));
+        let first = first_failed(&e).and_then(|i| ids.get(i));
         crate::Error::from_redis(e, || match first {
             Some(id) => layout.location(id),
             None => format!("{}: a pipeline", layout.name()),
         })
     })
+}
+
+/// The position of the first command of a pipeline that failed.
+pub(crate) fn first_failed(err: &redis::RedisError) -> Option<usize> {
+    err.clone()
+        .into_server_errors()
+        .and_then(|errors| errors.first().map(|(i, _)| *i))
 }

@@ -25,10 +25,13 @@ impl KeyScheme for BookKeys {
         Keys {
             hash: self.login.clone(),
             zset: self.recent.clone(),
-            // Never written: a hashtable HASH takes records of any size.
-            out_of_line: format!("{}:oversize:{token}", self.namespace),
             field: token.into_bytes(),
         }
+    }
+
+    fn out_of_line(&self, id: &SessionId) -> String {
+        // Never written: a hashtable HASH takes records of any size.
+        format!("{}:oversize:{}", self.namespace, id.to_hex())
     }
 
     fn location(&self, id: &SessionId) -> String {
@@ -54,6 +57,7 @@ where
             },
             inline_max: u64::MAX,
             name: "book-login-hash",
+            clock: Default::default(),
         }
     }
 

@@ -62,9 +62,13 @@ impl KeyScheme for BucketScheme {
         Keys {
             hash: self.buckets.hash_key(bucket),
             zset: self.buckets.zset_key(bucket),
-            out_of_line: self.buckets.out_of_line_key(bucket, &field),
             field,
         }
+    }
+
+    fn out_of_line(&self, id: &SessionId) -> String {
+        self.buckets
+            .out_of_line_key(self.buckets.bucket_of(id), &self.buckets.field(id))
     }
 
     fn location(&self, id: &SessionId) -> String {
@@ -101,6 +105,7 @@ where
             inline_max: limits.hash_value,
             scheme: BucketScheme { buckets, limits },
             name: "bucketed",
+            clock: Default::default(),
         }
     }
 

@@ -10,16 +10,20 @@
 use redis::{Script, ScriptInvocation};
 
 use super::{Expiry, Inserted, Layout, Stored, Written};
+use crate::clock::{ServerClock, Verdict};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::scripts::{
-    self, BUCKET_INSERT, BUCKET_LOAD, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH, PIPELINE_CHUNK,
+    self, BUCKET_INSERT, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH, PIPELINE_CHUNK,
 };
 
 /// How a HASH + ZSET layout names the keys and field of an id.
 pub trait KeyScheme: Send + Sync {
     /// The keys and field `id` lives under.
     fn keys(&self, id: &SessionId) -> Keys;
+    /// Where `id`'s record goes when it is too long for the HASH (same hash
+    /// tag as its HASH and ZSET).
+    fn out_of_line(&self, id: &SessionId) -> String;
     /// A log-safe description of where `id` lives.
     fn location(&self, id: &SessionId) -> String;
 }
@@ -36,7 +40,13 @@ pub struct HashZset<C, S> {
     /// Longest record kept in the HASH; longer ones go out of line.
     pub(super) inline_max: u64,
     pub(super) name: &'static str,
+    /// The server's clock, as last read.
+    pub(super) clock: std::sync::Arc<ServerClock>,
 }
+
+/// The byte a HASH holds in place of a record stored out of line (0xc1 is
+/// never used by MessagePack, and records start with an integer).
+const OUT_OF_LINE: u8 = 0xc1;
 
 impl<C, S: std::fmt::Debug> std::fmt::Debug for HashZset<C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -54,8 +64,6 @@ pub struct Keys {
     pub hash: String,
     /// The ZSET of field -> expiry.
     pub zset: String,
-    /// Where the record goes when it is too long for the HASH.
-    pub out_of_line: String,
     /// The id's field in both.
     pub field: Vec<u8>,
 }
@@ -79,11 +87,42 @@ where
         self.scheme.keys(id)
     }
 
-    fn invocation<'a>(script: &'a Script, keys: &Keys) -> ScriptInvocation<'a> {
+    /// The stored record of a live session: the HASH's bytes, or, for the
+    /// out-of-line marker, one more read (which Redis answers with nothing
+    /// if that key has expired with the session).
+    async fn live_record(
+        &self,
+        id: &SessionId,
+        record: Vec<u8>,
+        expires_at: u64,
+    ) -> Result<Option<Stored>> {
+        if record != [OUT_OF_LINE] {
+            return Ok(Some(Stored { record, expires_at }));
+        }
+        let record: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(self.scheme.out_of_line(id))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        Ok(record.map(|record| Stored { record, expires_at }))
+    }
+
+    /// The server's time in whole seconds, read now.
+    async fn server_now(&self) -> Result<u64> {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        self.clock.record(secs, micros);
+        Ok(secs)
+    }
+
+    /// A script call on `id`'s bucket with all three keys.
+    fn invocation<'a>(&self, script: &'a Script, id: &SessionId) -> ScriptInvocation<'a> {
+        let keys = self.keys(id);
         let mut inv = script.prepare_invoke();
         inv.key(&keys.hash)
             .key(&keys.zset)
-            .key(&keys.out_of_line)
+            .key(self.scheme.out_of_line(id))
             .arg(&keys.field);
         inv
     }
@@ -94,17 +133,21 @@ where
         record: &[u8],
         expiry: Expiry,
     ) -> ScriptInvocation<'a> {
-        let mut inv = Self::invocation(&BUCKET_INSERT, &self.keys(id));
+        let keys = self.keys(id);
+        let inline = self.fits_inline(record.len());
+        let mut inv = BUCKET_INSERT.prepare_invoke();
+        inv.key(&keys.hash).key(&keys.zset);
+        // The out-of-line key is named only when it will be written.
+        if !inline {
+            inv.key(self.scheme.out_of_line(id));
+        }
         let (mode, secs) = match expiry {
             Expiry::In(secs) => ("in", secs),
             Expiry::At(at) => ("at", at),
         };
-        inv.arg(record)
-            .arg(if self.fits_inline(record.len()) {
-                "1"
-            } else {
-                "0"
-            })
+        inv.arg(&keys.field)
+            .arg(record)
+            .arg(if inline { "1" } else { "0" })
             .arg(mode)
             .arg(secs);
         inv
@@ -147,15 +190,46 @@ where
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
-        let found: Option<(Vec<u8>, u64)> = Self::invocation(&BUCKET_LOAD, &self.keys(id))
-            .invoke_async(&mut self.conn.clone())
+        let keys = self.keys(id);
+        let mut pipe = redis::pipe();
+        pipe.zscore(&keys.zset, &keys.field)
+            .hget(&keys.hash, &keys.field);
+        // The time is read only when the clock estimate is stale, after the
+        // entry (so it is never earlier than the reads).
+        let stale = self.clock.now().is_none();
+        if stale {
+            pipe.cmd("TIME");
+        }
+        let mut replies: Vec<redis::Value> = pipe
+            .query_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
-        Ok(found.map(|(record, expires_at)| Stored { record, expires_at }))
+        if stale {
+            let (secs, micros): (u64, u64) =
+                redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
+            self.clock.record(secs, micros);
+        }
+        let record: Option<Vec<u8>> =
+            redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
+        let expiry: Option<f64> =
+            redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
+        let (Some(expiry), Some(record)) = (expiry, record) else {
+            return Ok(None);
+        };
+        let expires_at = expiry as u64;
+        let live = match self.clock.judge(expires_at) {
+            Verdict::Live => true,
+            Verdict::Expired => false,
+            Verdict::Ask => expires_at > self.server_now().await?,
+        };
+        if !live {
+            return Ok(None);
+        }
+        self.live_record(id, record, expires_at).await
     }
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
-        Self::invocation(&BUCKET_TOUCH, &self.keys(id))
+        self.invocation(&BUCKET_TOUCH, id)
             .arg(ttl_secs)
             .invoke_async(&mut self.conn.clone())
             .await
@@ -168,7 +242,8 @@ where
         record: &[u8],
         expected: Option<&[u8]>,
     ) -> Result<Written> {
-        let code: i64 = Self::invocation(&BUCKET_REPLACE, &self.keys(id))
+        let code: i64 = self
+            .invocation(&BUCKET_REPLACE, id)
             .arg(record)
             .arg(if self.fits_inline(record.len()) {
                 "1"
@@ -184,7 +259,8 @@ where
     }
 
     async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
-        let code: i64 = Self::invocation(&BUCKET_REMOVE, &self.keys(id))
+        let code: i64 = self
+            .invocation(&BUCKET_REMOVE, id)
             .arg(if expected.is_some() { "1" } else { "0" })
             .arg(expected.unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
@@ -214,17 +290,38 @@ where
     async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(PIPELINE_CHUNK) {
-            let invocations: Vec<_> = chunk
-                .iter()
-                .map(|id| Self::invocation(&BUCKET_LOAD, &self.keys(id)))
-                .collect();
-            let found: Vec<Option<(Vec<u8>, u64)>> =
-                self.pipelined(chunk, &invocations, &BUCKET_LOAD).await?;
-            out.extend(
-                found
-                    .into_iter()
-                    .map(|f| f.map(|(record, expires_at)| Stored { record, expires_at })),
-            );
+            let keys: Vec<Keys> = chunk.iter().map(|id| self.keys(id)).collect();
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.zscore(&k.zset, &k.field).hget(&k.hash, &k.field);
+            }
+            pipe.cmd("TIME");
+            let mut replies: Vec<redis::Value> = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| {
+                    let first = scripts::first_failed(&e)
+                        .map(|i| i / 2)
+                        .and_then(|i| chunk.get(i));
+                    Error::from_redis(e, || match first {
+                        Some(id) => self.scheme.location(id),
+                        None => format!("{}: a pipeline", self.name),
+                    })
+                })?;
+            let time = replies.pop().unwrap_or(redis::Value::Nil);
+            let (now, micros): (u64, u64) = redis::from_redis_value(time)?;
+            self.clock.record(now, micros);
+            for (id, pair) in chunk.iter().zip(replies.chunks(2)) {
+                let expiry: Option<f64> = redis::from_redis_value_ref(&pair[0])?;
+                let record: Option<Vec<u8>> = redis::from_redis_value_ref(&pair[1])?;
+                out.push(match (expiry, record) {
+                    // The time was read after the entries: never early.
+                    (Some(e), Some(r)) if e as u64 > now => {
+                        self.live_record(id, r, e as u64).await?
+                    }
+                    _ => None,
+                });
+            }
         }
         Ok(out)
     }

@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::record;
 use crate::scripts::{
-    self, HASH_INSERT, HASH_LOAD, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, PIPELINE_CHUNK,
-    STRING_INSERT, STRING_LOAD, STRING_REMOVE, STRING_REPLACE, STRING_TOUCH,
+    self, HASH_INSERT, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, PIPELINE_CHUNK, STRING_INSERT,
+    STRING_REMOVE, STRING_REPLACE, STRING_TOUCH,
 };
 
 /// How a key-per-session layout encodes a session.
@@ -215,36 +215,84 @@ where
         Ok(inv)
     }
 
-    fn load_invocation(&self, id: &SessionId) -> ScriptInvocation<'static> {
-        let mut inv = self.script(&STRING_LOAD, &HASH_LOAD).prepare_invoke();
-        inv.key(self.key(id));
-        inv
+    /// Adds one id's read to a load pipeline: `GET` and `EXPIRETIME` for a
+    /// string, `HMGET` of identity, attributes and expiry for a HASH. Redis
+    /// expires the key itself, so nothing it returns has expired.
+    fn queue_load(&self, pipe: &mut redis::Pipeline, id: &SessionId) {
+        let key = self.key(id);
+        if self.encoding == Encoding::HashPerSession {
+            pipe.cmd("HMGET").arg(key).arg("i").arg("a").arg("e");
+        } else {
+            pipe.get(&key).cmd("EXPIRETIME").arg(&key);
+        }
     }
 
-    /// Turns a load script's reply into a session.
-    fn stored(&self, id: &SessionId, reply: redis::Value) -> Result<Option<Stored>> {
-        if reply == redis::Value::Nil {
-            return Ok(None);
+    /// Replies per id of a load pipeline.
+    fn replies_per_load(&self) -> usize {
+        if self.encoding == Encoding::HashPerSession {
+            1
+        } else {
+            2
         }
+    }
+
+    /// Turns one id's replies into a session.
+    fn stored(&self, id: &SessionId, replies: &[redis::Value]) -> Result<Option<Stored>> {
         let bad = |e: redis::ParsingError| self.corrupt(id, e.to_string());
         if self.encoding == Encoding::HashPerSession {
-            let (identity, attrs, expires_at): (String, Vec<u8>, u64) =
-                redis::from_redis_value(reply).map_err(bad)?;
+            let (identity, attrs, expires_at): (Option<String>, Option<Vec<u8>>, Option<u64>) =
+                redis::from_redis_value_ref(&replies[0]).map_err(bad)?;
+            let Some(identity) = identity else {
+                return Ok(None);
+            };
             let identity = identity
                 .parse::<u64>()
                 .map_err(|e| self.corrupt(id, format!("identity: {e}")))?;
+            let expires_at =
+                expires_at.ok_or_else(|| self.corrupt(id, "no expiry field".into()))?;
             return Ok(Some(Stored {
-                record: record::join(identity, &attrs),
+                record: record::join(identity, &attrs.unwrap_or_default()),
                 expires_at,
             }));
         }
-        let (value, expires_at): (Vec<u8>, u64) = redis::from_redis_value(reply).map_err(bad)?;
+        let value: Option<Vec<u8>> = redis::from_redis_value_ref(&replies[0]).map_err(bad)?;
+        let expire_time: i64 = redis::from_redis_value_ref(&replies[1]).map_err(bad)?;
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        let expires_at = match expire_time {
+            -2 => return Ok(None), // expired between the two reads
+            t if t < 0 => return Err(self.corrupt(id, "key has no expiry".into())),
+            t => t as u64,
+        };
         let record = if self.is_json() {
             json_to_record(&value).map_err(|r| self.corrupt(id, r))?.0
         } else {
             value
         };
         Ok(Some(Stored { record, expires_at }))
+    }
+
+    async fn load_chunk(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
+        let mut pipe = redis::pipe();
+        for id in ids {
+            self.queue_load(&mut pipe, id);
+        }
+        let per = self.replies_per_load();
+        let replies: Vec<redis::Value> =
+            pipe.query_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| {
+                    let first = scripts::first_failed(&e).and_then(|i| ids.get(i / per));
+                    Error::from_redis(e, || match first {
+                        Some(id) => self.location(id),
+                        None => format!("{}: a pipeline", self.name()),
+                    })
+                })?;
+        ids.iter()
+            .zip(replies.chunks(per))
+            .map(|(id, r)| self.stored(id, r))
+            .collect()
     }
 
     /// A record as script arguments: identity and attributes for a HASH,
@@ -310,8 +358,11 @@ where
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
-        let reply = self.call(id, &self.load_invocation(id)).await?;
-        self.stored(id, reply)
+        Ok(self
+            .load_chunk(std::slice::from_ref(id))
+            .await?
+            .pop()
+            .flatten())
     }
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
@@ -372,13 +423,7 @@ where
     async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(PIPELINE_CHUNK) {
-            let invocations: Vec<_> = chunk.iter().map(|id| self.load_invocation(id)).collect();
-            let script = self.script(&STRING_LOAD, &HASH_LOAD);
-            let replies: Vec<redis::Value> =
-                scripts::pipelined(&self.conn, self, chunk, &invocations, script).await?;
-            for (id, reply) in chunk.iter().zip(replies) {
-                out.push(self.stored(id, reply)?);
-            }
+            out.extend(self.load_chunk(chunk).await?);
         }
         Ok(out)
     }

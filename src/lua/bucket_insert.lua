@@ -1,5 +1,6 @@
 -- Inserts a new session into its bucket.
--- KEYS[1..3], ARGV[1]: see bucket_common.lua
+-- KEYS[1..2], ARGV[1]: see bucket_common.lua; KEYS[3] is given only with
+-- ARGV[3] = '0'
 -- ARGV[2]: record bytes
 -- ARGV[3]: '1' to keep the record in the bucket, '0' to store it out of line
 -- ARGV[4]: 'in' (ARGV[5] is seconds from now) or 'at' (ARGV[5] is unix seconds)
