@@ -55,7 +55,7 @@ impl ServerClock {
         let seen = *self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         seen.and_then(|(server, at)| {
             let age = at.elapsed();
-            (age < MAX_AGE).then(|| server + age.as_secs_f64())
+            (age < MAX_AGE).then_some(server + age.as_secs_f64())
         })
     }
 
