@@ -24,6 +24,11 @@ pub struct ThroughputArgs {
     /// Concurrent callers for the one-at-a-time operations.
     #[arg(long, default_value_t = 16)]
     clients: usize,
+    /// Rounds; each measures every layout in turn, and the median of each
+    /// figure is reported, so a burst of noise on a shared machine hits
+    /// every layout alike.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
     /// Layouts to measure (default: all).
     #[arg(long, value_delimiter = ',')]
     layouts: Vec<LayoutKind>,
@@ -49,59 +54,79 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         args.layouts.clone()
     };
     let requests = (args.sessions as u64).max(10_000);
-    let set_baseline = SetBaseline {
-        single: throughput::redis_benchmark_set(port, args.clients, 1, requests)?,
-        pipelined: throughput::redis_benchmark_set(port, 2, BATCH, requests * 4)?,
-    };
-    println!(
-        "redis-benchmark SET: {:.0}/s with {} clients, {:.0}/s pipelined by {BATCH}",
-        set_baseline.single, args.clients, set_baseline.pipelined
-    );
     // Each layout holds 2 x sessions at the end (batch + single creates).
     let bits = advisor::recommend_bits(
         2 * args.sessions as u64,
         &server.limits,
         DEFAULT_MAX_CONVERTED,
     );
-    let mut rates = Vec::new();
-    for layout in &layouts {
-        // Only what this run wrote is there: the target was checked above.
+    let mut all_rates = Vec::new();
+    let (mut singles, mut pipelined) = (Vec::new(), Vec::new());
+    for round in 1..=args.rounds {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
-        let opened = layout.open(conn.clone(), bits).await?;
-        let label = if layout.is_bucketed() {
-            format!("{layout} 2^{bits}")
-        } else {
-            layout.name().to_owned()
-        };
-        let measured =
-            throughput::measure(&label, Store::new(opened), args.clients, args.sessions).await?;
-        for r in &measured {
-            println!(
-                "{:24} {:16} {:>9.0}/s",
-                r.layout,
-                r.op.name(),
-                r.ops_per_sec
-            );
+        singles.push(throughput::redis_benchmark_set(
+            port,
+            args.clients,
+            1,
+            requests,
+        )?);
+        pipelined.push(throughput::redis_benchmark_set(
+            port,
+            2,
+            BATCH,
+            requests * 4,
+        )?);
+        for layout in &layouts {
+            // Only what this run wrote is there: the target was checked above.
+            let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+            let opened = layout.open(conn.clone(), bits).await?;
+            let label = if layout.is_bucketed() {
+                format!("{layout} 2^{bits}")
+            } else {
+                layout.name().to_owned()
+            };
+            let measured =
+                throughput::measure(&label, Store::new(opened), args.clients, args.sessions)
+                    .await?;
+            for r in &measured {
+                println!(
+                    "round {round}: {:24} {:16} {:>9.0}/s",
+                    r.layout,
+                    r.op.name(),
+                    r.ops_per_sec
+                );
+            }
+            all_rates.extend(measured);
         }
-        rates.extend(measured);
     }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let set_baseline = SetBaseline {
+        single: median(singles),
+        pipelined: median(pipelined),
+    };
     let report = ThroughputReport {
         command: super::bench_memory::command_line(),
         redis_version: server.redis_version,
         clients: args.clients,
         sessions: args.sessions,
         set_baseline,
-        rates,
+        rounds: args.rounds as usize,
+        rates: throughput::medians(&all_rates),
+        all_rates,
         layouts,
     };
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| Error::Config(e.to_string()))?;
     let md = format!(
-        "# Throughput\n\nProduced by `{}` (Redis {}, {} clients for single operations, batches of {BATCH}). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined.\n\n{}",
+        "# Throughput\n\nProduced by `{}` (Redis {}, {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined.\n\n{}",
         report.command,
         report.redis_version,
         report.clients,
+        report.rounds,
         report.set_baseline.single,
         report.set_baseline.pipelined,
         report.table()

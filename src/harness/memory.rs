@@ -20,8 +20,9 @@ const BATCH: usize = 8192;
 /// Buckets whose encoding is checked at an intermediate step when there are
 /// too many to check them all (the last step always checks all).
 const CENSUS_SAMPLE: u32 = 8192;
-/// Longest wait for rehashing to finish before a sample.
-const SETTLE_MAX: Duration = Duration::from_secs(120);
+/// Longest wait for rehashing to finish before a sample: Redis's cron
+/// rehashes a millisecond per tick, so a dict of 10M keys takes minutes.
+const SETTLE_MAX: Duration = Duration::from_secs(600);
 /// Identities start here so every record has the same size (a 32-bit
 /// MessagePack integer: 5 bytes), as a real user-id space would.
 pub const FIRST_IDENTITY: u64 = 1 << 20;

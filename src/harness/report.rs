@@ -125,12 +125,15 @@ pub fn table(report: &MemoryReport) -> String {
             .census
             .map(|c| format!("{} of {}", c.converted, c.buckets))
             .unwrap_or_else(|| "n/a".into());
+        // A sample taken while a dict still held two tables says so.
+        let transient = if p.settled { "" } else { " (mid-rehash)" };
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {} | {:.1} | {:.2} | {} | {} | {:.0} |",
+            "| {} | {} | {:.1}{} | {} | {:.1} | {:.2} | {} | {} | {:.0} |",
             run.label,
             human_count(p.sessions),
             p.bytes_per_session,
+            transient,
             vs,
             p.rss_per_session,
             p.sample.mem_fragmentation_ratio,

@@ -190,6 +190,35 @@ fn rate(label: &str, op: Op, n: usize, took: Duration) -> Rate {
     }
 }
 
+/// The median rate of each (layout, operation) over rounds, in first-seen
+/// order.
+pub fn medians(all: &[Rate]) -> Vec<Rate> {
+    let mut out: Vec<Rate> = Vec::new();
+    for r in all {
+        if out.iter().any(|o| o.layout == r.layout && o.op == r.op) {
+            continue;
+        }
+        let mut v: Vec<f64> = all
+            .iter()
+            .filter(|o| o.layout == r.layout && o.op == r.op)
+            .map(|o| o.ops_per_sec)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        let median = if v.len() % 2 == 1 {
+            v[mid]
+        } else {
+            (v[mid - 1] + v[mid]) / 2.0
+        };
+        out.push(Rate {
+            layout: r.layout.clone(),
+            op: r.op,
+            ops_per_sec: median,
+        });
+    }
+    out
+}
+
 /// A whole throughput run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThroughputReport {
@@ -201,10 +230,14 @@ pub struct ThroughputReport {
     pub clients: usize,
     /// Sessions per operation and layout.
     pub sessions: usize,
-    /// redis-benchmark's SET rates.
+    /// redis-benchmark's SET rates (medians over rounds).
     pub set_baseline: SetBaseline,
-    /// Every rate measured.
+    /// Rounds run; in each, every layout is measured in turn.
+    pub rounds: usize,
+    /// The median rate of each layout and operation over the rounds.
     pub rates: Vec<Rate>,
+    /// Every rate measured, round by round.
+    pub all_rates: Vec<Rate>,
     /// The layouts, in order.
     pub layouts: Vec<LayoutKind>,
 }
