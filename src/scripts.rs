@@ -94,13 +94,28 @@ where
         }
         other => other,
     };
-    result.map_err(|e| {
-        let first = first_failed(&e).and_then(|i| ids.get(i));
+    result.map_err(pipeline_error(layout, ids, 1))
+}
+
+/// Maps a pipeline's error to this crate's, naming where the id whose
+/// command failed first lives (`per` commands were sent per id).
+pub(crate) fn pipeline_error<'a, L: crate::Layout>(
+    layout: &'a L,
+    ids: &'a [crate::SessionId],
+    per: usize,
+) -> impl FnOnce(redis::RedisError) -> crate::Error + 'a {
+    move |e| {
+        let first = first_failed(&e).and_then(|i| ids.get(i / per));
         crate::Error::from_redis(e, || match first {
             Some(id) => layout.location(id),
             None => format!("{}: a pipeline", layout.name()),
         })
-    })
+    }
+}
+
+/// A script flag argument.
+pub(crate) fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
 }
 
 /// The position of the first command of a pipeline that failed.

@@ -147,7 +147,7 @@ where
         };
         inv.arg(&keys.field)
             .arg(record)
-            .arg(if inline { "1" } else { "0" })
+            .arg(scripts::flag(inline))
             .arg(mode)
             .arg(secs);
         inv
@@ -245,12 +245,8 @@ where
         let code: i64 = self
             .invocation(&BUCKET_REPLACE, id)
             .arg(record)
-            .arg(if self.fits_inline(record.len()) {
-                "1"
-            } else {
-                "0"
-            })
-            .arg(if expected.is_some() { "1" } else { "0" })
+            .arg(scripts::flag(self.fits_inline(record.len())))
+            .arg(scripts::flag(expected.is_some()))
             .arg(expected.unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
             .await
@@ -261,7 +257,7 @@ where
     async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
         let code: i64 = self
             .invocation(&BUCKET_REMOVE, id)
-            .arg(if expected.is_some() { "1" } else { "0" })
+            .arg(scripts::flag(expected.is_some()))
             .arg(expected.unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
             .await
@@ -299,15 +295,7 @@ where
             let mut replies: Vec<redis::Value> = pipe
                 .query_async(&mut self.conn.clone())
                 .await
-                .map_err(|e| {
-                    let first = scripts::first_failed(&e)
-                        .map(|i| i / 2)
-                        .and_then(|i| chunk.get(i));
-                    Error::from_redis(e, || match first {
-                        Some(id) => self.scheme.location(id),
-                        None => format!("{}: a pipeline", self.name),
-                    })
-                })?;
+                .map_err(scripts::pipeline_error(self, chunk, 2))?;
             let time = replies.pop().unwrap_or(redis::Value::Nil);
             let (now, micros): (u64, u64) = redis::from_redis_value(time)?;
             self.clock.record(now, micros);

@@ -120,10 +120,6 @@ fn json_to_record(json: &[u8]) -> std::result::Result<(Vec<u8>, u64), String> {
     Ok((record::join(parsed.identity_id, &attrs), parsed.expires_at))
 }
 
-fn flag(on: bool) -> &'static str {
-    if on { "1" } else { "0" }
-}
-
 impl<C> KeyPerSession<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
@@ -209,7 +205,7 @@ where
         inv.key(self.key(id));
         self.record_args(&mut inv, id, record)?;
         if self.encoding != Encoding::HashPerSession {
-            inv.arg(flag(self.is_json()));
+            inv.arg(scripts::flag(self.is_json()));
         }
         inv.arg(mode).arg(secs);
         Ok(inv)
@@ -279,16 +275,10 @@ where
             self.queue_load(&mut pipe, id);
         }
         let per = self.replies_per_load();
-        let replies: Vec<redis::Value> =
-            pipe.query_async(&mut self.conn.clone())
-                .await
-                .map_err(|e| {
-                    let first = scripts::first_failed(&e).and_then(|i| ids.get(i / per));
-                    Error::from_redis(e, || match first {
-                        Some(id) => self.location(id),
-                        None => format!("{}: a pipeline", self.name()),
-                    })
-                })?;
+        let replies: Vec<redis::Value> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(scripts::pipeline_error(self, ids, per))?;
         ids.iter()
             .zip(replies.chunks(per))
             .map(|(id, r)| self.stored(id, r))
@@ -320,7 +310,7 @@ where
         id: &SessionId,
         expected: Option<&[u8]>,
     ) -> Result<()> {
-        inv.arg(flag(expected.is_some()));
+        inv.arg(scripts::flag(expected.is_some()));
         match expected {
             Some(e) => self.record_args(inv, id, e)?,
             None if self.encoding == Encoding::HashPerSession => {
@@ -369,7 +359,7 @@ where
         let mut inv = self.script(&STRING_TOUCH, &HASH_TOUCH).prepare_invoke();
         inv.key(self.key(id)).arg(ttl_secs);
         if !matches!(self.encoding, Encoding::HashPerSession) {
-            inv.arg(flag(self.is_json()));
+            inv.arg(scripts::flag(self.is_json()));
         }
         self.call(id, &inv).await
     }
@@ -384,7 +374,7 @@ where
         inv.key(self.key(id));
         self.record_args(&mut inv, id, record)?;
         if self.encoding != Encoding::HashPerSession {
-            inv.arg(flag(self.is_json()));
+            inv.arg(scripts::flag(self.is_json()));
         }
         self.expected_args(&mut inv, id, expected)?;
         Ok(Written::from_code(self.call(id, &inv).await?))
@@ -394,7 +384,7 @@ where
         let mut inv = self.script(&STRING_REMOVE, &HASH_REMOVE).prepare_invoke();
         inv.key(self.key(id));
         if self.encoding != Encoding::HashPerSession {
-            inv.arg(flag(self.is_json()));
+            inv.arg(scripts::flag(self.is_json()));
         }
         self.expected_args(&mut inv, id, expected)?;
         Ok(Written::from_code(self.call(id, &inv).await?))
