@@ -2,8 +2,8 @@
 # Regenerates analysis/: every run behind the figures in analysis/README.md
 # and README.md. Each run starts its own redis-server. Takes about an hour
 # on a 2-core machine (the real 100M run alone ~30 minutes, 7 GB of Redis);
-# pass the names of the parts to run only some: 1m 10m 100m-emulated 100m
-# throughput sweep check.
+# pass the names of the parts to run only some: 1m 10m 10m-json-setex
+# 100m-emulated 100m throughput sweep check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
@@ -16,6 +16,7 @@ for part in "${parts[@]}"; do
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
     100m-emulated) $sp bench memory --sessions 1000000 --emulate 100000000 --bucket-bits 20,21 --out analysis/runs/100m-emulated ;;
     10m) $sp bench memory --sessions 10000000 --bucket-bits 16,17 --out analysis/runs/10m ;;
+    10m-json-setex) $sp bench memory --sessions 10000000 --layouts json-setex --out analysis/runs/10m-json-setex ;;
     100m) $sp bench memory --sessions 100000000 --layouts bucketed --bucket-bits 20 --steps 20 --out analysis/runs/100m ;;
     throughput) $sp bench throughput --out analysis/runs/throughput ;;
     sweep) $sp bench sweep --out analysis/runs/sweep ;;
@@ -24,7 +25,7 @@ for part in "${parts[@]}"; do
         echo "# The advisor's model against measured runs"
         echo
         echo "Produced by \`scripts/analysis.sh check\`, which runs \`sessionpack advise --check\` on each report below."
-        for run in 1m 10m 100m-emulated 100m; do
+        for run in 1m 10m 10m-json-setex 100m-emulated 100m; do
           [ -f analysis/runs/$run/report.json ] || continue
           echo
           $sp advise --check analysis/runs/$run/report.json
