@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Target;
 use crate::error::Result;
+use crate::harness::info::MemorySample;
 use crate::{Bucketed, BucketedConfig, Store};
 
 /// Arguments of `sessionpack demo`.
@@ -28,12 +29,7 @@ struct Cart {
 }
 
 async fn used_memory(conn: &mut redis::aio::ConnectionManager) -> Result<u64> {
-    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0))
+    Ok(MemorySample::read(conn).await?.used_memory)
 }
 
 pub(super) async fn run(args: DemoArgs) -> Result<()> {

@@ -153,6 +153,17 @@ where
         inv
     }
 
+    /// Runs one script call on `id`'s bucket.
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        id: &SessionId,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T> {
+        inv.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))
+    }
+
     fn error<'a>(&'a self, id: &'a SessionId) -> impl FnOnce(redis::RedisError) -> Error + 'a {
         move |e| Error::from_redis(e, || self.scheme.location(id))
     }
@@ -181,11 +192,9 @@ where
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
-        let code: i64 = self
-            .insert_invocation(id, record, expiry)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
+        let code = self
+            .call(id, &self.insert_invocation(id, record, expiry))
+            .await?;
         Ok(Inserted::from_code(code))
     }
 
@@ -229,11 +238,9 @@ where
     }
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
-        self.invocation(&BUCKET_TOUCH, id)
-            .arg(ttl_secs)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))
+        let mut inv = self.invocation(&BUCKET_TOUCH, id);
+        inv.arg(ttl_secs);
+        self.call(id, &inv).await
     }
 
     async fn replace(
@@ -242,27 +249,19 @@ where
         record: &[u8],
         expected: Option<&[u8]>,
     ) -> Result<Written> {
-        let code: i64 = self
-            .invocation(&BUCKET_REPLACE, id)
-            .arg(record)
+        let mut inv = self.invocation(&BUCKET_REPLACE, id);
+        inv.arg(record)
             .arg(scripts::flag(self.fits_inline(record.len())))
             .arg(scripts::flag(expected.is_some()))
-            .arg(expected.unwrap_or_default())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
-        Ok(Written::from_code(code))
+            .arg(expected.unwrap_or_default());
+        Ok(Written::from_code(self.call(id, &inv).await?))
     }
 
     async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
-        let code: i64 = self
-            .invocation(&BUCKET_REMOVE, id)
-            .arg(scripts::flag(expected.is_some()))
-            .arg(expected.unwrap_or_default())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
-        Ok(Written::from_code(code))
+        let mut inv = self.invocation(&BUCKET_REMOVE, id);
+        inv.arg(scripts::flag(expected.is_some()))
+            .arg(expected.unwrap_or_default());
+        Ok(Written::from_code(self.call(id, &inv).await?))
     }
 
     async fn insert_many(
