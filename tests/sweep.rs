@@ -110,17 +110,23 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
         let kept = kept.clone();
         let stop = stop.clone();
         touchers.push(tokio::spawn(async move {
+            // Once a touch has kept a session alive, no later touch may find
+            // it gone. One first reached after its initial 2 s had run out
+            // (a slow machine) is rightly gone, and is not counted as kept.
+            let mut alive = HashSet::new();
             let mut touches = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 for id in kept.iter().skip(t).step_by(4) {
-                    assert!(
-                        store.touch(id).await.unwrap().is_some(),
-                        "a live session was swept"
-                    );
+                    let renewed = store.touch(id).await.unwrap().is_some();
+                    if renewed {
+                        alive.insert(*id);
+                    } else {
+                        assert!(!alive.contains(id), "a live session was swept");
+                    }
                     touches += 1;
                 }
             }
-            touches
+            (touches, alive)
         }));
     }
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -133,14 +139,20 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
     }
     stop.store(true, Ordering::Relaxed);
     let mut touches = 0;
+    let mut alive: Vec<SessionId> = Vec::new();
     for t in touchers {
-        touches += t.await.unwrap();
+        let (n, ids) = t.await.unwrap();
+        touches += n;
+        alive.extend(ids);
     }
     let reclaimed = sweeping.await.unwrap();
     assert_eq!(revived, 0);
     assert!(touches > 3000, "{touches} touches");
-    assert!(reclaimed <= 2000);
-    let found = store.load_many(&kept).await.unwrap();
+    // Most sessions must have been reached in time, or nothing was raced.
+    assert!(alive.len() >= 2500, "only {} kept alive", alive.len());
+    let late = (kept.len() - alive.len()) as u64;
+    assert!(reclaimed <= 2000 + late);
+    let found = store.load_many(&alive).await.unwrap();
     assert!(
         found.iter().all(Option::is_some),
         "every touched session is alive"
@@ -156,9 +168,10 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
     // Whatever the racing sweeps left, one more pass clears it.
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
     let rest = sweeper.sweep_range(0..64, None).await.unwrap().reclaimed;
-    assert_eq!(reclaimed + rest, 2000);
+    assert_eq!(reclaimed + rest, 2000 + late);
     let mut raw = common::raw(&server).await;
-    assert_eq!(totals(&mut raw, layout.buckets()).await, (3000, 3000));
+    let n = alive.len() as u64;
+    assert_eq!(totals(&mut raw, layout.buckets()).await, (n, n));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
