@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use sessionpack::layout::BookLoginHash;
 use sessionpack::sweep::{SweepConfig, Sweeper};
-use sessionpack::{Layout, SessionId, Store, lock};
+use sessionpack::{SessionId, Store, lock};
 
 fn long() -> Duration {
     Duration::from_secs(600)
@@ -76,21 +76,14 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
     let server = common::server();
     let layout = common::bucketed(&server, 6).await;
     let store: Arc<Store<_, ()>> = Arc::new(Store::new(layout.clone()).with_ttl(long()));
-    // Kept alive by touches only: created to expire in 2 s.
-    let kept: Vec<(u64, ())> = (0..3000).map(|i| (i, ())).collect();
-    let kept = Arc::new(store.create_many(&kept).await.unwrap());
-    for id in kept.iter() {
-        store.layout().touch(id, 2).await.unwrap().unwrap();
-    }
+    // Kept alive by touches only: created (in pipelined batches, so all
+    // at once) to expire in 3 s.
+    let batch: Vec<(u64, ())> = (0..3000).map(|i| (i, ())).collect();
+    let three: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3));
+    let kept = Arc::new(three.create_many(&batch).await.unwrap());
     // Left to expire in 1 s, then touched after they expired.
-    let doomed: Vec<SessionId> = {
-        let s: Vec<(u64, ())> = (0..2000).map(|i| (i, ())).collect();
-        let ids = store.create_many(&s).await.unwrap();
-        for id in &ids {
-            store.layout().touch(id, 1).await.unwrap().unwrap();
-        }
-        ids
-    };
+    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let doomed: Vec<SessionId> = one.create_many(&batch[..2000]).await.unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
@@ -111,7 +104,7 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
         let stop = stop.clone();
         touchers.push(tokio::spawn(async move {
             // Once a touch has kept a session alive, no later touch may find
-            // it gone. One first reached after its initial 2 s had run out
+            // it gone. One first reached after its initial 3 s had run out
             // (a slow machine) is rightly gone, and is not counted as kept.
             let mut alive = HashSet::new();
             let mut touches = 0u64;
@@ -129,7 +122,8 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
             (touches, alive)
         }));
     }
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Past every original expiry: the kept sessions live on touches alone.
+    tokio::time::sleep(Duration::from_millis(4100)).await;
     // Expired by now: touching must not revive them, sweep or no sweep.
     let mut revived = 0;
     for id in &doomed {
