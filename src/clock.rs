@@ -2,21 +2,29 @@
 //! replies, so reads can decide expiry without asking for the time each
 //! call.
 //!
-//! Every expiry decision is still the server's clock: the estimate is the
-//! server time last read plus the local monotonic time since, and is used
-//! only when an expiry is more than [`MARGIN`] away from it. Closer calls
-//! (a session in its last second) ask the server. The estimate is
+//! Every expiry decision is still the server's clock. A `TIME` reply was
+//! produced somewhere between the moment its request was sent and the
+//! moment its reply was taken in, so the server's time now lies between
+//! the reply plus the local (monotonic) time since it was taken in, and the
+//! reply plus the time since the request was sent. The estimate decides
+//! only when an expiry is more than [`MARGIN`] outside that interval;
+//! closer calls (a session in its last second) ask the server. A reading
+//! whose request and reply lie more than [`MAX_SPREAD`] apart (a stalled
+//! client, a paused VM) is too vague and is not used. The estimate is
 //! refreshed once it is [`MAX_AGE`] old.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How far an expiry must be from the estimate for the estimate to decide.
-/// It covers the round trip of the `TIME` that set the estimate and any
-/// drift since: both far below a second.
+/// How far an expiry must be outside the interval of possible server
+/// times for the estimate to decide. It covers clock drift between the
+/// server and this host over [`MAX_AGE`], far below a second.
 pub const MARGIN: f64 = 1.0;
 /// Age after which the estimate is refreshed.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
+/// Widest gap between sending a `TIME` and taking in its reply for the
+/// reading to be used.
+pub const MAX_SPREAD: Duration = Duration::from_millis(250);
 
 /// What an estimate says of an expiry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,10 +37,19 @@ pub enum Verdict {
     Ask,
 }
 
-/// The last server time seen, and when (locally) it was seen.
+/// One `TIME` reply and the local moments around it.
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    server: f64,
+    sent: Instant,
+    received: Instant,
+}
+
+/// The last usable server time seen, and when (locally) it was asked for
+/// and taken in.
 #[derive(Debug, Default)]
 pub struct ServerClock {
-    seen: Mutex<Option<(f64, Instant)>>,
+    seen: Mutex<Option<Reading>>,
 }
 
 impl Clone for ServerClock {
@@ -44,27 +61,50 @@ impl Clone for ServerClock {
 }
 
 impl ServerClock {
-    /// Records a `TIME` reply (seconds, microseconds).
-    pub fn record(&self, secs: u64, micros: u64) {
+    /// Records a `TIME` reply (seconds, microseconds) to a request sent at
+    /// `sent`, taken in now. Returns whether the reading is used (it is
+    /// not when request and reply lie more than [`MAX_SPREAD`] apart).
+    pub fn record(&self, secs: u64, micros: u64, sent: Instant) -> bool {
+        let received = Instant::now();
+        if received.saturating_duration_since(sent) > MAX_SPREAD {
+            return false;
+        }
         let server = secs as f64 + micros as f64 / 1e6;
-        *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Some((server, Instant::now()));
+        *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(Reading {
+            server,
+            sent,
+            received,
+        });
+        true
     }
 
-    /// The estimated server time, if the last reading is fresh.
-    pub fn now(&self) -> Option<f64> {
+    /// The interval the server's time lies in now, if the last reading is
+    /// fresh: (earliest, latest).
+    pub fn bounds(&self) -> Option<(f64, f64)> {
         let seen = *self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        seen.and_then(|(server, at)| {
-            let age = at.elapsed();
-            (age < MAX_AGE).then_some(server + age.as_secs_f64())
+        seen.and_then(|r| {
+            let since_sent = r.sent.elapsed();
+            (since_sent < MAX_AGE).then(|| {
+                (
+                    r.server + r.received.elapsed().as_secs_f64(),
+                    r.server + since_sent.as_secs_f64(),
+                )
+            })
         })
+    }
+
+    /// Whether the last reading is fresh.
+    pub fn is_fresh(&self) -> bool {
+        self.bounds().is_some()
     }
 
     /// Whether a session expiring at `expires_at` (live while now <
     /// expires_at) is live, by the estimate.
     pub fn judge(&self, expires_at: u64) -> Verdict {
-        match self.now() {
-            Some(now) if expires_at as f64 > now + MARGIN => Verdict::Live,
-            Some(now) if (expires_at as f64) <= now - MARGIN => Verdict::Expired,
+        let expires_at = expires_at as f64;
+        match self.bounds() {
+            Some((_, latest)) if expires_at > latest + MARGIN => Verdict::Live,
+            Some((earliest, _)) if expires_at <= earliest - MARGIN => Verdict::Expired,
             _ => Verdict::Ask,
         }
     }
@@ -78,10 +118,31 @@ mod tests {
     fn decides_only_far_from_the_margin() {
         let clock = ServerClock::default();
         assert_eq!(clock.judge(u64::MAX), Verdict::Ask, "no reading yet");
-        clock.record(1_000, 500_000);
+        assert!(clock.record(1_000, 500_000, Instant::now()));
         assert_eq!(clock.judge(1_002), Verdict::Live);
         assert_eq!(clock.judge(1_001), Verdict::Ask);
         assert_eq!(clock.judge(1_000), Verdict::Ask);
         assert_eq!(clock.judge(999), Verdict::Expired);
+    }
+
+    #[test]
+    fn a_reading_taken_in_late_is_not_used() {
+        let clock = ServerClock::default();
+        // The reply was taken in 2 s after its request: the server's time
+        // now may be anything up to 2 s past the reply.
+        let sent = Instant::now() - Duration::from_secs(2);
+        assert!(!clock.record(1_000, 0, sent));
+        assert_eq!(clock.judge(1_002), Verdict::Ask);
+        assert!(!clock.is_fresh());
+    }
+
+    #[test]
+    fn the_interval_widens_with_the_spread() {
+        let clock = ServerClock::default();
+        let sent = Instant::now() - Duration::from_millis(200);
+        assert!(clock.record(1_000, 0, sent));
+        let (earliest, latest) = clock.bounds().unwrap();
+        assert!(latest - earliest >= 0.2 && latest - earliest < 0.3);
+        assert!(earliest >= 1_000.0);
     }
 }

@@ -75,8 +75,12 @@ pub enum Error {
         detail: String,
     },
 
-    /// Redis could not be reached, or the connection dropped mid-call. The
-    /// operation may be retried once Redis is back.
+    /// Redis could not be reached, the connection dropped mid-call, or the
+    /// server cannot serve yet: it is loading its data after a restart
+    /// (`LOADING`), busy with a long script (`BUSY`), a replica lost its
+    /// primary (`MASTERDOWN`), or a cluster is failing over or moving a
+    /// slot (`CLUSTERDOWN`, `TRYAGAIN`, `READONLY`). The operation may be
+    /// retried once Redis is back.
     #[error("redis unavailable: {0}")]
     Unavailable(#[source] redis::RedisError),
 
@@ -99,6 +103,15 @@ pub enum Error {
     /// The store or its server is configured in a way it cannot work with.
     #[error("configuration: {0}")]
     Config(String),
+
+    /// A lifetime or expiry outside what the store accepts: zero, longer
+    /// than [`crate::layout::MAX_TTL_SECS`], or an absolute expiry past
+    /// [`crate::layout::MAX_EXPIRES_AT`]. Nothing was written.
+    #[error("session lifetime out of range: {detail}")]
+    InvalidTtl {
+        /// What was asked for, and the limit.
+        detail: String,
+    },
 
     /// The operating system's random number generator failed.
     #[error("operating system random number generator failed: {0}")]
@@ -130,12 +143,27 @@ impl Error {
             || err.is_connection_refusal()
             || err.is_connection_dropped()
             || err.is_timeout()
+            || err
+                .code()
+                .is_some_and(|code| TRANSIENT_CODES.contains(&code))
         {
             return Self::Unavailable(err);
         }
         Self::Redis(err)
     }
 }
+
+/// Server error codes that mean "not now" rather than "never": the same
+/// call succeeds once the server has loaded its data, finished a script,
+/// or (on a cluster) settled a failover or a slot migration.
+const TRANSIENT_CODES: &[&str] = &[
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "READONLY",
+];
 
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {

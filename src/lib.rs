@@ -15,6 +15,7 @@ pub mod id;
 pub mod layout;
 pub mod limits;
 pub mod lock;
+pub mod meta;
 pub mod record;
 mod scripts;
 pub mod server;

@@ -107,3 +107,49 @@ impl ListpackLimits {
         self.hash_entries.min(self.zset_entries)
     }
 }
+
+/// The server's `maxmemory-policy`, or `None` where `CONFIG` is refused.
+/// Connection errors are returned.
+pub async fn eviction_policy<C>(conn: &mut C) -> Result<Option<String>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let reply: redis::RedisResult<HashMap<String, String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    match reply {
+        Ok(map) => Ok(map.get("maxmemory-policy").cloned()),
+        Err(e) if e.is_io_error() || e.is_connection_dropped() => Err(e.into()),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Whether an eviction policy may evict keys that have no expiry, such as
+/// a bucket's HASH or ZSET: the `allkeys-*` policies. They evict one key of
+/// a bucket and keep the other; `noeviction` and the `volatile-*` policies
+/// keep buckets whole.
+pub fn evicts_persistent_keys(policy: &str) -> bool {
+    policy.starts_with("allkeys-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_allkeys_policies_evict_buckets() {
+        for p in ["allkeys-lru", "allkeys-lfu", "allkeys-random"] {
+            assert!(evicts_persistent_keys(p), "{p}");
+        }
+        for p in [
+            "noeviction",
+            "volatile-lru",
+            "volatile-ttl",
+            "volatile-random",
+        ] {
+            assert!(!evicts_persistent_keys(p), "{p}");
+        }
+    }
+}

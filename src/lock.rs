@@ -1,11 +1,46 @@
 //! A lease lock in one Redis key, as the talk builds it: `SET key token NX
 //! PX ttl` to take it, and a compare-and-delete script to give it back, so
 //! a holder whose lease ran out can never release someone else's.
+//!
+//! A holder that keeps one token ([`holder_token`]) across calls can also
+//! [`try_claim`]: take the lock, or renew it if it is already its own.
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::scripts::{LOCK_EXTEND, LOCK_RELEASE};
+use crate::scripts::{LOCK_CLAIM, LOCK_EXTEND, LOCK_RELEASE};
+
+/// A fresh random holder token (160 bits, hex).
+pub fn holder_token() -> Result<String> {
+    Ok(crate::id::SessionId::generate()?.to_hex())
+}
+
+/// Takes the lock at `key` for `ttl` as the holder of `token`, or renews it
+/// if that holder has it already; `None` if another holds it. One script
+/// call.
+pub async fn try_claim<C>(
+    conn: &C,
+    key: &str,
+    token: &str,
+    ttl: Duration,
+) -> Result<Option<Lease<C>>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let ms = ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+    let ours: i64 = LOCK_CLAIM
+        .key(key)
+        .arg(token)
+        .arg(ms)
+        .invoke_async(&mut conn.clone())
+        .await
+        .map_err(|e| Error::from_redis(e, || key.to_owned()))?;
+    Ok((ours == 1).then(|| Lease {
+        conn: conn.clone(),
+        key: key.to_owned(),
+        token: token.to_owned(),
+    }))
+}
 
 /// A held lock. Dropping it does not release it (that needs a round trip):
 /// call [`Lease::release`], or let it expire.
@@ -21,8 +56,8 @@ pub async fn try_acquire<C>(conn: &C, key: &str, ttl: Duration) -> Result<Option
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
-    let token = crate::id::SessionId::generate()?.to_hex();
-    let ms = ttl.as_millis().max(1) as u64;
+    let token = holder_token()?;
+    let ms = ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
     let taken: Option<String> = redis::cmd("SET")
         .arg(key)
         .arg(&token)
@@ -50,7 +85,7 @@ where
 
     /// Extends the lease to `ttl` from now; `false` if it was already lost.
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
-        let ms = ttl.as_millis().max(1) as u64;
+        let ms = ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
         let done: i64 = LOCK_EXTEND
             .key(&self.key)
             .arg(&self.token)

@@ -1,17 +1,28 @@
 //! The bytes of one session record.
 //!
 //! A record is the identity as a MessagePack unsigned integer, followed by
-//! the application's attributes in MessagePack's compact form (structs as
-//! arrays, no field names). Attributes that encode to `nil` (`()`, `None`)
-//! are left out, so an identity-only session costs 1 to 9 bytes. Expiry is not
-//! part of the record: each layout keeps it where its own expiry mechanism
-//! can see it.
+//! the application's attributes in MessagePack. Attributes that encode to
+//! `nil` (`()`, `None`) are left out, so an identity-only session costs 1 to
+//! 9 bytes. Expiry is not part of the record: each layout keeps it where its
+//! own expiry mechanism can see it.
 //!
-//! Attributes are encoded without field names, so add new fields at the end
-//! of a struct and mark them `#[serde(default)]` to read older records.
+//! Structs are written as maps with their field names, and enum variants by
+//! name, so that records survive a rolling deploy in both directions: code
+//! with a new field marked `#[serde(default)]` reads old records, old code
+//! skips the field it does not know, fields may be reordered, and
+//! `skip_serializing_if` is safe. A change that would read back as different
+//! data (a field's type changed, a required field added) is a
+//! [`crate::Error::CorruptRecord`], never a silent swap. Short names cost
+//! fewer bytes: `#[serde(rename = "c")]` keeps the Rust name readable.
+//!
+//! Byte arrays and byte vectors (`[u8; 32]`, `Vec<u8>`) are written as
+//! MessagePack binary, one byte per byte, rather than as arrays of
+//! integers (up to two bytes per byte). Records written by version 0.1
+//! (structs as arrays) still decode.
 
 use std::io::Cursor;
 
+use rmp_serde::config::BytesMode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -24,7 +35,10 @@ pub fn encode<A: Serialize>(identity: u64, attrs: &A) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(16);
     rmp_serde::encode::write(&mut out, &identity)?;
     let start = out.len();
-    rmp_serde::encode::write(&mut out, attrs)?;
+    let mut ser = rmp_serde::Serializer::new(&mut out)
+        .with_struct_map()
+        .with_bytes(BytesMode::ForceAll);
+    attrs.serialize(&mut ser)?;
     if out[start..] == [NIL] {
         out.truncate(start);
     }
@@ -87,15 +101,104 @@ mod tests {
     }
 
     #[test]
-    fn structs_are_encoded_without_field_names() {
+    fn structs_are_encoded_with_field_names() {
         let cart = Cart {
             items: vec![1, 2],
             note: None,
         };
         let bytes = encode(7, &cart).unwrap();
-        // 7, [ [1, 2], nil ]
-        assert_eq!(bytes, vec![0x07, 0x92, 0x92, 0x01, 0x02, 0xc0]);
+        // 7, {"items": [1, 2], "note": nil}
+        let mut expected = vec![0x07, 0x82, 0xa5];
+        expected.extend_from_slice(b"items");
+        expected.extend_from_slice(&[0x92, 0x01, 0x02, 0xa4]);
+        expected.extend_from_slice(b"note");
+        expected.push(0xc0);
+        assert_eq!(bytes, expected);
         assert_eq!(decode::<Cart>(&bytes).unwrap(), (7, cart));
+    }
+
+    #[test]
+    fn records_of_version_0_1_still_decode() {
+        // 7, [ [1, 2], nil ]: structs as arrays.
+        let old = [0x07, 0x92, 0x92, 0x01, 0x02, 0xc0];
+        let cart = Cart {
+            items: vec![1, 2],
+            note: None,
+        };
+        assert_eq!(decode::<Cart>(&old).unwrap(), (7, cart));
+    }
+
+    /// Version 1 of an application's attributes.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct V1 {
+        visits: u32,
+    }
+
+    /// Version 2: a field added, an optional one skipped when empty.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct V2 {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nick: Option<u32>,
+        visits: u32,
+        #[serde(default)]
+        theme: String,
+    }
+
+    #[test]
+    fn old_and_new_code_read_each_others_records() {
+        let new = V2 {
+            nick: None,
+            visits: 5,
+            theme: "dark".into(),
+        };
+        let bytes = encode(1, &new).unwrap();
+        assert_eq!(decode::<V1>(&bytes).unwrap(), (1, V1 { visits: 5 }));
+        assert_eq!(decode::<V2>(&bytes).unwrap(), (1, new));
+
+        let old = encode(1, &V1 { visits: 9 }).unwrap();
+        let read = decode::<V2>(&old).unwrap().1;
+        assert_eq!(
+            read,
+            V2 {
+                nick: None,
+                visits: 9,
+                theme: String::new()
+            }
+        );
+    }
+
+    #[test]
+    fn an_incompatible_change_is_an_error_not_different_data() {
+        #[derive(Debug, Serialize, Deserialize)]
+        struct Retyped {
+            visits: String,
+        }
+        #[derive(Debug, Serialize, Deserialize)]
+        struct Required {
+            visits: u32,
+            owner: u64,
+        }
+        let bytes = encode(1, &V1 { visits: 5 }).unwrap();
+        assert!(decode::<Retyped>(&bytes).is_err());
+        assert!(decode::<Required>(&bytes).is_err());
+    }
+
+    #[test]
+    fn byte_arrays_are_binary() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Login {
+            #[serde(rename = "h")]
+            hash: [u8; 32],
+            salt: Vec<u8>,
+        }
+        let login = Login {
+            hash: [0xab; 32],
+            salt: vec![0xff; 16],
+        };
+        let bytes = encode(3, &login).unwrap();
+        // 1 identity + 1 map + 2 "h" + 2+32 + 5 "salt" + 2+16.
+        assert_eq!(bytes.len(), 61, "{bytes:x?}");
+        assert_eq!(decode::<Login>(&bytes).unwrap(), (3, login));
     }
 
     #[test]

@@ -44,7 +44,10 @@ pub(crate) static BUCKET_REMOVE: LazyLock<Script> = script!(
     "bucket_remove.lua"
 );
 
-pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_sweep.lua");
+pub(crate) static META_CLAIM: LazyLock<Script> = script!("meta_claim.lua");
+pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_order.lua", "bucket_sweep.lua");
+pub(crate) static BUCKET_EVICT: LazyLock<Script> = script!("bucket_order.lua", "bucket_evict.lua");
+pub(crate) static LOCK_CLAIM: LazyLock<Script> = script!("lock_claim.lua");
 pub(crate) static LOCK_RELEASE: LazyLock<Script> = script!("lock_release.lua");
 pub(crate) static LOCK_EXTEND: LazyLock<Script> = script!("lock_extend.lua");
 
@@ -95,6 +98,32 @@ where
         other => other,
     };
     result.map_err(pipeline_error(layout, ids, 1))
+}
+
+/// Sends a pipeline of script calls and returns each call's own result, so
+/// one failing call (a key of the wrong type, say) does not hide the
+/// others'. Loads the script and sends again once if the server had lost
+/// it. An error reaching the server at all is the outer error.
+pub(crate) async fn pipelined_each<C>(
+    conn: &C,
+    invocations: &[redis::ScriptInvocation<'_>],
+    script: &Script,
+) -> crate::Result<Vec<redis::RedisResult<redis::Value>>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+{
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for inv in invocations {
+        pipe.invoke_script(inv);
+    }
+    let mut conn = conn.clone();
+    let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(&mut conn).await?;
+    if replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) {
+        load_all(&mut conn, &[script]).await?;
+        replies = pipe.query_async(&mut conn).await?;
+    }
+    Ok(replies)
 }
 
 /// Maps a pipeline's error to this crate's, naming where the id whose

@@ -70,8 +70,13 @@ impl<L: std::fmt::Debug, A> std::fmt::Debug for Store<L, A> {
     }
 }
 
+/// A lifetime in whole seconds, rounded up (at least one). Saturates
+/// rather than overflowing: a lifetime past [`crate::layout::MAX_TTL_SECS`] is refused
+/// when it is used, with [`Error::InvalidTtl`].
 fn whole_seconds(d: Duration) -> u64 {
-    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+    d.as_secs()
+        .saturating_add(u64::from(d.subsec_nanos() > 0))
+        .max(1)
 }
 
 impl<L, A> Store<L, A>
@@ -91,7 +96,8 @@ where
     }
 
     /// Sets the lifetime given to new and touched sessions, rounded up to
-    /// whole seconds (at least one).
+    /// whole seconds (at least one). One longer than [`crate::layout::MAX_TTL_SECS`] makes
+    /// every create and touch fail with [`Error::InvalidTtl`].
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl_secs = whole_seconds(ttl);
         self
@@ -158,13 +164,10 @@ where
         ttl: Duration,
     ) -> Result<Session<A>> {
         let record = self.encode(identity, &attrs)?;
+        let expiry = Expiry::In(whole_seconds(ttl)).check()?;
         for _ in 0..ID_ATTEMPTS {
             let id = SessionId::generate()?;
-            match self
-                .layout
-                .insert(&id, &record, Expiry::In(whole_seconds(ttl)))
-                .await?
-            {
+            match self.layout.insert(&id, &record, expiry).await? {
                 Inserted::Created { expires_at } => {
                     return Ok(Session {
                         id,
@@ -173,7 +176,14 @@ where
                         attrs,
                     });
                 }
-                Inserted::IdTaken | Inserted::AlreadyExpired => continue,
+                Inserted::IdTaken => continue,
+                Inserted::AlreadyExpired => {
+                    // A lifetime from now cannot have passed: the layout
+                    // misread the server's reply.
+                    return Err(Error::InvalidTtl {
+                        detail: format!("the server refused a lifetime of {ttl:?}"),
+                    });
+                }
             }
         }
         Err(Error::Contended {
@@ -303,9 +313,9 @@ where
                 Inserted::IdTaken => continue,
                 Inserted::AlreadyExpired => return Ok(None),
             }
-            // The old id goes only if no one wrote to it meanwhile; otherwise
-            // the copy is stale: drop it and go again.
-            match self.layout.remove(id, Some(&stored.record)).await {
+            // The old id goes only if no one wrote to it or touched it
+            // meanwhile; otherwise the copy is stale: drop it and go again.
+            match self.layout.remove(id, Some(&stored)).await {
                 Ok(Written::Done) => return Ok(Some(new_id)),
                 Ok(Written::Missing) => {
                     self.layout.remove(&new_id, None).await?;

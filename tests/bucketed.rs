@@ -40,9 +40,12 @@ async fn keys_fields_values_and_scores_are_as_documented() {
     let zset_key = format!("sp:{{{}}}:z", &hex[..4]);
     let mut keys: Vec<String> = raw.keys("*").await.unwrap();
     keys.sort();
-    let mut expected = vec![hash_key.clone(), zset_key.clone()];
+    let mut expected = vec![hash_key.clone(), zset_key.clone(), "sp:meta".to_owned()];
     expected.sort();
-    assert_eq!(keys, expected, "one HASH and one ZSET, sharing a hash tag");
+    assert_eq!(
+        keys, expected,
+        "one HASH and one ZSET, sharing a hash tag, and the store's metadata"
+    );
 
     let field = hex::decode(&hex[4..]).unwrap();
     assert_eq!(
@@ -57,8 +60,8 @@ async fn keys_fields_values_and_scores_are_as_documented() {
     );
     assert_eq!(
         value.len(),
-        8,
-        "1234 as uint16 (3) + fixarray (1) + fixstr 'ada' (4)"
+        13,
+        "1234 as uint16 (3) + fixmap (1) + fixstr 'name' (5) + fixstr 'ada' (4)"
     );
     let score: f64 = raw.zscore(&zset_key, &field).await.unwrap();
     assert_eq!(score as u64, s.expires_at);
@@ -230,7 +233,10 @@ async fn a_key_of_the_wrong_type_is_reported_and_left_alone() {
         .unwrap()
         .into_iter()
         .collect();
-    assert_eq!(keys, HashSet::from([b.hash_key(0), b.zset_key(1)]));
+    assert_eq!(
+        keys,
+        HashSet::from([b.hash_key(0), b.zset_key(1), "sp:meta".to_owned()])
+    );
     let v: String = raw.get(b.hash_key(0)).await.unwrap();
     assert_eq!(v, "not a hash");
 }

@@ -47,7 +47,7 @@ async fn expired_sessions_leave_every_key_and_live_ones_stay() {
     }
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
-    let report = sweeper.sweep_range(0..16, None).await.unwrap();
+    let report = sweeper.sweep_range(0..16).await.unwrap();
     assert_eq!(report.reclaimed, 300);
     assert_eq!(report.buckets, 16);
     // Expired between 0 and ~1 s before the sweep, in whole seconds.
@@ -68,7 +68,7 @@ async fn expired_sessions_leave_every_key_and_live_ones_stay() {
         assert_eq!(store.load(&s.id).await.unwrap().as_ref(), Some(s));
     }
     // A second pass finds nothing more.
-    assert_eq!(sweeper.sweep_range(0..16, None).await.unwrap().reclaimed, 0);
+    assert_eq!(sweeper.sweep_range(0..16).await.unwrap().reclaimed, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,7 +92,7 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
         tokio::spawn(async move {
             let mut reclaimed = 0;
             while !stop.load(Ordering::Relaxed) {
-                reclaimed += sweeper.sweep_range(0..64, None).await.unwrap().reclaimed;
+                reclaimed += sweeper.sweep_range(0..64).await.unwrap().reclaimed;
             }
             reclaimed
         })
@@ -161,7 +161,7 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
     );
     // Whatever the racing sweeps left, one more pass clears it.
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
-    let rest = sweeper.sweep_range(0..64, None).await.unwrap().reclaimed;
+    let rest = sweeper.sweep_range(0..64).await.unwrap().reclaimed;
     assert_eq!(reclaimed + rest, 2000 + late);
     let mut raw = common::raw(&server).await;
     let n = alive.len() as u64;
@@ -238,7 +238,7 @@ async fn the_cap_keeps_the_most_recently_used() {
         layout.clone(),
         SweepConfig::default().with_max_sessions(1000),
     );
-    let evicted = sweeper.enforce_cap().await.unwrap();
+    let evicted = sweeper.enforce_cap().await.unwrap().evicted;
     assert_eq!(evicted, 2000);
     let ids: Vec<SessionId> = sessions.iter().map(|s| s.id).collect();
     let found = store.load_many(&ids).await.unwrap();
@@ -253,7 +253,7 @@ async fn the_cap_keeps_the_most_recently_used() {
         assert!(!raw.exists::<_, bool>(key).await.unwrap());
     }
     assert_eq!(
-        sweeper.enforce_cap().await.unwrap(),
+        sweeper.enforce_cap().await.unwrap().evicted,
         0,
         "at the cap: nothing to do"
     );

@@ -96,9 +96,7 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
         load(&bucketed, expired, live).await?;
         let started = Instant::now();
-        let report = sweeper
-            .sweep_range(0..bucketed.buckets().count(), None)
-            .await?;
+        let report = sweeper.sweep_range(0..bucketed.buckets().count()).await?;
         let bucketed_secs = started.elapsed().as_secs_f64();
 
         let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;

@@ -5,7 +5,8 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::buckets::DEFAULT_NAMESPACE;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::meta::StoreMeta;
 use crate::sweep::{DEFAULT_SEGMENTS, SweepConfig, Sweeper};
 use crate::{Bucketed, BucketedConfig};
 
@@ -18,9 +19,10 @@ pub struct SweepArgs {
     /// The store's key namespace.
     #[arg(long, default_value = DEFAULT_NAMESPACE)]
     namespace: String,
-    /// The store's bucket bits (log2 of the bucket count).
+    /// The store's bucket bits (log2 of the bucket count); read from the
+    /// store's metadata when left out, refused when it disagrees with it.
     #[arg(long)]
-    bucket_bits: u8,
+    bucket_bits: Option<u8>,
     /// Seconds between passes (and the length of each segment lease).
     #[arg(long, default_value_t = 60.0)]
     interval_secs: f64,
@@ -37,9 +39,23 @@ pub struct SweepArgs {
 
 pub(super) async fn run(args: SweepArgs) -> Result<()> {
     let conn = crate::connect(&args.redis_url).await?;
+    let bucket_bits = match args.bucket_bits {
+        Some(bits) => bits,
+        None => {
+            StoreMeta::read(&conn, &args.namespace)
+                .await?
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "no store recorded in namespace {:?}; name its --bucket-bits",
+                        args.namespace
+                    ))
+                })?
+                .bucket_bits
+        }
+    };
     let layout = Bucketed::new(
         conn,
-        BucketedConfig::new(args.bucket_bits).with_namespace(args.namespace.clone()),
+        BucketedConfig::new(bucket_bits).with_namespace(args.namespace.clone()),
     )
     .await?;
     let mut config = SweepConfig::default()
@@ -68,13 +84,16 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
                 let s = stats.borrow_and_update().clone();
                 let last = s.last.unwrap_or_default();
                 println!(
-                    "pass {}: {} buckets in {} segments ({} held by others), {} reclaimed, {} evicted, lag {}s, {:.1} ms | totals: {} reclaimed, {} evicted, {} failed passes{}",
+                    "pass {}: {} buckets in {} segments ({} held by others), {} reclaimed, {} evicted, {} repaired, {} bad buckets{}, lag {}s, {:.1} ms | totals: {} reclaimed, {} evicted, {} failed passes{}",
                     s.passes,
                     last.buckets,
                     last.segments_swept,
                     last.segments_skipped,
                     last.reclaimed,
                     last.evicted,
+                    last.repaired,
+                    last.bad_buckets,
+                    last.bad.first().map(|b| format!(" (bucket {}: {})", b.bucket, b.error)).unwrap_or_default(),
                     last.lag_secs,
                     last.took.as_secs_f64() * 1e3,
                     s.reclaimed,

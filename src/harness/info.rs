@@ -93,10 +93,30 @@ impl MemorySample {
     }
 }
 
-/// Slots in db 0's main and expires dicts, from `MEMORY STATS`: Redis 7.0
-/// reports each dict's overhead as entries x 24 bytes (+ 16 per key for the
-/// main dict's objects) + slots x 8.
-async fn dict_slots<C>(conn: &mut C) -> Result<Option<(u64, u64)>>
+/// Whether the key dicts are being rehashed, from `MEMORY STATS`.
+///
+/// Redis 7.4 and Valkey 8 keep a dict per slot and report the number being
+/// rehashed (`db.dict.rehashing.count`). Redis 7.0 reports each of db 0's
+/// dicts' overhead as entries x 24 bytes (+ 16 per key for the main dict's
+/// objects) + slots x 8; a dict being rehashed holds two tables, so its slot
+/// count is not a power of two. `None` where neither is reported.
+async fn rehashing<C>(conn: &mut C) -> Result<Option<bool>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let stats: redis::Value = redis::cmd("MEMORY").arg("STATS").query_async(conn).await?;
+    if let Some(count) = lookup(&stats, "db.dict.rehashing.count") {
+        let count: u64 = redis::from_redis_value_ref(count).unwrap_or(0);
+        return Ok(Some(count > 0));
+    }
+    Ok(dict_slots(conn, &stats).await?.map(|(main, expires)| {
+        let single = |slots: u64| slots == 0 || slots.is_power_of_two();
+        !(single(main) && single(expires))
+    }))
+}
+
+/// Slots in db 0's main and expires dicts, from Redis 7.0's `MEMORY STATS`.
+async fn dict_slots<C>(conn: &mut C, stats: &redis::Value) -> Result<Option<(u64, u64)>>
 where
     C: redis::aio::ConnectionLike + Send,
 {
@@ -111,8 +131,7 @@ where
             }
         }
     }
-    let stats: redis::Value = redis::cmd("MEMORY").arg("STATS").query_async(conn).await?;
-    let Some(db0) = lookup(&stats, "db.0") else {
+    let Some(db0) = lookup(stats, "db.0") else {
         return Ok(None);
     };
     let num =
@@ -152,14 +171,8 @@ where
 {
     let started = std::time::Instant::now();
     loop {
-        match dict_slots(conn).await? {
-            None => return Ok(true),
-            Some((main, expires)) => {
-                let single = |slots: u64| slots == 0 || slots.is_power_of_two();
-                if single(main) && single(expires) {
-                    return Ok(true);
-                }
-            }
+        if rehashing(conn).await? != Some(true) {
+            return Ok(true);
         }
         if started.elapsed() > max {
             return Ok(false);

@@ -137,7 +137,7 @@ where
         each!(self, l => l.replace(id, record, expected).await)
     }
 
-    async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
+    async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {
         each!(self, l => l.remove(id, expected).await)
     }
 

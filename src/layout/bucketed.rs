@@ -7,8 +7,10 @@ use serde::{Deserialize, Serialize};
 use super::indexed::{HashZset, KeyScheme, Keys};
 use crate::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::error::Result;
+use crate::id::ID_BYTES;
 use crate::id::SessionId;
-use crate::limits::ListpackLimits;
+use crate::limits::{self, ListpackLimits};
+use crate::meta::{FORMAT_VERSION, StoreMeta};
 
 /// Default bucket bits: 65,536 buckets, for about 5M sessions.
 pub const DEFAULT_BUCKET_BITS: u8 = 16;
@@ -48,11 +50,12 @@ impl BucketedConfig {
     }
 }
 
-/// The bucket scheme and the limits it was set up with.
+/// The bucket scheme and the server settings it was set up with.
 #[derive(Clone, Debug)]
 pub struct BucketScheme {
     buckets: Buckets,
     limits: ListpackLimits,
+    eviction_policy: Option<String>,
 }
 
 impl KeyScheme for BucketScheme {
@@ -83,14 +86,52 @@ impl<C> HashZset<C, BucketScheme>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
-    /// Connects a bucketed layout, reading the server's listpack limits.
+    /// Opens a bucketed store: checks the namespace's metadata (recording
+    /// it if the store is new; see [`crate::meta`]) and reads the server's
+    /// listpack limits and eviction policy. Three round trips, once.
+    ///
+    /// A store opened with other bucket bits than the namespace holds is an
+    /// [`crate::Error::Config`]. An `allkeys-*` eviction policy is logged as a
+    /// warning: under memory pressure Redis may then evict one key of a
+    /// bucket and keep the other; the sweeper repairs what that leaves, but
+    /// the sessions in an evicted key are gone.
     pub async fn new(conn: C, config: BucketedConfig) -> Result<Self> {
         let buckets = Buckets::new(config.namespace, config.bucket_bits)?;
-        let limits = ListpackLimits::read(&mut conn.clone()).await?;
-        Ok(Self::with_limits(conn, buckets, limits))
+        Self::meta(&buckets)
+            .claim(&conn, buckets.namespace())
+            .await?;
+        let mut c = conn.clone();
+        let limits = ListpackLimits::read(&mut c).await?;
+        let policy = limits::eviction_policy(&mut c).await?;
+        if let Some(policy) = policy
+            .as_deref()
+            .filter(|p| limits::evicts_persistent_keys(p))
+        {
+            tracing::warn!(
+                policy,
+                namespace = buckets.namespace(),
+                "maxmemory-policy may evict bucket keys, which have no expiry: an evicted \
+                 HASH or ZSET takes its sessions with it, and the sweeper removes what is \
+                 left of the bucket; use noeviction or a volatile-* policy to keep buckets whole"
+            );
+        }
+        let mut layout = Self::with_limits(conn, buckets, limits);
+        layout.scheme.eviction_policy = policy;
+        Ok(layout)
     }
 
-    /// A bucketed layout with limits already known (no round trip).
+    /// The metadata a bucketed store with these buckets records.
+    pub fn meta(buckets: &Buckets) -> StoreMeta {
+        StoreMeta {
+            layout: "bucketed".to_owned(),
+            bucket_bits: buckets.bits(),
+            id_bits: (ID_BYTES * 8) as u16,
+            format: FORMAT_VERSION,
+        }
+    }
+
+    /// A bucketed layout with limits already known: no round trip, and no
+    /// metadata check (the benchmarks use it on servers they flush).
     pub fn with_limits(conn: C, buckets: Buckets, limits: ListpackLimits) -> Self {
         let field = buckets.field_len() as u64;
         if field > limits.hash_value || field > limits.zset_value {
@@ -103,7 +144,11 @@ where
         Self {
             conn,
             inline_max: limits.hash_value,
-            scheme: BucketScheme { buckets, limits },
+            scheme: BucketScheme {
+                buckets,
+                limits,
+                eviction_policy: None,
+            },
             name: "bucketed",
             clock: Default::default(),
         }
@@ -117,5 +162,11 @@ where
     /// The listpack limits this layout works to.
     pub fn limits(&self) -> ListpackLimits {
         self.scheme.limits
+    }
+
+    /// The server's `maxmemory-policy` when the layout was opened (`None`
+    /// if it could not be read, or for [`Self::with_limits`]).
+    pub fn eviction_policy(&self) -> Option<&str> {
+        self.scheme.eviction_policy.as_deref()
     }
 }

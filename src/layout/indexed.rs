@@ -7,9 +7,11 @@
 //! (same hash tag, same expiry) and the HASH keeps a one-byte marker, so one
 //! fat session never converts a listpack.
 
+use std::time::Instant;
+
 use redis::{Script, ScriptInvocation};
 
-use super::{Expiry, Inserted, Layout, Stored, Written};
+use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
 use crate::clock::{ServerClock, Verdict};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
@@ -87,9 +89,12 @@ where
         self.scheme.keys(id)
     }
 
-    /// The stored record of a live session: the HASH's bytes, or, for the
-    /// out-of-line marker, one more read (which Redis answers with nothing
-    /// if that key has expired with the session).
+    /// The stored record of a live session: the HASH's bytes or, for the
+    /// out-of-line marker, the session read again in one transaction
+    /// (entry, HASH value and out-of-line key together), so a concurrent
+    /// write that moves the record in or out of line is never seen half
+    /// done. Redis answers nothing for an out-of-line key that has expired
+    /// with the session or been evicted.
     async fn live_record(
         &self,
         id: &SessionId,
@@ -99,20 +104,35 @@ where
         if record != [OUT_OF_LINE] {
             return Ok(Some(Stored { record, expires_at }));
         }
-        let record: Option<Vec<u8>> = redis::cmd("GET")
-            .arg(self.scheme.out_of_line(id))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
-        Ok(record.map(|record| Stored { record, expires_at }))
+        let keys = self.keys(id);
+        let (expiry, record, out_of_line): (Option<f64>, Option<Vec<u8>>, Option<Vec<u8>>) =
+            redis::pipe()
+                .atomic()
+                .zscore(&keys.zset, &keys.field)
+                .hget(&keys.hash, &keys.field)
+                .get(self.scheme.out_of_line(id))
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(self.error(id))?;
+        // The expiry only moves forward while the id lives (a touch), so
+        // the session judged live above is still live at this reading.
+        let (Some(expiry), Some(record)) = (expiry, record) else {
+            return Ok(None);
+        };
+        let expires_at = (expiry as u64).max(expires_at);
+        if record != [OUT_OF_LINE] {
+            return Ok(Some(Stored { record, expires_at }));
+        }
+        Ok(out_of_line.map(|record| Stored { record, expires_at }))
     }
 
     /// The server's time in whole seconds, read now.
     async fn server_now(&self) -> Result<u64> {
+        let sent = Instant::now();
         let (secs, micros): (u64, u64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await?;
-        self.clock.record(secs, micros);
+        self.clock.record(secs, micros, sent);
         Ok(secs)
     }
 
@@ -136,6 +156,7 @@ where
         let keys = self.keys(id);
         let inline = self.fits_inline(record.len());
         let mut inv = BUCKET_INSERT.prepare_invoke();
+        // Callers check the expiry first (`Expiry::check`).
         inv.key(&keys.hash).key(&keys.zset);
         // The out-of-line key is named only when it will be written.
         if !inline {
@@ -192,6 +213,7 @@ where
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
+        let expiry = expiry.check()?;
         let code = self
             .call(id, &self.insert_invocation(id, record, expiry))
             .await?;
@@ -205,10 +227,11 @@ where
             .hget(&keys.hash, &keys.field);
         // The time is read only when the clock estimate is stale, after the
         // entry (so it is never earlier than the reads).
-        let stale = self.clock.now().is_none();
+        let stale = !self.clock.is_fresh();
         if stale {
             pipe.cmd("TIME");
         }
+        let sent = Instant::now();
         let mut replies: Vec<redis::Value> = pipe
             .query_async(&mut self.conn.clone())
             .await
@@ -216,7 +239,7 @@ where
         if stale {
             let (secs, micros): (u64, u64) =
                 redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
-            self.clock.record(secs, micros);
+            self.clock.record(secs, micros, sent);
         }
         let record: Option<Vec<u8>> =
             redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
@@ -239,7 +262,7 @@ where
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
         let mut inv = self.invocation(&BUCKET_TOUCH, id);
-        inv.arg(ttl_secs);
+        inv.arg(check_ttl(ttl_secs)?);
         self.call(id, &inv).await
     }
 
@@ -257,10 +280,11 @@ where
         Ok(Written::from_code(self.call(id, &inv).await?))
     }
 
-    async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
+    async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {
         let mut inv = self.invocation(&BUCKET_REMOVE, id);
         inv.arg(scripts::flag(expected.is_some()))
-            .arg(expected.unwrap_or_default());
+            .arg(expected.map(|e| e.record.as_slice()).unwrap_or_default())
+            .arg(expected.map_or(0, |e| e.expires_at));
         Ok(Written::from_code(self.call(id, &inv).await?))
     }
 
@@ -269,6 +293,7 @@ where
         items: &[(SessionId, Vec<u8>)],
         ttl_secs: u64,
     ) -> Result<Vec<Inserted>> {
+        check_ttl(ttl_secs)?;
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(PIPELINE_CHUNK) {
             let invocations: Vec<_> = chunk
@@ -291,13 +316,14 @@ where
                 pipe.zscore(&k.zset, &k.field).hget(&k.hash, &k.field);
             }
             pipe.cmd("TIME");
+            let sent = Instant::now();
             let mut replies: Vec<redis::Value> = pipe
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(scripts::pipeline_error(self, chunk, 2))?;
             let time = replies.pop().unwrap_or(redis::Value::Nil);
             let (now, micros): (u64, u64) = redis::from_redis_value(time)?;
-            self.clock.record(now, micros);
+            self.clock.record(now, micros, sent);
             for (id, pair) in chunk.iter().zip(replies.chunks(2)) {
                 let expiry: Option<f64> = redis::from_redis_value_ref(&pair[0])?;
                 let record: Option<Vec<u8>> = redis::from_redis_value_ref(&pair[1])?;

@@ -15,7 +15,7 @@ use redis::{Script, ScriptInvocation};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{Expiry, Inserted, Layout, Stored, Written};
+use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::record;
@@ -197,7 +197,7 @@ where
         record: &[u8],
         expiry: Expiry,
     ) -> Result<ScriptInvocation<'static>> {
-        let (mode, secs) = match expiry {
+        let (mode, secs) = match expiry.check()? {
             Expiry::In(secs) => ("in", secs),
             Expiry::At(at) => ("at", at),
         };
@@ -357,7 +357,7 @@ where
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
         let mut inv = self.script(&STRING_TOUCH, &HASH_TOUCH).prepare_invoke();
-        inv.key(self.key(id)).arg(ttl_secs);
+        inv.key(self.key(id)).arg(check_ttl(ttl_secs)?);
         if !matches!(self.encoding, Encoding::HashPerSession) {
             inv.arg(scripts::flag(self.is_json()));
         }
@@ -380,13 +380,14 @@ where
         Ok(Written::from_code(self.call(id, &inv).await?))
     }
 
-    async fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> Result<Written> {
+    async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {
         let mut inv = self.script(&STRING_REMOVE, &HASH_REMOVE).prepare_invoke();
         inv.key(self.key(id));
         if self.encoding != Encoding::HashPerSession {
             inv.arg(scripts::flag(self.is_json()));
         }
-        self.expected_args(&mut inv, id, expected)?;
+        self.expected_args(&mut inv, id, expected.map(|e| e.record.as_slice()))?;
+        inv.arg(expected.map_or(0, |e| e.expires_at));
         Ok(Written::from_code(self.call(id, &inv).await?))
     }
 

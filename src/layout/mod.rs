@@ -30,6 +30,24 @@ pub use bucketed::{Bucketed, BucketedConfig};
 pub use indexed::{HashZset, KeyScheme, Keys};
 pub use key_per_session::{Encoding, KeyPerSession};
 
+/// Longest lifetime a session may be given: 20 years. Longer ones are an
+/// [`crate::Error::InvalidTtl`], never a session that outlives the store.
+pub const MAX_TTL_SECS: u64 = 20 * 365 * 24 * 3600;
+/// Latest absolute expiry accepted (2106-02-07, the last second that fits
+/// in 32 bits, so every expiry is a small listpack integer).
+pub const MAX_EXPIRES_AT: u64 = u32::MAX as u64;
+
+/// Checks a lifetime in seconds: 1..=[`MAX_TTL_SECS`].
+pub fn check_ttl(secs: u64) -> Result<u64> {
+    if (1..=MAX_TTL_SECS).contains(&secs) {
+        Ok(secs)
+    } else {
+        Err(crate::Error::InvalidTtl {
+            detail: format!("{secs} s; a session lives 1 to {MAX_TTL_SECS} s"),
+        })
+    }
+}
+
 /// When a new session expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {
@@ -37,6 +55,21 @@ pub enum Expiry {
     In(u64),
     /// At this unix time in seconds.
     At(u64),
+}
+
+impl Expiry {
+    /// Checks the expiry is one a layout may write: a lifetime within
+    /// [`check_ttl`], or an absolute time no later than [`MAX_EXPIRES_AT`]
+    /// (one in the past is answered with [`Inserted::AlreadyExpired`]).
+    pub fn check(self) -> Result<Self> {
+        match self {
+            Self::In(secs) => check_ttl(secs).map(Self::In),
+            Self::At(at) if at <= MAX_EXPIRES_AT => Ok(self),
+            Self::At(at) => Err(crate::Error::InvalidTtl {
+                detail: format!("expiry at unix time {at} is past {MAX_EXPIRES_AT}"),
+            }),
+        }
+    }
 }
 
 /// A session as a layout returns it.
@@ -139,16 +172,18 @@ pub trait Layout: Send + Sync {
         expected: Option<&[u8]>,
     ) -> impl Future<Output = Result<Written>> + Send;
 
-    /// Removes a session. With `expected`, only if the stored record still
-    /// equals it.
+    /// Removes a session. With `expected`, only if the stored record and
+    /// expiry still equal it (so a rotation that copied a session cannot
+    /// drop a touch or a write made meanwhile).
     fn remove(
         &self,
         id: &SessionId,
-        expected: Option<&[u8]>,
+        expected: Option<&Stored>,
     ) -> impl Future<Output = Result<Written>> + Send;
 
     /// Inserts many sessions, all expiring `ttl_secs` from now; one result
-    /// per item, in order.
+    /// per item, in order. Each insert is atomic; the batch is not (an error
+    /// part way leaves the earlier items stored).
     fn insert_many(
         &self,
         items: &[(SessionId, Vec<u8>)],
@@ -201,7 +236,7 @@ macro_rules! delegate_layout {
             fn replace(&self, id: &SessionId, record: &[u8], expected: Option<&[u8]>) -> impl Future<Output = Result<Written>> + Send {
                 (**self).replace(id, record, expected)
             }
-            fn remove(&self, id: &SessionId, expected: Option<&[u8]>) -> impl Future<Output = Result<Written>> + Send {
+            fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> impl Future<Output = Result<Written>> + Send {
                 (**self).remove(id, expected)
             }
             fn insert_many(&self, items: &[(SessionId, Vec<u8>)], ttl_secs: u64) -> impl Future<Output = Result<Vec<Inserted>>> + Send {

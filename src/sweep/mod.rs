@@ -7,17 +7,30 @@
 //! gone), as it should. Several sweepers may run at once: the buckets are
 //! divided into segments, and a sweeper sweeps a segment only while it
 //! holds that segment's lease ([`crate::lock`]) for the interval, so each
-//! bucket is swept about once per interval however many sweepers run.
+//! bucket is swept about once per interval however many sweepers run. A
+//! sweeper renews the leases it already holds, so one alone sweeps every
+//! segment every pass.
+//!
+//! A sweep step also repairs a bucket whose HASH and ZSET disagree (what an
+//! `allkeys-*` eviction policy leaves when it evicts one of the two), and a
+//! bucket whose keys another program wrote with another type is skipped,
+//! changed in nothing, and reported in [`PassReport::bad_buckets`], while
+//! the other buckets are swept.
 
+mod cap;
+mod step;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layout::Bucketed;
 use crate::lock;
-use crate::scripts::{self, BUCKET_SWEEP};
+pub use step::BadBucket;
+use step::{RangeOutcome, sweep_buckets};
 
 /// Default time between passes.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
@@ -26,10 +39,6 @@ pub const DEFAULT_SEGMENTS: u32 = 64;
 /// Default most entries one bucket step removes, so one step never holds
 /// the server long.
 pub const DEFAULT_STEP_LIMIT: u32 = 512;
-/// Buckets swept per pipeline.
-const PIPELINE: u32 = 256;
-/// Buckets whose scores are sampled to place the session cap's cutoff.
-const CAP_SAMPLE_BUCKETS: u32 = 4096;
 
 /// How a sweeper works.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,7 +52,7 @@ pub struct SweepConfig {
     /// Most entries one bucket step removes.
     pub step_limit: u32,
     /// Keep at most this many sessions, evicting those least recently
-    /// touched first (see [`Sweeper::enforce_cap`]).
+    /// touched first, once per pass (see [`Sweeper::enforce_cap`]).
     pub max_sessions: Option<u64>,
     /// Make the first pass as soon as the task starts, rather than one
     /// interval later (the default, so a starting app does not sweep at
@@ -104,8 +113,9 @@ impl SweepConfig {
     }
 }
 
-/// What one pass did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What one pass (or one sweep of a range, or one enforcement of the cap)
+/// did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PassReport {
     /// Buckets swept.
     pub buckets: u64,
@@ -115,13 +125,57 @@ pub struct PassReport {
     pub segments_skipped: u32,
     /// Expired sessions removed.
     pub reclaimed: u64,
-    /// Sessions removed by the cap.
+    /// Live sessions removed by the cap.
     pub evicted: u64,
+    /// Entries removed because their bucket's HASH and ZSET disagreed (one
+    /// of the two evicted by Redis, or written by another program).
+    pub repaired: u64,
+    /// Buckets skipped because a key of theirs holds another type; nothing
+    /// in them was changed.
+    pub bad_buckets: u64,
+    /// The first few of those, with Redis's error.
+    pub bad: Vec<BadBucket>,
+    /// The cap was not enforced because another sweeper was enforcing it.
+    pub cap_deferred: bool,
     /// How long the oldest expired session found had been expired, in
     /// seconds: how far behind the sweeping is.
     pub lag_secs: u64,
     /// Wall time of the pass.
+    #[serde(with = "secs")]
     pub took: Duration,
+}
+
+impl PassReport {
+    fn add(&mut self, other: RangeOutcome, now: u64) {
+        self.buckets += other.buckets;
+        self.reclaimed += other.reclaimed;
+        self.evicted += other.evicted;
+        self.repaired += other.repaired;
+        self.bad_buckets += other.bad_buckets;
+        for bad in other.bad {
+            if self.bad.len() < 16 {
+                self.bad.push(bad);
+            }
+        }
+        if let Some(oldest) = other.oldest_removed {
+            self.lag_secs = self.lag_secs.max(now.saturating_sub(oldest));
+        }
+    }
+
+    fn merge(&mut self, other: PassReport) {
+        self.buckets += other.buckets;
+        self.reclaimed += other.reclaimed;
+        self.evicted += other.evicted;
+        self.repaired += other.repaired;
+        self.bad_buckets += other.bad_buckets;
+        self.cap_deferred |= other.cap_deferred;
+        self.lag_secs = self.lag_secs.max(other.lag_secs);
+        for bad in other.bad {
+            if self.bad.len() < 16 {
+                self.bad.push(bad);
+            }
+        }
+    }
 }
 
 /// Running totals of a sweeper task.
@@ -137,40 +191,14 @@ pub struct SweepStats {
     pub reclaimed: u64,
     /// Sessions evicted by the cap, all passes.
     pub evicted: u64,
+    /// Entries removed by repairs, all passes.
+    pub repaired: u64,
+    /// Bucket sweeps skipped for keys of another type, all passes.
+    pub bad_buckets: u64,
     /// The last pass.
     pub last: Option<PassReport>,
     /// The last error, as text.
     pub last_error: Option<String>,
-}
-
-/// One bucket step's reply.
-struct Step {
-    removed: u64,
-    oldest_removed: i64,
-    more: bool,
-    out_of_line: Vec<Vec<u8>>,
-}
-
-fn parse_step(value: redis::Value) -> Result<Step> {
-    let parts: Vec<redis::Value> = redis::from_redis_value(value)
-        .map_err(|e| Error::Config(format!("unexpected sweep reply: {e}")))?;
-    let int = |i: usize| -> i64 {
-        parts
-            .get(i)
-            .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
-            .unwrap_or(-1)
-    };
-    let out_of_line = parts
-        .iter()
-        .skip(4)
-        .filter_map(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok())
-        .collect();
-    Ok(Step {
-        removed: int(0).max(0) as u64,
-        oldest_removed: int(1),
-        more: int(3) == 1,
-        out_of_line,
-    })
 }
 
 /// Sweeps a bucketed layout.
@@ -178,15 +206,24 @@ fn parse_step(value: redis::Value) -> Result<Step> {
 pub struct Sweeper<C> {
     layout: Bucketed<C>,
     config: SweepConfig,
+    /// This sweeper's lease holder token: it renews its own leases.
+    token: Arc<str>,
 }
 
 impl<C> Sweeper<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// A sweeper for `layout`, on the layout's connection.
+    /// A sweeper for `layout`, on the layout's connection. Open the layout
+    /// with [`Bucketed::new`], which checks the store's recorded bucket bits:
+    /// a sweeper with other bits would sweep other keys.
     pub fn new(layout: Bucketed<C>, config: SweepConfig) -> Self {
-        Self { layout, config }
+        let token = format!("{:032x}", rand::random::<u128>());
+        Self {
+            layout,
+            config,
+            token: token.into(),
+        }
     }
 
     fn conn(&self) -> &C {
@@ -218,76 +255,27 @@ where
         )
     }
 
-    /// Sweeps buckets `range` completely (no leases): every expired entry,
-    /// or with `cutoff` every entry expiring by then, is removed.
-    pub async fn sweep_range(
-        &self,
-        range: std::ops::Range<u32>,
-        cutoff: Option<u64>,
-    ) -> Result<PassReport> {
+    fn cap_lease_key(&self) -> String {
+        format!("{}:sweep:cap", self.layout.buckets().namespace())
+    }
+
+    /// Sweeps buckets `range` completely (no leases): every expired entry
+    /// is removed, and every bucket whose HASH and ZSET disagree repaired.
+    pub async fn sweep_range(&self, range: std::ops::Range<u32>) -> Result<PassReport> {
         let started = Instant::now();
-        let b = self.layout.buckets();
-        let mut report = PassReport::default();
         let now = server_time(self.conn()).await?;
-        let mut pending: Vec<u32> = range.collect();
-        report.buckets = pending.len() as u64;
-        let cutoff_arg = cutoff.map(|c| c.to_string()).unwrap_or_default();
-        while !pending.is_empty() {
-            let mut again = Vec::new();
-            for chunk in pending.chunks(PIPELINE as usize) {
-                let invocations: Vec<_> = chunk
-                    .iter()
-                    .map(|&bucket| {
-                        let mut inv = BUCKET_SWEEP.prepare_invoke();
-                        inv.key(b.hash_key(bucket))
-                            .key(b.zset_key(bucket))
-                            .arg(self.config.step_limit)
-                            .arg(&cutoff_arg);
-                        inv
-                    })
-                    .collect();
-                let replies: Vec<redis::Value> =
-                    scripts::pipelined(self.conn(), &self.layout, &[], &invocations, &BUCKET_SWEEP)
-                        .await?;
-                let mut orphans = Vec::new();
-                for (&bucket, reply) in chunk.iter().zip(replies) {
-                    let step = parse_step(reply)?;
-                    if cutoff.is_some() {
-                        report.evicted += step.removed;
-                    } else {
-                        report.reclaimed += step.removed;
-                    }
-                    if step.oldest_removed >= 0 && cutoff.is_none() {
-                        report.lag_secs = report
-                            .lag_secs
-                            .max(now.saturating_sub(step.oldest_removed as u64));
-                    }
-                    for field in step.out_of_line {
-                        orphans.push(b.out_of_line_key(bucket, &field));
-                    }
-                    if step.more {
-                        again.push(bucket);
-                    }
-                }
-                // Evicted before their expiry: their out-of-line records
-                // would otherwise live on until then.
-                for key in orphans {
-                    let _: () = redis::cmd("DEL")
-                        .arg(&key)
-                        .query_async(&mut self.conn().clone())
-                        .await?;
-                }
-            }
-            pending = again;
-        }
+        let outcome = sweep_buckets(&self.layout, range, self.config.step_limit, None).await?;
+        let mut report = PassReport::default();
+        report.add(outcome, now);
         report.took = started.elapsed();
         Ok(report)
     }
 
-    /// One pass: every segment whose lease this sweeper can take is swept,
-    /// starting from a random segment so concurrent sweepers spread out.
-    /// Leases last one interval and are not given back, so a segment is
-    /// swept once per interval whoever sweeps it.
+    /// One pass: every segment whose lease this sweeper can take (or
+    /// renew) is swept, starting from a random segment so concurrent
+    /// sweepers spread out; then the cap, if one is set. Leases last one
+    /// interval and are not given back, so a segment is swept once per
+    /// interval whoever sweeps it.
     pub async fn pass(&self) -> Result<PassReport> {
         let started = Instant::now();
         let segments = self.segments();
@@ -295,91 +283,101 @@ where
         let mut total = PassReport::default();
         for i in 0..segments {
             let segment = (first + i) % segments;
-            let Some(_lease) =
-                lock::try_acquire(self.conn(), &self.lease_key(segment), self.config.interval)
-                    .await?
-            else {
+            let lease = lock::try_claim(
+                self.conn(),
+                &self.lease_key(segment),
+                &self.token,
+                self.config.interval,
+            )
+            .await?;
+            if lease.is_none() {
                 total.segments_skipped += 1;
                 continue;
-            };
-            let r = self.sweep_range(self.segment_range(segment), None).await?;
+            }
+            let r = self.sweep_range(self.segment_range(segment)).await?;
             total.segments_swept += 1;
-            total.buckets += r.buckets;
-            total.reclaimed += r.reclaimed;
-            total.lag_secs = total.lag_secs.max(r.lag_secs);
+            total.merge(r);
         }
         if self.config.max_sessions.is_some() {
-            total.evicted = self.enforce_cap().await?;
+            let cap = self.enforce_cap().await?;
+            total.merge(PassReport { buckets: 0, ..cap });
         }
         total.took = started.elapsed();
         Ok(total)
     }
 
-    /// Holds the number of sessions to [`SweepConfig::max_sessions`],
+    /// Holds the number of live sessions to [`SweepConfig::max_sessions`],
     /// evicting those that expire soonest, which with one TTL for all
     /// sessions are the least recently created or touched.
     ///
-    /// The cutoff is placed from the expiries of a random sample of up to
-    /// 4,096 buckets (all of them when there are fewer), then every bucket
-    /// drops the entries expiring by it. With `s` sampled sessions, `n` in
-    /// all and a share `q` to evict, the number kept differs from the cap by
-    /// at most about `3 n sqrt(q (1 - q) / s)` (three standard errors of the
-    /// sampled quantile), less the sessions sharing the cutoff second (which
-    /// are evicted too), plus those created during the pass. With every
-    /// bucket sampled the sampling term is zero. Returns how many were
-    /// evicted.
-    pub async fn enforce_cap(&self) -> Result<u64> {
+    /// One sweeper at a time enforces the cap (it holds a lease on it while
+    /// it counts and evicts; another finds it held and reports
+    /// [`PassReport::cap_deferred`]), so sweepers never evict on counts
+    /// another's eviction has made stale. It counts the live sessions, places
+    /// a cutoff in (expiry, field) order from the live entries of a random
+    /// sample of up to 4,096 buckets (all of them when there are fewer), and
+    /// every bucket drops the entries at or before it. Sessions sharing an
+    /// expiry second are split at a field, not evicted together. With `s`
+    /// sampled sessions, `n` live in all and a share `q` to evict, the number
+    /// kept differs from the cap by at most about `3 n sqrt(q (1 - q) / s)`
+    /// (three standard errors of the sampled quantile), plus those created
+    /// or touched past the cutoff during the enforcement; with every bucket
+    /// sampled the sampling term is zero, and the cap is exact.
+    pub async fn enforce_cap(&self) -> Result<PassReport> {
+        let started = Instant::now();
+        let mut report = PassReport::default();
         let Some(max) = self.config.max_sessions else {
-            return Ok(0);
+            return Ok(report);
         };
+        let Some(lease) = lock::try_claim(
+            self.conn(),
+            &self.cap_lease_key(),
+            &self.token,
+            self.config.interval,
+        )
+        .await?
+        else {
+            report.cap_deferred = true;
+            return Ok(report);
+        };
+        let outcome = self.cap_under_lease(max, &mut report).await;
+        // Released whatever happened, so the next pass (any sweeper's) may
+        // enforce it; a lease lost to a crash runs out after one interval.
+        let released = lease.release().await;
+        outcome?;
+        released?;
+        report.took = started.elapsed();
+        Ok(report)
+    }
+
+    async fn cap_under_lease(&self, max: u64, report: &mut PassReport) -> Result<()> {
         let b = self.layout.buckets();
-        let count = b.count();
-        let mut conn = self.conn().clone();
-        // Sessions in all buckets.
-        let mut total = 0u64;
-        for start in (0..count).step_by(4096) {
-            let mut pipe = redis::pipe();
-            for bucket in start..(start + 4096).min(count) {
-                pipe.zcard(b.zset_key(bucket));
-            }
-            let cards: Vec<u64> = pipe.query_async(&mut conn).await?;
-            total += cards.iter().sum::<u64>();
-        }
+        let now = server_time(self.conn()).await?;
+        let mut bad = Vec::new();
+        let mut bad_count = 0;
+        let total = cap::count_live(self.conn(), b, now, &mut bad, &mut bad_count).await?;
+        report.bad_buckets += bad_count;
+        report.bad.extend(bad);
         if total <= max {
-            return Ok(0);
+            return Ok(());
         }
-        let sample: Vec<u32> = if count <= CAP_SAMPLE_BUCKETS {
-            (0..count).collect()
-        } else {
-            (0..CAP_SAMPLE_BUCKETS)
-                .map(|_| rand::random_range(0..count))
-                .collect()
+        let Some(cutoff) = cap::place_cutoff(self.conn(), b, now, total, max).await? else {
+            return Ok(());
         };
-        let mut scores: Vec<u64> = Vec::new();
-        for chunk in sample.chunks(1024) {
-            let mut pipe = redis::pipe();
-            for &bucket in chunk {
-                pipe.cmd("ZRANGE")
-                    .arg(b.zset_key(bucket))
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES");
-            }
-            let replies: Vec<Vec<(Vec<u8>, f64)>> = pipe.query_async(&mut conn).await?;
-            scores.extend(replies.into_iter().flatten().map(|(_, s)| s as u64));
-        }
-        if scores.is_empty() {
-            return Ok(0);
-        }
-        scores.sort_unstable();
-        let share = (total - max) as f64 / total as f64;
-        // Entries expiring at or before the cutoff go: the ceil(q s)-th
-        // smallest sampled expiry. Sessions sharing that second go too, so
-        // the cap errs towards keeping fewer, never more.
-        let rank = ((share * scores.len() as f64).ceil() as usize).clamp(1, scores.len());
-        let cutoff = scores[rank - 1];
-        let report = self.sweep_range(0..count, Some(cutoff)).await?;
-        Ok(report.evicted)
+        let outcome = sweep_buckets(
+            &self.layout,
+            0..b.count(),
+            self.config.step_limit,
+            Some(&cutoff),
+        )
+        .await?;
+        // Buckets already reported bad by the count are not counted twice.
+        report.bad_buckets = report.bad_buckets.max(outcome.bad_buckets);
+        report.buckets += outcome.buckets;
+        report.reclaimed += outcome.reclaimed;
+        report.evicted += outcome.evicted;
+        report.repaired += outcome.repaired;
+        Ok(())
     }
 
     /// Starts the sweeper as a background task: a pass every interval (the
@@ -408,10 +406,19 @@ where
                 };
                 stats_tx.send_modify(|stats| match outcome {
                     Ok(report) => {
+                        if report.bad_buckets > 0 {
+                            tracing::warn!(
+                                bad_buckets = report.bad_buckets,
+                                first = ?report.bad.first(),
+                                "buckets skipped: a key of theirs holds another type"
+                            );
+                        }
                         stats.passes += 1;
                         stats.buckets += report.buckets;
                         stats.reclaimed += report.reclaimed;
                         stats.evicted += report.evicted;
+                        stats.repaired += report.repaired;
+                        stats.bad_buckets += report.bad_buckets;
                         stats.last = Some(report);
                     }
                     Err(e) => {

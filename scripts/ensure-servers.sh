@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds the source-built test servers once and caches them outside the
+# repository: Redis 7.4.1 and Valkey 8.0.1, from the archives in
+# ../shared/servers/ (checked against their sha256). Prints one line per
+# server, `name path-to-server-binary`. A cached build is reused.
+#
+#   SESSIONPACK_SERVER_SOURCES  folder of the archives (default ../shared/servers)
+#   SESSIONPACK_CACHE           cache folder (default ~/.cache/sessionpack)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sources=${SESSIONPACK_SERVER_SOURCES:-$(cd .. && pwd)/shared/servers}
+cache=${SESSIONPACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sessionpack}/servers
+mkdir -p "$cache"
+
+build() {
+  local name=$1 archive=$2 sha=$3 binary=$4
+  local out="$cache/$name"
+  if [ -x "$out/bin/$binary" ]; then
+    echo "$name $out/bin/$binary"
+    return
+  fi
+  if [ ! -f "$sources/$archive" ]; then
+    echo "missing $sources/$archive: cannot build $name" >&2
+    return 1
+  fi
+  echo "$sha  $sources/$archive" | sha256sum --check --quiet - >&2
+  local work
+  work=$(mktemp -d)
+  tar -xzf "$sources/$archive" -C "$work"
+  echo "building $name (a few minutes, once)" >&2
+  # Bundled jemalloc, no TLS: nothing beyond a C compiler and make.
+  make -C "$work"/*/ -j"$(nproc)" BUILD_TLS=no >"$work/build.log" 2>&1 || {
+    tail -n 30 "$work/build.log" >&2
+    return 1
+  }
+  mkdir -p "$out/bin.tmp"
+  cp "$work"/*/src/"$binary" "$out/bin.tmp/"
+  for tool in redis-cli valkey-cli redis-benchmark valkey-benchmark; do
+    [ -x "$work"/*/src/$tool ] && cp "$work"/*/src/$tool "$out/bin.tmp/" || true
+  done
+  rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin"
+  rm -rf "$work"
+  echo "$name $out/bin/$binary"
+}
+
+if ! command -v make >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq build-essential >/dev/null
+fi
+
+build redis-7.4.1 redis-7.4.1.tar.gz \
+  4de2e6f23676e4d3872547a51731b8c78de812ff09260712c20f4ce01d1bad30 redis-server
+build valkey-8.0.1 valkey-8.0.1.tar.gz \
+  bccb382a0f583fb419526348ed07c3d19e0b6fe8f5492aa3b3037793016ea478 valkey-server
