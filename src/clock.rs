@@ -82,11 +82,13 @@ impl ServerClock {
     /// fresh: (earliest, latest).
     pub fn bounds(&self) -> Option<(f64, f64)> {
         let seen = *self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
         seen.and_then(|r| {
-            let since_sent = r.sent.elapsed();
+            let since_sent = now.saturating_duration_since(r.sent);
+            let since_received = now.saturating_duration_since(r.received);
             (since_sent < MAX_AGE).then(|| {
                 (
-                    r.server + r.received.elapsed().as_secs_f64(),
+                    r.server + since_received.as_secs_f64(),
                     r.server + since_sent.as_secs_f64(),
                 )
             })

@@ -88,7 +88,9 @@ impl LocalServer {
         }
     }
 
-    /// Stops the server and starts a fresh, empty one on the same port.
+    /// Stops the server and starts it again on the same port in the same
+    /// directory: empty, unless it saved a snapshot there (`SAVE`), which it
+    /// then loads before answering. Returns once it answers `PING`.
     pub fn restart(&self) -> Result<()> {
         self.stop();
         self.spawn()

@@ -197,3 +197,52 @@ async fn two_sweep_daemons_share_one_store() {
             .all(Option::is_some)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_reads_the_stores_bucket_bits_and_refuses_others() {
+    let server = common::server();
+    let layout = common::bucketed(&server, 6).await;
+    let short: Store<_, ()> = Store::new(layout).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..500).map(|i| (i, ())).collect();
+    short.create_many(&batch).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let url = server.url();
+
+    // Other bits than the store's: refused, nothing swept.
+    let out = sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &url,
+        "--bucket-bits",
+        "7",
+        "--passes",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("6 bucket bits"), "{err}");
+
+    // No bits given: the store's own are used.
+    let text = stdout(&sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &url,
+        "--passes",
+        "1",
+    ]));
+    assert!(text.contains("sweeping 64 buckets"), "{text}");
+    assert!(text.contains("500 reclaimed"), "{text}");
+
+    // A namespace that holds no store: a clear error.
+    let out = sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &url,
+        "--namespace",
+        "none",
+        "--passes",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no store recorded"));
+}

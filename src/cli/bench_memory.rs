@@ -139,8 +139,8 @@ pub(super) async fn run(args: MemoryArgs) -> Result<()> {
         ));
     }
     println!(
-        "Redis {} ({}), listpack limits {}/{} (hash) {}/{} (zset) from {:?}; {} sessions per layout, {} steps",
-        server.redis_version,
+        "{} ({}), listpack limits {}/{} (hash) {}/{} (zset) from {:?}; {} sessions per layout, {} steps",
+        server.name(),
         server.mem_allocator,
         server.limits.hash_entries,
         server.limits.hash_value,

@@ -130,12 +130,12 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
     }
     let result = SweepBench {
         command: super::bench_memory::command_line(),
-        redis_version: server.redis_version,
+        redis_version: server.name(),
         bucket_bits: bits,
         scenarios,
     };
     let mut md = format!(
-        "# Reclaiming expired sessions\n\nProduced by `{}` (Redis {}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | bucketed / book |\n|---|---|---:|---:|---:|---:|\n",
+        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | bucketed / book |\n|---|---|---:|---:|---:|---:|\n",
         result.command, result.redis_version, bits
     );
     for s in &result.scenarios {

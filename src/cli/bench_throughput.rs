@@ -109,7 +109,7 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
     };
     let report = ThroughputReport {
         command: super::bench_memory::command_line(),
-        redis_version: server.redis_version,
+        redis_version: server.name(),
         clients: args.clients,
         sessions: args.sessions,
         set_baseline,
@@ -122,7 +122,7 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| Error::Config(e.to_string()))?;
     let md = format!(
-        "# Throughput\n\nProduced by `{}` (Redis {}, {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined.\n\n{}",
+        "# Throughput\n\nProduced by `{}` ({}, {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined.\n\n{}",
         report.command,
         report.redis_version,
         report.clients,

@@ -23,8 +23,12 @@ where
 /// The server a run measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServerInfo {
-    /// `redis_version`.
+    /// `redis_version` (Valkey reports the Redis version it is compatible
+    /// with here).
     pub redis_version: String,
+    /// `valkey_version`, on Valkey.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valkey_version: Option<String>,
     /// `mem_allocator`, e.g. `jemalloc-5.3.0`.
     pub mem_allocator: String,
     /// `os`.
@@ -36,6 +40,14 @@ pub struct ServerInfo {
 }
 
 impl ServerInfo {
+    /// The server's name and version, e.g. `Redis 7.0.15` or `Valkey 8.0.1`.
+    pub fn name(&self) -> String {
+        match &self.valkey_version {
+            Some(v) => format!("Valkey {v}"),
+            None => format!("Redis {}", self.redis_version),
+        }
+    }
+
     /// Reads it.
     pub async fn read<C>(conn: &mut C) -> Result<Self>
     where
@@ -46,6 +58,7 @@ impl ServerInfo {
         let get = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
         Ok(Self {
             redis_version: get(&server, "redis_version"),
+            valkey_version: server.get("valkey_version").cloned(),
             mem_allocator: get(&memory, "mem_allocator"),
             os: get(&server, "os"),
             arch_bits: get(&server, "arch_bits"),

@@ -114,9 +114,9 @@ where
     let mut chart = ChartBuilder::on(&area)
         .caption(
             format!(
-                "{} - Redis {}, {}",
+                "{} - {}, {}",
                 measure.caption(),
-                report.server.redis_version,
+                report.server.name(),
                 report.server.mem_allocator
             ),
             ("sans-serif", 22),

@@ -89,8 +89,8 @@ pub fn summary(report: &MemoryReport) -> String {
     let _ = writeln!(s, "Produced by `{}`.\n", report.command);
     let _ = writeln!(
         s,
-        "Redis {} ({}, {}-bit {}), listpack limits: hash {} entries / {} bytes, zset {} entries / {} bytes ({:?}). {} steps per layout.\n",
-        report.server.redis_version,
+        "{} ({}, {}-bit {}), listpack limits: hash {} entries / {} bytes, zset {} entries / {} bytes ({:?}). {} steps per layout.\n",
+        report.server.name(),
         report.server.mem_allocator,
         report.server.arch_bits,
         report.server.os,

@@ -224,7 +224,8 @@ pub fn medians(all: &[Rate]) -> Vec<Rate> {
 pub struct ThroughputReport {
     /// The command line that produced it.
     pub command: String,
-    /// Redis version.
+    /// The server measured, e.g. `Redis 7.0.15` (name and version; older
+    /// reports hold the version alone).
     pub redis_version: String,
     /// Concurrent callers for single operations.
     pub clients: usize,

@@ -13,15 +13,17 @@
 -- outlives its entry whenever the caller stops.
 -- Returns {expired removed, live removed, oldest removed expiry or -1,
 --          1 if this step hit its limit else 0, entries removed by repair,
---          n, n fields for bucket_evict.lua, then out-of-line fields whose
---          entries the repair removed (their keys may be deleted)}.
+--          n, n fields for bucket_evict.lua, then the fields the repair
+--          removed whose records may live out of line (their keys may be
+--          deleted)}.
 local OUT_OF_LINE = '\193'
 local now = tonumber(redis.call('TIME')[1])
 local limit = tonumber(ARGV[1])
 
 -- A field in one key and not the other is a session no load can see: an
 -- allkeys-* eviction policy evicts one key of a bucket and keeps the other.
--- Both kinds are removed; the out-of-line fields among them are returned.
+-- Both kinds are removed, and the fields that may have a record out of line
+-- are returned.
 local function repair()
   local removed, orphaned = 0, {}
   local fields = redis.call('HKEYS', KEYS[1])
@@ -48,7 +50,10 @@ local function repair()
     local gone = {}
     for j = 1, #part do
       if not values[j] then
+        -- Whether its record was out of line went with the HASH: its
+        -- record key, if any, is deleted too.
         gone[#gone + 1] = part[j]
+        orphaned[#orphaned + 1] = part[j]
       end
     end
     call_in_slices('ZREM', KEYS[2], gone)

@@ -85,6 +85,8 @@ macro_rules! layout_suite {
             case!(too_large_is_refused_before_redis);
             case!(hostile_ids_never_reach_redis);
             case!(survives_a_redis_restart);
+            case!(absurd_lifetimes_are_refused);
+            case!(rotate_keeps_a_touch_made_meanwhile);
         }
     };
 }
@@ -93,4 +95,66 @@ macro_rules! layout_suite {
 pub fn raw_command(server: &LocalServer, cmd: &redis::Cmd) {
     let mut conn = server.client().unwrap().get_connection().unwrap();
     let _: redis::Value = cmd.query(&mut conn).unwrap();
+}
+
+/// What an audit of a bucketed namespace found out of step.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// HASH fields with no expiry entry in their bucket's ZSET.
+    pub fields_without_expiry: u64,
+    /// ZSET entries with no HASH field.
+    pub expiries_without_field: u64,
+    /// Out-of-line record keys whose bucket holds no marker for them.
+    pub records_without_entry: u64,
+    /// Live sessions: entries in both keys.
+    pub sessions: u64,
+}
+
+/// Reads every bucket and out-of-line key of `b` and counts what is out of
+/// step. Buckets whose keys hold another type are passed over.
+pub async fn audit(raw: &mut redis::aio::MultiplexedConnection, b: &sessionpack::Buckets) -> Audit {
+    use std::collections::HashSet;
+    let mut audit = Audit::default();
+    for bucket in 0..b.count() {
+        let fields: redis::RedisResult<Vec<Vec<u8>>> = redis::cmd("HKEYS")
+            .arg(b.hash_key(bucket))
+            .query_async(raw)
+            .await;
+        let members: redis::RedisResult<Vec<Vec<u8>>> = redis::cmd("ZRANGE")
+            .arg(b.zset_key(bucket))
+            .arg(0)
+            .arg(-1)
+            .query_async(raw)
+            .await;
+        let (Ok(fields), Ok(members)) = (fields, members) else {
+            continue;
+        };
+        let fields: HashSet<Vec<u8>> = fields.into_iter().collect();
+        let members: HashSet<Vec<u8>> = members.into_iter().collect();
+        audit.fields_without_expiry += fields.difference(&members).count() as u64;
+        audit.expiries_without_field += members.difference(&fields).count() as u64;
+        audit.sessions += fields.intersection(&members).count() as u64;
+    }
+    let pattern = format!("{}:{{*}}:o:*", b.namespace());
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(raw)
+        .await
+        .unwrap();
+    for key in keys {
+        let (head, field_hex) = key.rsplit_once(":o:").unwrap();
+        let tag = &head[head.find('{').unwrap() + 1..head.find('}').unwrap()];
+        let bucket = u32::from_str_radix(tag, 16).unwrap();
+        let field = hex::decode(field_hex).unwrap();
+        let marker: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(b.hash_key(bucket))
+            .arg(&field)
+            .query_async(raw)
+            .await
+            .unwrap_or(None);
+        if marker.as_deref() != Some(&[0xc1]) {
+            audit.records_without_entry += 1;
+        }
+    }
+    audit
 }

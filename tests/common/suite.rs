@@ -399,3 +399,131 @@ pub async fn survives_a_redis_restart<L: Layout>(server: &LocalServer, layout: L
     let ids = store.create_many(&[(5, Attrs::default())]).await.unwrap();
     assert!(store.load_many(&ids).await.unwrap()[0].is_some());
 }
+
+pub async fn absurd_lifetimes_are_refused<L: Layout>(server: &LocalServer, layout: L) {
+    let mut raw = server
+        .client()
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys_before: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+    let store = store(layout);
+    for ttl in [
+        Duration::from_secs(u64::MAX),
+        Duration::MAX,
+        Duration::from_secs(sessionpack::layout::MAX_TTL_SECS + 1),
+    ] {
+        let forever = Store::<&L, Attrs>::new(store.layout()).with_ttl(ttl);
+        assert!(matches!(
+            forever.create(1, Attrs::default()).await,
+            Err(Error::InvalidTtl { .. })
+        ));
+        assert!(matches!(
+            store.create_with_ttl(1, Attrs::default(), ttl).await,
+            Err(Error::InvalidTtl { .. })
+        ));
+        assert!(matches!(
+            forever.create_many(&[(1, Attrs::default())]).await,
+            Err(Error::InvalidTtl { .. })
+        ));
+    }
+    let keys_after: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+    assert_eq!(keys_before, keys_after, "nothing was written");
+
+    // A live session is not touched to forever either, and keeps its expiry.
+    let s = store.create(2, Attrs::default()).await.unwrap();
+    let forever = Store::<&L, Attrs>::new(store.layout()).with_ttl(Duration::MAX);
+    assert!(matches!(
+        forever.touch(&s.id).await,
+        Err(Error::InvalidTtl { .. })
+    ));
+    assert_eq!(
+        store.load(&s.id).await.unwrap().unwrap().expires_at,
+        s.expires_at
+    );
+    // The longest lifetime accepted works.
+    let longest = sessionpack::layout::MAX_TTL_SECS;
+    let s = store
+        .create_with_ttl(3, Attrs::default(), Duration::from_secs(longest))
+        .await
+        .unwrap();
+    assert!(store.load(&s.id).await.unwrap().is_some());
+}
+
+/// A layout that touches one session, with a long lifetime, just before the
+/// first insert it is asked for: the interleaving of a touch landing while a
+/// rotation copies that session.
+struct TouchBeforeInsert<L> {
+    inner: L,
+    target: SessionId,
+    ttl_secs: u64,
+    touched: std::sync::Mutex<Option<u64>>,
+}
+
+impl<L: Layout> Layout for TouchBeforeInsert<L> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    async fn insert(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: sessionpack::Expiry,
+    ) -> sessionpack::Result<sessionpack::Inserted> {
+        let first = self.touched.lock().unwrap().is_none();
+        if first {
+            let renewed = self.inner.touch(&self.target, self.ttl_secs).await?;
+            *self.touched.lock().unwrap() = Some(renewed.expect("live when touched"));
+        }
+        self.inner.insert(id, record, expiry).await
+    }
+    async fn load(&self, id: &SessionId) -> sessionpack::Result<Option<sessionpack::Stored>> {
+        self.inner.load(id).await
+    }
+    async fn touch(&self, id: &SessionId, ttl_secs: u64) -> sessionpack::Result<Option<u64>> {
+        self.inner.touch(id, ttl_secs).await
+    }
+    async fn replace(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expected: Option<&[u8]>,
+    ) -> sessionpack::Result<sessionpack::Written> {
+        self.inner.replace(id, record, expected).await
+    }
+    async fn remove(
+        &self,
+        id: &SessionId,
+        expected: Option<&sessionpack::Stored>,
+    ) -> sessionpack::Result<sessionpack::Written> {
+        self.inner.remove(id, expected).await
+    }
+}
+
+pub async fn rotate_keeps_a_touch_made_meanwhile<L: Layout>(_: &LocalServer, layout: L) {
+    let short = store(&layout).with_ttl(Duration::from_secs(100));
+    for note_len in [0, 5_000] {
+        let attrs = Attrs {
+            note: "t".repeat(note_len),
+            ..Attrs::default()
+        };
+        let s = short.create(8, attrs).await.unwrap();
+        let racing = TouchBeforeInsert {
+            inner: &layout,
+            target: s.id,
+            ttl_secs: 10_000,
+            touched: std::sync::Mutex::new(None),
+        };
+        let rotating: Store<_, Attrs> = Store::new(&racing);
+        let new_id = rotating.rotate(&s.id).await.unwrap().expect("rotated");
+        let touched = racing.touched.lock().unwrap().expect("touched");
+        assert!(touched > s.expires_at + 9_000);
+        let moved = short.load(&new_id).await.unwrap().expect("moved");
+        assert_eq!(
+            moved.expires_at, touched,
+            "the touch moved with the session"
+        );
+        assert_eq!(short.load(&s.id).await.unwrap(), None);
+    }
+}
