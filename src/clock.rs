@@ -86,12 +86,10 @@ impl ServerClock {
         seen.and_then(|r| {
             let since_sent = now.saturating_duration_since(r.sent);
             let since_received = now.saturating_duration_since(r.received);
-            (since_sent < MAX_AGE).then(|| {
-                (
-                    r.server + since_received.as_secs_f64(),
-                    r.server + since_sent.as_secs_f64(),
-                )
-            })
+            (since_sent < MAX_AGE).then_some((
+                r.server + since_received.as_secs_f64(),
+                r.server + since_sent.as_secs_f64(),
+            ))
         })
     }
 
