@@ -203,7 +203,7 @@ async fn loads_never_miss_a_record_moving_in_or_out_of_line() {
         async move {
             let mut flips = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let attrs = if flips % 2 == 0 {
+                let attrs = if flips.is_multiple_of(2) {
                     fat(300)
                 } else {
                     String::new()
