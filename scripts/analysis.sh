@@ -3,14 +3,16 @@
 # and README.md. Each run starts its own redis-server. Takes about an hour
 # on a 2-core machine (the real 100M run alone ~30 minutes, 7 GB of Redis);
 # pass the names of the parts to run only some: 1m 10m 10m-json-setex
-# 100m-emulated 100m throughput sweep check.
+# 100m-emulated 100m throughput sweep servers check. `servers` measures
+# every layout at 1M on Redis 7.4.1 and Valkey 8.0.1 (built by
+# scripts/ensure-servers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated throughput sweep 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated throughput sweep servers 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -20,6 +22,11 @@ for part in "${parts[@]}"; do
     100m) $sp bench memory --sessions 100000000 --layouts bucketed --bucket-bits 20 --steps 20 --out analysis/runs/100m ;;
     throughput) $sp bench throughput --out analysis/runs/throughput ;;
     sweep) $sp bench sweep --out analysis/runs/sweep ;;
+    servers)
+      while read -r name path; do
+        SESSIONPACK_REDIS_SERVER=$path $sp bench memory --sessions 1000000 --bucket-bits 14 \
+          --out "analysis/runs/1m-$name"
+      done < <(scripts/ensure-servers.sh) ;;
     check)
       {
         echo "# The advisor's model against measured runs"

@@ -144,6 +144,12 @@ if #take == card then
   redis.call('DEL', KEYS[1], KEYS[2])
 elseif #take > 0 then
   call_in_slices('HDEL', KEYS[1], take)
-  call_in_slices('ZREM', KEYS[2], take)
+  if not cap and reply[4] == 0 then
+    -- Every expired entry was found: remove them as one range, one pass
+    -- over the listpack rather than one search per member.
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  else
+    call_in_slices('ZREM', KEYS[2], take)
+  end
 end
 return finish(evict)
