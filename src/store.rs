@@ -71,8 +71,9 @@ impl<L: std::fmt::Debug, A> std::fmt::Debug for Store<L, A> {
 }
 
 /// A lifetime in whole seconds, rounded up (at least one). Saturates
-/// rather than overflowing: a lifetime past [`crate::layout::MAX_TTL_SECS`] is refused
-/// when it is used, with [`Error::InvalidTtl`].
+/// rather than overflowing: a lifetime past
+/// [`crate::layout::MAX_TTL_SECS`] is refused when it is used, with
+/// [`Error::InvalidTtl`].
 fn whole_seconds(d: Duration) -> u64 {
     d.as_secs()
         .saturating_add(u64::from(d.subsec_nanos() > 0))
@@ -96,8 +97,9 @@ where
     }
 
     /// Sets the lifetime given to new and touched sessions, rounded up to
-    /// whole seconds (at least one). One longer than [`crate::layout::MAX_TTL_SECS`] makes
-    /// every create and touch fail with [`Error::InvalidTtl`].
+    /// whole seconds (at least one). One longer than
+    /// [`crate::layout::MAX_TTL_SECS`] makes every create and touch fail with
+    /// [`Error::InvalidTtl`].
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl_secs = whole_seconds(ttl);
         self
