@@ -78,9 +78,10 @@ pub enum Error {
     /// Redis could not be reached, the connection dropped mid-call, or the
     /// server cannot serve yet: it is loading its data after a restart
     /// (`LOADING`), busy with a long script (`BUSY`), a replica lost its
-    /// primary (`MASTERDOWN`), or a cluster is failing over or moving a
-    /// slot (`CLUSTERDOWN`, `TRYAGAIN`, `READONLY`). The operation may be
-    /// retried once Redis is back.
+    /// primary (`MASTERDOWN`), a cluster is failing over or moving a slot
+    /// (`CLUSTERDOWN`, `TRYAGAIN`, `READONLY`), or it refuses writes for
+    /// now (`OOM` at `maxmemory` with `noeviction`, `MISCONF` while it cannot
+    /// save). The operation may be retried once Redis is back.
     #[error("redis unavailable: {0}")]
     Unavailable(#[source] redis::RedisError),
 
@@ -155,7 +156,8 @@ impl Error {
 
 /// Server error codes that mean "not now" rather than "never": the same
 /// call succeeds once the server has loaded its data, finished a script,
-/// or (on a cluster) settled a failover or a slot migration.
+/// (on a cluster) settled a failover or a slot migration, or (for writes)
+/// freed memory under `maxmemory` or saved its snapshot again.
 const TRANSIENT_CODES: &[&str] = &[
     "LOADING",
     "BUSY",
@@ -163,6 +165,8 @@ const TRANSIENT_CODES: &[&str] = &[
     "CLUSTERDOWN",
     "TRYAGAIN",
     "READONLY",
+    "OOM",
+    "MISCONF",
 ];
 
 impl From<redis::RedisError> for Error {

@@ -610,3 +610,55 @@ async fn hostile_lifetimes_reach_no_layout_call() {
         Err(Error::InvalidTtl { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_or_persisted_lease_keys_do_not_stop_sweeping() {
+    let server = common::server();
+    let layout = common::bucketed(&server, 4).await;
+    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..800).map(|i| (i, ())).collect();
+    one.create_many(&batch).await.unwrap();
+    let mut raw = common::raw(&server).await;
+    // Another program's HASH where segment 0's lease goes, a lease that lost
+    // its expiry (PERSIST) for segment 1, and a LIST where the cap's goes.
+    let _: () = raw.hset("sp:sweep:4:0", "theirs", 1).await.unwrap();
+    let _: () = raw.set("sp:sweep:4:1", "stuck").await.unwrap();
+    let _: () = raw.rpush("sp:sweep:cap", "theirs").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let config = SweepConfig::default()
+        .with_segments(4)
+        .with_max_sessions(1_000);
+    let report = Sweeper::new(layout.clone(), config).pass().await.unwrap();
+    assert_eq!(report.segments_swept, 4, "{report:?}");
+    assert_eq!(report.reclaimed, 800);
+    assert_eq!(report.lease_errors.len(), 2, "{report:?}");
+    let theirs: u64 = raw.hget("sp:sweep:4:0", "theirs").await.unwrap();
+    assert_eq!(theirs, 1, "a foreign key is left alone");
+    let ttl: i64 = raw.pttl("sp:sweep:4:1").await.unwrap();
+    assert!(ttl > 0, "the stuck lease was taken over with a lifetime");
+    let list: Vec<String> = raw.lrange("sp:sweep:cap", 0, -1).await.unwrap();
+    assert_eq!(list, ["theirs"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_refusing_writes_is_a_transient_error_and_loses_nothing() {
+    let server =
+        LocalServer::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"])
+            .unwrap();
+    let layout = common::bucketed(&server, 6).await;
+    let store: Store<_, ()> = Store::new(layout).with_ttl(long());
+    let mut created = Vec::new();
+    let refused = loop {
+        match store.create(created.len() as u64, ()).await {
+            Ok(s) => created.push(s),
+            Err(e) => break e,
+        }
+        assert!(created.len() < 200_000, "the server never filled up");
+    };
+    assert!(refused.is_transient(), "{refused:?}");
+    assert!(matches!(&refused, Error::Unavailable(e) if e.code() == Some("OOM")));
+    // Reads still work, and every acknowledged session is there.
+    let ids: Vec<SessionId> = created.iter().map(|s| s.id).collect();
+    let found = store.load_many(&ids).await.unwrap();
+    assert!(found.iter().all(Option::is_some));
+}

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::Bucketed;
 use crate::lock;
 pub use step::BadBucket;
@@ -137,6 +137,9 @@ pub struct PassReport {
     pub bad: Vec<BadBucket>,
     /// The cap was not enforced because another sweeper was enforcing it.
     pub cap_deferred: bool,
+    /// Lease keys that hold another program's value of another type; their
+    /// segments (or the cap) were worked without a lease. The first few.
+    pub lease_errors: Vec<String>,
     /// How long the oldest expired session found had been expired, in
     /// seconds: how far behind the sweeping is.
     pub lag_secs: u64,
@@ -146,6 +149,13 @@ pub struct PassReport {
 }
 
 impl PassReport {
+    fn lease_error(&mut self, key: &str, e: &Error) {
+        tracing::warn!(key, error = %e, "unusable lease key; working without a lease");
+        if self.lease_errors.len() < 16 {
+            self.lease_errors.push(format!("{key}: {e}"));
+        }
+    }
+
     fn add(&mut self, other: RangeOutcome, now: u64) {
         self.buckets += other.buckets;
         self.reclaimed += other.reclaimed;
@@ -169,6 +179,11 @@ impl PassReport {
         self.repaired += other.repaired;
         self.bad_buckets += other.bad_buckets;
         self.cap_deferred |= other.cap_deferred;
+        for e in other.lease_errors {
+            if self.lease_errors.len() < 16 {
+                self.lease_errors.push(e);
+            }
+        }
         self.lag_secs = self.lag_secs.max(other.lag_secs);
         for bad in other.bad {
             if self.bad.len() < 16 {
@@ -283,16 +298,18 @@ where
         let mut total = PassReport::default();
         for i in 0..segments {
             let segment = (first + i) % segments;
-            let lease = lock::try_claim(
-                self.conn(),
-                &self.lease_key(segment),
-                &self.token,
-                self.config.interval,
-            )
-            .await?;
-            if lease.is_none() {
-                total.segments_skipped += 1;
-                continue;
+            let key = self.lease_key(segment);
+            match lock::try_claim(self.conn(), &key, &self.token, self.config.interval).await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    total.segments_skipped += 1;
+                    continue;
+                }
+                // Another program's key where the lease should be: no
+                // sweeper could ever hold it, so the segment is swept
+                // without one (a second sweep of it is harmless).
+                Err(e @ Error::WrongType { .. }) => total.lease_error(&key, &e),
+                Err(e) => return Err(e),
             }
             let r = self.sweep_range(self.segment_range(segment)).await?;
             total.segments_swept += 1;
@@ -329,23 +346,29 @@ where
         let Some(max) = self.config.max_sessions else {
             return Ok(report);
         };
-        let Some(lease) = lock::try_claim(
-            self.conn(),
-            &self.cap_lease_key(),
-            &self.token,
-            self.config.interval,
-        )
-        .await?
-        else {
-            report.cap_deferred = true;
-            return Ok(report);
-        };
+        let key = self.cap_lease_key();
+        let lease =
+            match lock::try_claim(self.conn(), &key, &self.token, self.config.interval).await {
+                Ok(Some(lease)) => Some(lease),
+                Ok(None) => {
+                    report.cap_deferred = true;
+                    return Ok(report);
+                }
+                // Unusable lease key: the cap is enforced without one rather
+                // than never.
+                Err(e @ Error::WrongType { .. }) => {
+                    report.lease_error(&key, &e);
+                    None
+                }
+                Err(e) => return Err(e),
+            };
         let outcome = self.cap_under_lease(max, &mut report).await;
         // Released whatever happened, so the next pass (any sweeper's) may
         // enforce it; a lease lost to a crash runs out after one interval.
-        let released = lease.release().await;
+        if let Some(lease) = lease {
+            lease.release().await?;
+        }
         outcome?;
-        released?;
         report.took = started.elapsed();
         Ok(report)
     }
