@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
 use crate::error::{Error, Result};
-use crate::harness::info::ServerInfo;
+use crate::harness::info::{ServerInfo, server_cpu_secs};
 use crate::layout::{BookLoginHash, LayoutKind};
 use crate::store::Store;
 use crate::sweep::{SweepConfig, Sweeper};
@@ -36,8 +36,11 @@ struct Scenario {
     live: u64,
     bucketed_reclaimed: u64,
     bucketed_secs: f64,
+    /// Server CPU (INFO cpu delta) per session reclaimed, in microseconds.
+    bucketed_cpu_us: f64,
     book_reclaimed: u64,
     book_secs: f64,
+    book_cpu_us: f64,
 }
 
 impl Scenario {
@@ -95,24 +98,30 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
     for (name, expired, live) in [("all expired", n, 0), ("half expired", n / 2, n / 2)] {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
         load(&bucketed, expired, live).await?;
+        let cpu = server_cpu_secs(&mut conn).await?;
         let started = Instant::now();
         let report = sweeper.sweep_range(0..bucketed.buckets().count()).await?;
         let bucketed_secs = started.elapsed().as_secs_f64();
+        let bucketed_cpu = server_cpu_secs(&mut conn).await? - cpu;
 
         let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
         load(&book, expired, live).await?;
+        let cpu = server_cpu_secs(&mut conn).await?;
         let started = Instant::now();
         // The book's cleanup keeps the newest `limit`: here, the live ones.
         let book_reclaimed = book.clean_sessions(live).await?;
         let book_secs = started.elapsed().as_secs_f64();
+        let book_cpu = server_cpu_secs(&mut conn).await? - cpu;
         let scenario = Scenario {
             name,
             expired,
             live,
             bucketed_reclaimed: report.reclaimed,
             bucketed_secs,
+            bucketed_cpu_us: bucketed_cpu * 1e6 / report.reclaimed.max(1) as f64,
             book_reclaimed,
             book_secs,
+            book_cpu_us: book_cpu * 1e6 / book_reclaimed.max(1) as f64,
         };
         println!(
             "{name}: bucketed 2^{bits} sweeper {:.0}/s, book's clean_sessions {:.0}/s: {:.1}x",
@@ -135,12 +144,12 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
         scenarios,
     };
     let mut md = format!(
-        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | bucketed / book |\n|---|---|---:|---:|---:|---:|\n",
+        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips. Server CPU is the `INFO cpu` (user + sys) delta over the cleanup, per session reclaimed.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | bucketed / book | server CPU µs/session |\n|---|---|---:|---:|---:|---:|---:|\n",
         result.command, result.redis_version, bits
     );
     for s in &result.scenarios {
         md += &format!(
-            "| {} ({} expired, {} live) | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x |\n| | book's clean_sessions | {} | {:.2} | {:.0} | |\n",
+            "| {} ({} expired, {} live) | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | book's clean_sessions | {} | {:.2} | {:.0} | | {:.2} |\n",
             s.name,
             s.expired,
             s.live,
@@ -148,9 +157,11 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             s.bucketed_secs,
             s.bucketed_rate(),
             s.bucketed_rate() / s.book_rate(),
+            s.bucketed_cpu_us,
             s.book_reclaimed,
             s.book_secs,
-            s.book_rate()
+            s.book_rate(),
+            s.book_cpu_us
         );
     }
     std::fs::create_dir_all(&args.out)

@@ -20,6 +20,17 @@ where
         .collect())
 }
 
+/// CPU time the server has used, user and system, in seconds (`INFO cpu`):
+/// the difference across a piece of work is what that work cost the server.
+pub async fn server_cpu_secs<C>(conn: &mut C) -> Result<f64>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let cpu = info(conn, "cpu").await?;
+    let secs = |k: &str| cpu.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    Ok(secs("used_cpu_user") + secs("used_cpu_sys"))
+}
+
 /// The server a run measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServerInfo {
