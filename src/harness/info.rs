@@ -27,7 +27,11 @@ where
     C: redis::aio::ConnectionLike + Send,
 {
     let cpu = info(conn, "cpu").await?;
-    let secs = |k: &str| cpu.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let secs = |k: &str| {
+        cpu.get(k)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     Ok(secs("used_cpu_user") + secs("used_cpu_sys"))
 }
 

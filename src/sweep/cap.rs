@@ -3,7 +3,7 @@
 
 use rand::seq::index;
 
-use super::step::{BAD_BUCKETS_LISTED, BadBucket, Cutoff};
+use super::step::Cutoff;
 use crate::buckets::Buckets;
 use crate::error::Result;
 
@@ -18,14 +18,9 @@ const SAMPLE_PIPELINE: usize = 512;
 type Entry = (Vec<u8>, f64);
 
 /// Live sessions in all buckets: `ZCOUNT` of expiries after `now`. A bucket
-/// whose ZSET is of another type is left out and reported in `bad`.
-pub(super) async fn count_live<C>(
-    conn: &C,
-    b: &Buckets,
-    now: u64,
-    bad: &mut Vec<BadBucket>,
-    bad_count: &mut u64,
-) -> Result<u64>
+/// whose ZSET is of another type is left out (the eviction sweep that
+/// follows reports it).
+pub(super) async fn count_live<C>(conn: &C, b: &Buckets, now: u64) -> Result<u64>
 where
     C: redis::aio::ConnectionLike + Clone + Send,
 {
@@ -43,24 +38,9 @@ where
                 .arg("+inf");
         }
         let replies: Vec<redis::RedisResult<u64>> = pipe.query_async(&mut conn.clone()).await?;
-        for (bucket, reply) in (start..end).zip(replies) {
-            match reply {
-                Ok(n) => total += n,
-                Err(e) => note_bad(bad, bad_count, bucket, e),
-            }
-        }
+        total += replies.into_iter().flatten().sum::<u64>();
     }
     Ok(total)
-}
-
-fn note_bad(bad: &mut Vec<BadBucket>, count: &mut u64, bucket: u32, e: redis::RedisError) {
-    *count += 1;
-    if bad.len() < BAD_BUCKETS_LISTED && !bad.iter().any(|b| b.bucket == bucket) {
-        bad.push(BadBucket {
-            bucket,
-            error: e.to_string(),
-        });
-    }
 }
 
 /// The cutoff that keeps about `max` of `total` live sessions: the
@@ -101,7 +81,7 @@ where
         }
         let replies: Vec<redis::RedisResult<Vec<Entry>>> =
             pipe.query_async(&mut conn.clone()).await?;
-        // A bad bucket is counted by `count_live`; here it is only skipped.
+        // A bad bucket is skipped here; the eviction sweep reports it.
         entries.extend(
             replies
                 .into_iter()

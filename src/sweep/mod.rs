@@ -151,25 +151,24 @@ pub struct PassReport {
 impl PassReport {
     fn lease_error(&mut self, key: &str, e: &Error) {
         tracing::warn!(key, error = %e, "unusable lease key; working without a lease");
-        if self.lease_errors.len() < 16 {
+        if self.lease_errors.len() < step::BAD_BUCKETS_LISTED {
             self.lease_errors.push(format!("{key}: {e}"));
         }
     }
 
     fn add(&mut self, other: RangeOutcome, now: u64) {
-        self.buckets += other.buckets;
-        self.reclaimed += other.reclaimed;
-        self.evicted += other.evicted;
-        self.repaired += other.repaired;
-        self.bad_buckets += other.bad_buckets;
-        for bad in other.bad {
-            if self.bad.len() < 16 {
-                self.bad.push(bad);
-            }
-        }
-        if let Some(oldest) = other.oldest_removed {
-            self.lag_secs = self.lag_secs.max(now.saturating_sub(oldest));
-        }
+        self.merge(PassReport {
+            buckets: other.buckets,
+            reclaimed: other.reclaimed,
+            evicted: other.evicted,
+            repaired: other.repaired,
+            bad_buckets: other.bad_buckets,
+            bad: other.bad,
+            lag_secs: other
+                .oldest_removed
+                .map_or(0, |oldest| now.saturating_sub(oldest)),
+            ..PassReport::default()
+        });
     }
 
     fn merge(&mut self, other: PassReport) {
@@ -180,13 +179,13 @@ impl PassReport {
         self.bad_buckets += other.bad_buckets;
         self.cap_deferred |= other.cap_deferred;
         for e in other.lease_errors {
-            if self.lease_errors.len() < 16 {
+            if self.lease_errors.len() < step::BAD_BUCKETS_LISTED {
                 self.lease_errors.push(e);
             }
         }
         self.lag_secs = self.lag_secs.max(other.lag_secs);
         for bad in other.bad {
-            if self.bad.len() < 16 {
+            if self.bad.len() < step::BAD_BUCKETS_LISTED {
                 self.bad.push(bad);
             }
         }
@@ -376,11 +375,7 @@ where
     async fn cap_under_lease(&self, max: u64, report: &mut PassReport) -> Result<()> {
         let b = self.layout.buckets();
         let now = server_time(self.conn()).await?;
-        let mut bad = Vec::new();
-        let mut bad_count = 0;
-        let total = cap::count_live(self.conn(), b, now, &mut bad, &mut bad_count).await?;
-        report.bad_buckets += bad_count;
-        report.bad.extend(bad);
+        let total = cap::count_live(self.conn(), b, now).await?;
         if total <= max {
             return Ok(());
         }
@@ -394,12 +389,7 @@ where
             Some(&cutoff),
         )
         .await?;
-        // Buckets already reported bad by the count are not counted twice.
-        report.bad_buckets = report.bad_buckets.max(outcome.bad_buckets);
-        report.buckets += outcome.buckets;
-        report.reclaimed += outcome.reclaimed;
-        report.evicted += outcome.evicted;
-        report.repaired += outcome.repaired;
+        report.add(outcome, now);
         Ok(())
     }
 
