@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::id::{ID_BYTES, SessionId};
+use crate::id::{IdWidth, SessionId};
 
 /// Fewest bucket bits accepted (2 buckets).
 pub const MIN_BUCKET_BITS: u8 = 1;
@@ -24,6 +24,8 @@ pub const DEFAULT_NAMESPACE: &str = "sp";
 pub struct Buckets {
     namespace: String,
     bits: u8,
+    #[serde(default)]
+    width: IdWidth,
 }
 
 impl Buckets {
@@ -43,7 +45,22 @@ impl Buckets {
                 "namespace must be non-empty and free of braces, got {namespace:?}"
             )));
         }
-        Ok(Self { namespace, bits })
+        Ok(Self {
+            namespace,
+            bits,
+            width: IdWidth::default(),
+        })
+    }
+
+    /// The same buckets for ids of `width`.
+    pub fn with_id_width(mut self, width: IdWidth) -> Self {
+        self.width = width;
+        self
+    }
+
+    /// The width of the ids the buckets hold.
+    pub fn id_width(&self) -> IdWidth {
+        self.width
     }
 
     /// The number of bucket bits.
@@ -71,12 +88,12 @@ impl Buckets {
     /// benchmark harness uses this to emulate a larger population in a
     /// fraction of the buckets.
     pub fn with_bucket(&self, id: &SessionId, bucket: u32) -> SessionId {
-        let mut bytes = *id.as_bytes();
+        let mut bytes = id.as_bytes().to_vec();
         let keep = (1u32 << (32 - u32::from(self.bits))) - 1;
         let head = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         let head = (head & keep) | (bucket << (32 - u32::from(self.bits)));
         bytes[..4].copy_from_slice(&head.to_be_bytes());
-        SessionId::from_bytes(bytes)
+        SessionId::from_slice(&bytes).unwrap_or(*id)
     }
 
     /// The bytes an id is stored under within its bucket: the id after the
@@ -90,7 +107,7 @@ impl Buckets {
 
     /// Length of every field, in bytes.
     pub fn field_len(&self) -> usize {
-        ID_BYTES - usize::from(self.bits / 8)
+        self.width.bytes() - usize::from(self.bits / 8)
     }
 
     /// Rebuilds an id from its bucket and field, or `None` if the field is
@@ -99,17 +116,18 @@ impl Buckets {
         if field.len() != self.field_len() || bucket >= self.count() {
             return None;
         }
-        let skip = ID_BYTES - field.len();
+        let len = self.width.bytes();
+        let skip = len - field.len();
         if field[0] & !(0xff >> (self.bits % 8)) != 0 {
             return None;
         }
-        let mut bytes = [0u8; ID_BYTES];
+        let mut bytes = vec![0u8; len];
         bytes[skip..].copy_from_slice(field);
         let prefix = (u64::from(bucket) << (64 - u32::from(self.bits))).to_be_bytes();
         for (byte, p) in bytes.iter_mut().zip(prefix.iter()).take(skip + 1) {
             *byte |= p;
         }
-        Some(SessionId::from_bytes(bytes))
+        SessionId::from_slice(&bytes)
     }
 
     /// The hash tag shared by a bucket's keys, braces included.
@@ -198,6 +216,19 @@ mod tests {
                 assert!(b.bucket_of(&id) < b.count());
                 assert_eq!(b.id_of(b.bucket_of(&id), &field), Some(id), "bits {bits}");
             }
+        }
+    }
+
+    #[test]
+    fn narrow_ids_rebuild_from_bucket_and_field() {
+        for bits in [1, 8, 13, 20, 24] {
+            let b = Buckets::new("sp", bits)
+                .unwrap()
+                .with_id_width(IdWidth::Bits128);
+            let id = SessionId::generate_with(IdWidth::Bits128).unwrap();
+            let field = b.field(&id);
+            assert_eq!(field.len(), 16 - usize::from(bits / 8));
+            assert_eq!(b.id_of(b.bucket_of(&id), &field), Some(id), "bits {bits}");
         }
     }
 

@@ -9,8 +9,11 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum InvalidId {
-    /// The input is not exactly 40 bytes long.
+    /// The input is not exactly as long as the store's ids (40 bytes for
+    /// 160-bit ids, 32 for 128-bit ones).
     Length {
+        /// How many bytes an id of the store's width has.
+        expected: usize,
         /// How many bytes the input had.
         found: usize,
     },
@@ -25,8 +28,8 @@ pub enum InvalidId {
 impl fmt::Display for InvalidId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Length { found } => {
-                write!(f, "expected 40 hex characters, found {found} bytes")
+            Self::Length { expected, found } => {
+                write!(f, "expected {expected} hex characters, found {found} bytes")
             }
             Self::NotLowerHex { at } => {
                 write!(f, "byte {at} is not a lowercase hex digit")

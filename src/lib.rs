@@ -25,7 +25,7 @@ pub mod sweep;
 pub use buckets::Buckets;
 pub use connect::connect;
 pub use error::{Error, InvalidId, Result};
-pub use id::SessionId;
+pub use id::{IdWidth, SessionId};
 pub use layout::{Bucketed, BucketedConfig, Expiry, Inserted, Layout, Stored, Written};
 pub use limits::{LimitsSource, ListpackLimits};
 pub use store::{Session, Store};

@@ -168,7 +168,7 @@ where
         let record = self.encode(identity, &attrs)?;
         let expiry = Expiry::In(whole_seconds(ttl)).check()?;
         for _ in 0..ID_ATTEMPTS {
-            let id = SessionId::generate()?;
+            let id = self.new_id()?;
             match self.layout.insert(&id, &record, expiry).await? {
                 Inserted::Created { expires_at } => {
                     return Ok(Session {
@@ -198,7 +198,7 @@ where
     pub async fn create_many(&self, sessions: &[(u64, A)]) -> Result<Vec<SessionId>> {
         let mut items = Vec::with_capacity(sessions.len());
         for (identity, attrs) in sessions {
-            items.push((SessionId::generate()?, self.encode(*identity, attrs)?));
+            items.push((self.new_id()?, self.encode(*identity, attrs)?));
         }
         let results = self.layout.insert_many(&items, self.ttl_secs).await?;
         let mut taken = taken_positions(0..items.len(), results);
@@ -209,7 +209,7 @@ where
                 break;
             }
             for &i in &taken {
-                items[i].0 = SessionId::generate()?;
+                items[i].0 = self.new_id()?;
             }
             let retry: Vec<_> = taken.iter().map(|&i| items[i].clone()).collect();
             let results = self.layout.insert_many(&retry, self.ttl_secs).await?;
@@ -231,11 +231,17 @@ where
         }
     }
 
-    /// Parses a cookie value strictly and loads the session. A malformed
-    /// value is an [`Error::InvalidId`] and never reaches Redis.
+    /// Parses a cookie value strictly (an id of the layout's width) and
+    /// loads the session. A malformed value is an [`Error::InvalidId`] and
+    /// never reaches Redis.
     pub async fn load_cookie(&self, cookie: &str) -> Result<Option<Session<A>>> {
-        let id = SessionId::parse(cookie)?;
+        let id = SessionId::parse_with(cookie, self.layout.id_width())?;
         self.load(&id).await
+    }
+
+    /// A fresh id of the layout's width.
+    fn new_id(&self) -> Result<SessionId> {
+        SessionId::generate_with(self.layout.id_width())
     }
 
     /// Loads many sessions in pipelined round trips; one result per id.
@@ -305,7 +311,7 @@ where
             let Some(stored) = self.layout.load(id).await? else {
                 return Ok(None);
             };
-            let new_id = SessionId::generate()?;
+            let new_id = self.new_id()?;
             match self
                 .layout
                 .insert(&new_id, &stored.record, Expiry::At(stored.expires_at))

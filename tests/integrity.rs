@@ -562,6 +562,12 @@ async fn a_store_opened_with_other_bucket_bits_is_refused() {
             other => panic!("expected a Config error, got {other:?}"),
         }
     }
+    // Nor may a store of another id width share it.
+    let narrow = BucketedConfig::new(16).with_id_width(sessionpack::IdWidth::Bits128);
+    match Bucketed::new(conn.clone(), narrow).await {
+        Err(Error::Config(msg)) => assert!(msg.contains("160-bit ids"), "{msg}"),
+        other => panic!("expected a Config error, got {other:?}"),
+    }
     // The same bits, and another namespace, open.
     Bucketed::new(conn.clone(), BucketedConfig::new(16))
         .await

@@ -4,7 +4,7 @@ mod common;
 
 use sessionpack::layout::{BookLoginHash, Encoding, KeyPerSession};
 use sessionpack::server::LocalServer;
-use sessionpack::{Buckets, Layout, SessionId};
+use sessionpack::{Bucketed, BucketedConfig, Buckets, IdWidth, Layout, SessionId};
 
 async fn bucketed_256(server: &LocalServer) -> impl Layout + 'static {
     common::bucketed(server, 8).await
@@ -12,6 +12,24 @@ async fn bucketed_256(server: &LocalServer) -> impl Layout + 'static {
 
 async fn bucketed_2(server: &LocalServer) -> impl Layout + 'static {
     common::bucketed(server, 1).await
+}
+
+async fn bucketed_narrow(server: &LocalServer) -> impl Layout + 'static {
+    let config = BucketedConfig::new(8).with_id_width(IdWidth::Bits128);
+    Bucketed::new(common::manager(server).await, config)
+        .await
+        .unwrap()
+}
+
+fn corrupt_bucketed_narrow(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    let b = Buckets::new("sp", 8)
+        .unwrap()
+        .with_id_width(IdWidth::Bits128);
+    let hash = b.hash_key(b.bucket_of(id));
+    common::raw_command(
+        server,
+        redis::cmd("HSET").arg(hash).arg(b.field(id)).arg(garbage),
+    );
 }
 
 fn corrupt_bucketed(bits: u8, server: &LocalServer, id: &SessionId, garbage: &[u8]) {
@@ -84,6 +102,11 @@ fn corrupt_hash(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
 
 layout_suite!(bucketed_8_bits, bucketed_256, corrupt_bucketed_256);
 layout_suite!(bucketed_1_bit, bucketed_2, corrupt_bucketed_2);
+layout_suite!(
+    bucketed_128_bit_ids,
+    bucketed_narrow,
+    corrupt_bucketed_narrow
+);
 layout_suite!(book_login_hash, book, corrupt_book);
 layout_suite!(json_setex_layout, json_setex, corrupt_json);
 layout_suite!(packed_setex_layout, packed_setex, corrupt_packed);

@@ -14,7 +14,7 @@ use redis::{Script, ScriptInvocation};
 use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
 use crate::clock::{ServerClock, Verdict};
 use crate::error::{Error, Result};
-use crate::id::SessionId;
+use crate::id::{IdWidth, InvalidIdExt, SessionId};
 use crate::scripts::{
     self, BUCKET_INSERT, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH, PIPELINE_CHUNK,
 };
@@ -28,6 +28,10 @@ pub trait KeyScheme: Send + Sync {
     fn out_of_line(&self, id: &SessionId) -> String;
     /// A log-safe description of where `id` lives.
     fn location(&self, id: &SessionId) -> String;
+    /// The width of the ids the scheme holds.
+    fn id_width(&self) -> IdWidth {
+        IdWidth::Bits160
+    }
 }
 
 /// Sessions in HASH + ZSET pairs named by a [`KeyScheme`].
@@ -212,8 +216,13 @@ where
         self.scheme.location(id)
     }
 
+    fn id_width(&self) -> IdWidth {
+        self.scheme.id_width()
+    }
+
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         let expiry = expiry.check()?;
+        id.check_width(self.scheme.id_width())?;
         let code = self
             .call(id, &self.insert_invocation(id, record, expiry))
             .await?;

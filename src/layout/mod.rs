@@ -16,7 +16,7 @@
 use std::future::Future;
 
 use crate::error::Result;
-use crate::id::SessionId;
+use crate::id::{IdWidth, SessionId};
 
 pub mod any;
 pub mod book_login_hash;
@@ -144,6 +144,11 @@ pub trait Layout: Send + Sync {
         format!("{} session {}", self.name(), id.redacted())
     }
 
+    /// The width of the ids this layout's store issues and accepts.
+    fn id_width(&self) -> IdWidth {
+        IdWidth::Bits160
+    }
+
     /// Stores a new session unless the id is taken.
     fn insert(
         &self,
@@ -223,6 +228,9 @@ macro_rules! delegate_layout {
             }
             fn location(&self, id: &SessionId) -> String {
                 (**self).location(id)
+            }
+            fn id_width(&self) -> IdWidth {
+                (**self).id_width()
             }
             fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> impl Future<Output = Result<Inserted>> + Send {
                 (**self).insert(id, record, expiry)

@@ -42,7 +42,7 @@ pub async fn round_trip<L: Layout>(_: &LocalServer, layout: L) {
     assert_eq!(by_cookie.as_ref(), Some(&created));
 
     // An id never issued finds nothing.
-    let stranger = SessionId::generate().unwrap();
+    let stranger = SessionId::generate_with(store.layout().id_width()).unwrap();
     assert_eq!(store.load(&stranger).await.unwrap(), None);
 
     // Identity-only sessions work with unit attributes.
@@ -72,7 +72,7 @@ pub async fn bulk_round_trip<L: Layout>(_: &LocalServer, layout: L) {
     assert_eq!(unique.len(), ids.len(), "ids are distinct");
 
     let mut query = ids.clone();
-    query.push(SessionId::generate().unwrap());
+    query.push(SessionId::generate_with(store.layout().id_width()).unwrap());
     let loaded = store.load_many(&query).await.unwrap();
     assert_eq!(loaded.len(), query.len());
     for (i, session) in loaded[..ids.len()].iter().enumerate() {
@@ -210,7 +210,7 @@ pub async fn rotate_moves_the_session<L: Layout>(_: &LocalServer, layout: L) {
         assert_eq!(moved.expires_at, s.expires_at, "rotation keeps expiry");
         assert_eq!(store.touch(&s.id).await.unwrap(), None);
     }
-    let missing = SessionId::generate().unwrap();
+    let missing = SessionId::generate_with(store.layout().id_width()).unwrap();
     assert_eq!(store.rotate(&missing).await.unwrap(), None);
 }
 
@@ -333,6 +333,10 @@ fn hostile_ids() -> Vec<String> {
         proptest::string::string_regex("[0-9a-f]{39}[^0-9a-f]")
             .unwrap()
             .boxed(),
+        // Well-formed ids of the other width.
+        proptest::string::string_regex("[0-9a-f]{32}|[0-9a-f]{40}")
+            .unwrap()
+            .boxed(),
         proptest::string::string_regex("\\PC{40}").unwrap().boxed(),
         proptest::collection::vec(proptest::num::u8::ANY, 0..64)
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -352,13 +356,14 @@ fn hostile_ids() -> Vec<String> {
 }
 
 pub async fn hostile_ids_never_reach_redis<L: Layout>(server: &LocalServer, layout: L) {
+    let width = layout.id_width();
     let store = store(layout);
     let mut raw = super::raw(server).await;
     let before = super::commands_processed(&mut raw).await;
     let mut refused = 0;
     for text in hostile_ids() {
-        let valid =
-            text.len() == 40 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        let valid = text.len() == width.hex_len()
+            && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         if valid {
             continue; // a random string that happens to be well-formed
         }
@@ -366,7 +371,7 @@ pub async fn hostile_ids_never_reach_redis<L: Layout>(server: &LocalServer, layo
             Err(Error::InvalidId(_)) => refused += 1,
             other => panic!("{:?}: expected InvalidId, got {other:?}", text.get(..50)),
         }
-        assert!(text.parse::<SessionId>().is_err());
+        assert!(SessionId::parse_with(&text, width).is_err());
     }
     assert!(refused > 1000);
     let after = super::commands_processed(&mut raw).await;
@@ -464,6 +469,9 @@ struct TouchBeforeInsert<L> {
 impl<L: Layout> Layout for TouchBeforeInsert<L> {
     fn name(&self) -> &'static str {
         self.inner.name()
+    }
+    fn id_width(&self) -> sessionpack::IdWidth {
+        self.inner.id_width()
     }
     async fn insert(
         &self,
