@@ -26,7 +26,9 @@ pub use buckets::Buckets;
 pub use connect::connect;
 pub use error::{Error, InvalidId, Result};
 pub use id::{IdWidth, SessionId};
-pub use layout::{Bucketed, BucketedConfig, Expiry, Inserted, Layout, Stored, Written};
+pub use layout::{
+    Bucketed, BucketedConfig, Compact, CompactConfig, Expiry, Inserted, Layout, Stored, Written,
+};
 pub use limits::{LimitsSource, ListpackLimits};
 pub use store::{Session, Store};
 

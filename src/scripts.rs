@@ -44,6 +44,15 @@ pub(crate) static BUCKET_REMOVE: LazyLock<Script> = script!(
     "bucket_remove.lua"
 );
 
+pub(crate) static COMPACT_INSERT: LazyLock<Script> =
+    script!("compact_common.lua", "compact_insert.lua");
+pub(crate) static COMPACT_TOUCH: LazyLock<Script> =
+    script!("compact_common.lua", "compact_touch.lua");
+pub(crate) static COMPACT_REPLACE: LazyLock<Script> =
+    script!("compact_common.lua", "compact_replace.lua");
+pub(crate) static COMPACT_REMOVE: LazyLock<Script> =
+    script!("compact_common.lua", "compact_remove.lua");
+
 pub(crate) static META_CLAIM: LazyLock<Script> = script!("meta_claim.lua");
 pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_order.lua", "bucket_sweep.lua");
 pub(crate) static BUCKET_EVICT: LazyLock<Script> = script!("bucket_order.lua", "bucket_evict.lua");

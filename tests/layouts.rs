@@ -2,9 +2,12 @@
 
 mod common;
 
+use sessionpack::layout::compact::GroupedBuckets;
 use sessionpack::layout::{BookLoginHash, Encoding, KeyPerSession};
 use sessionpack::server::LocalServer;
-use sessionpack::{Bucketed, BucketedConfig, Buckets, IdWidth, Layout, SessionId};
+use sessionpack::{
+    Bucketed, BucketedConfig, Buckets, Compact, CompactConfig, IdWidth, Layout, SessionId,
+};
 
 async fn bucketed_256(server: &LocalServer) -> impl Layout + 'static {
     common::bucketed(server, 8).await
@@ -30,6 +33,42 @@ fn corrupt_bucketed_narrow(server: &LocalServer, id: &SessionId, garbage: &[u8])
         server,
         redis::cmd("HSET").arg(hash).arg(b.field(id)).arg(garbage),
     );
+}
+
+async fn compact(server: &LocalServer) -> impl Layout + 'static {
+    Compact::new(common::manager(server).await, CompactConfig::new(8))
+        .await
+        .unwrap()
+}
+
+async fn compact_narrow(server: &LocalServer) -> impl Layout + 'static {
+    let config = CompactConfig::new(10).with_id_width(IdWidth::Bits128);
+    Compact::new(common::manager(server).await, config)
+        .await
+        .unwrap()
+}
+
+fn corrupt_compact(bits: u8, width: IdWidth, server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    let scheme = GroupedBuckets::new(Buckets::new("sp", bits).unwrap().with_id_width(width));
+    let b = scheme.buckets();
+    // A value with a live expiry and a garbage record.
+    let mut value = (u32::MAX - 1).to_be_bytes().to_vec();
+    value.extend_from_slice(garbage);
+    common::raw_command(
+        server,
+        redis::cmd("HSET")
+            .arg(scheme.bucket_key(b.bucket_of(id)))
+            .arg(b.field(id))
+            .arg(value),
+    );
+}
+
+fn corrupt_compact_8(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    corrupt_compact(8, IdWidth::Bits160, server, id, garbage);
+}
+
+fn corrupt_compact_narrow(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    corrupt_compact(10, IdWidth::Bits128, server, id, garbage);
 }
 
 fn corrupt_bucketed(bits: u8, server: &LocalServer, id: &SessionId, garbage: &[u8]) {
@@ -111,3 +150,5 @@ layout_suite!(book_login_hash, book, corrupt_book);
 layout_suite!(json_setex_layout, json_setex, corrupt_json);
 layout_suite!(packed_setex_layout, packed_setex, corrupt_packed);
 layout_suite!(hash_per_session_layout, hash_per_session, corrupt_hash);
+layout_suite!(compact_8_bits, compact, corrupt_compact_8);
+layout_suite!(compact_128_bit_ids, compact_narrow, corrupt_compact_narrow);

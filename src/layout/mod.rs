@@ -21,12 +21,14 @@ use crate::id::{IdWidth, SessionId};
 pub mod any;
 pub mod book_login_hash;
 pub mod bucketed;
+pub mod compact;
 pub mod indexed;
 pub mod key_per_session;
 
 pub use any::{AnyLayout, LayoutKind};
 pub use book_login_hash::BookLoginHash;
 pub use bucketed::{Bucketed, BucketedConfig};
+pub use compact::{Compact, CompactConfig};
 pub use indexed::{HashZset, KeyScheme, Keys};
 pub use key_per_session::{Encoding, KeyPerSession};
 

@@ -1,0 +1,711 @@
+//! The compact layout: sessions packed into `2^bits` buckets that are each
+//! one listpack HASH, the session's expiry inside its value; a load is one
+//! `HGET`.
+//!
+//! With no expiry ZSET per bucket, a bucket is bounded by
+//! `hash-max-listpack-entries` (512 by default) rather than the ZSET's 128,
+//! and each session stores its field once. The sweeper finds the buckets
+//! that may hold expired sessions through an index: buckets are grouped
+//! 128 to a hash tag, and each group has a ZSET of its buckets scored by a
+//! lower bound of their earliest expiry (an insert lowers it with `ZADD LT`
+//! in the same script; a sweep sets it to the true earliest). So index and
+//! buckets share one Redis Cluster slot, and no index key holds more than
+//! 128 buckets.
+//!
+//! Keys, for namespace `sp`, 2^20 buckets (2^13 groups): bucket `0x3fa07`
+//! is `sp:{7f4}:7` (group `0x7f4`, bucket 7 of the group), its group's index
+//! is `sp:{7f4}:i`, and a record too long for the listpack lives under
+//! `sp:{7f4}:7:o:<field hex>` with the session's expiry.
+//!
+//! A value is either the decimal digits of `identity * 10^10 + expiry`,
+//! which Redis keeps as one 8-byte listpack integer (an identity-only
+//! session whose identity is at least 2^16 and below 922,337,203: 10 bytes
+//! in the listpack, one less than the binary form), or the expiry as four
+//! big-endian bytes followed by the record (or by the out-of-line marker).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use redis::{Script, ScriptInvocation};
+use serde::{Deserialize, Serialize};
+
+use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
+use crate::buckets::{Buckets, DEFAULT_NAMESPACE};
+use crate::clock::{ServerClock, Verdict};
+use crate::error::{Error, Result};
+use crate::id::{IdWidth, InvalidIdExt, SessionId};
+use crate::limits::{self, ListpackLimits};
+use crate::meta::{FORMAT_VERSION, StoreMeta};
+use crate::record;
+use crate::scripts::{
+    self, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_TOUCH, PIPELINE_CHUNK,
+};
+
+/// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
+pub const DEFAULT_BUCKET_BITS: u8 = 14;
+/// `log2` of the buckets that share one hash tag and one index ZSET: 128,
+/// the ZSET's listpack entry limit.
+pub const GROUP_BITS: u8 = 7;
+/// The byte a value holds after its expiry when the record is out of line.
+const OUT_OF_LINE: u8 = 0xc1;
+/// Bytes of the expiry at the head of a binary value.
+const EXPIRY_BYTES: usize = 4;
+/// Integer-form values are `identity * SCALE + expiry`.
+const SCALE: u64 = 10_000_000_000;
+/// Identities kept in the integer form: below this one binary is as small
+/// (MessagePack writes them in 1 to 3 bytes), from the upper one the value
+/// would not fit a signed 64-bit integer.
+const INTEGER_FORM: std::ops::Range<u64> = 1 << 16..922_337_203;
+
+/// What a compact store is called, how many buckets it has, and its ids.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompactConfig {
+    /// Prefix of every key, default `sp`.
+    pub namespace: String,
+    /// `log2` of the bucket count, 1..=24, default 14.
+    pub bucket_bits: u8,
+    /// The width of the store's ids, default 160 bits.
+    pub id_width: IdWidth,
+}
+
+impl Default for CompactConfig {
+    fn default() -> Self {
+        Self {
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            bucket_bits: DEFAULT_BUCKET_BITS,
+            id_width: IdWidth::default(),
+        }
+    }
+}
+
+impl CompactConfig {
+    /// `2^bucket_bits` buckets in the default namespace, 160-bit ids.
+    pub fn new(bucket_bits: u8) -> Self {
+        Self {
+            bucket_bits,
+            ..Self::default()
+        }
+    }
+
+    /// Uses another key namespace.
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Issues ids of `width` (128 bits saves 4 bytes a session).
+    pub fn with_id_width(mut self, width: IdWidth) -> Self {
+        self.id_width = width;
+        self
+    }
+}
+
+/// How a stored value is written: see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// `identity * 10^10 + expiry`, one listpack integer.
+    Integer(u64),
+    /// Expiry, then the record, in the bucket.
+    Inline,
+    /// Expiry, then the marker; the record under its own key.
+    OutOfLine,
+}
+
+impl Form {
+    fn code(self) -> &'static str {
+        match self {
+            Self::Integer(_) => "i",
+            Self::Inline => "b",
+            Self::OutOfLine => "o",
+        }
+    }
+}
+
+/// A value read back: its expiry and where its record is.
+#[derive(Debug, PartialEq, Eq)]
+enum Value {
+    Here { expires_at: u64, record: Vec<u8> },
+    OutOfLine { expires_at: u64 },
+}
+
+impl Value {
+    fn expires_at(&self) -> u64 {
+        match self {
+            Self::Here { expires_at, .. } | Self::OutOfLine { expires_at } => *expires_at,
+        }
+    }
+}
+
+/// Reads a stored value; `None` if it is in neither form.
+fn parse_value(bytes: &[u8]) -> Option<Value> {
+    match bytes.first()? {
+        b'0'..=b'9' => {
+            let n: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+            Some(Value::Here {
+                expires_at: n % SCALE,
+                record: record::join(n / SCALE, &[]),
+            })
+        }
+        _ if bytes.len() > EXPIRY_BYTES => {
+            let (head, rest) = bytes.split_at(EXPIRY_BYTES);
+            let expires_at = u64::from(u32::from_be_bytes(head.try_into().ok()?));
+            Some(if rest == [OUT_OF_LINE] {
+                Value::OutOfLine { expires_at }
+            } else {
+                Value::Here {
+                    expires_at,
+                    record: rest.to_vec(),
+                }
+            })
+        }
+        _ => None,
+    }
+}
+
+/// How the compact layout names its keys: buckets, grouped 128 to a hash
+/// tag, each group with one index ZSET.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupedBuckets {
+    buckets: Buckets,
+}
+
+impl GroupedBuckets {
+    /// Groups over `buckets`.
+    pub fn new(buckets: Buckets) -> Self {
+        Self { buckets }
+    }
+
+    /// The buckets (bucket of an id, its field).
+    pub fn buckets(&self) -> &Buckets {
+        &self.buckets
+    }
+
+    /// Buckets per group (the low bits of a bucket number).
+    fn group_shift(&self) -> u8 {
+        self.buckets.bits().min(GROUP_BITS)
+    }
+
+    /// The number of groups (hash tags, index keys).
+    pub fn groups(&self) -> u32 {
+        1 << (self.buckets.bits() - self.group_shift())
+    }
+
+    /// The group a bucket belongs to.
+    pub fn group_of(&self, bucket: u32) -> u32 {
+        bucket >> self.group_shift()
+    }
+
+    /// The buckets of a group.
+    pub fn group_buckets(&self, group: u32) -> std::ops::Range<u32> {
+        let shift = self.group_shift();
+        (group << shift)..((group + 1) << shift)
+    }
+
+    /// A bucket's member in its group's index: its number within the group.
+    pub fn member(&self, bucket: u32) -> u32 {
+        bucket & ((1 << self.group_shift()) - 1)
+    }
+
+    /// The hash tag shared by a group's keys, braces included.
+    pub fn tag(&self, group: u32) -> String {
+        let bits = self.buckets.bits() - self.group_shift();
+        let digits = usize::from(bits.div_ceil(4)).max(1);
+        format!("{{{group:0digits$x}}}")
+    }
+
+    /// A bucket's HASH.
+    pub fn bucket_key(&self, bucket: u32) -> String {
+        format!(
+            "{}:{}:{:x}",
+            self.buckets.namespace(),
+            self.tag(self.group_of(bucket)),
+            self.member(bucket)
+        )
+    }
+
+    /// A group's index ZSET.
+    pub fn index_key(&self, group: u32) -> String {
+        format!("{}:{}:i", self.buckets.namespace(), self.tag(group))
+    }
+
+    /// The key of a record stored out of line.
+    pub fn out_of_line_key(&self, bucket: u32, field: &[u8]) -> String {
+        format!("{}:o:{}", self.bucket_key(bucket), hex::encode(field))
+    }
+}
+
+/// Sessions packed into listpack HASH buckets, expiry inside each value,
+/// with a per-group index of the buckets' earliest expiries.
+#[derive(Clone)]
+pub struct Compact<C> {
+    conn: C,
+    scheme: GroupedBuckets,
+    buckets: Buckets,
+    limits: ListpackLimits,
+    eviction_policy: Option<String>,
+    clock: Arc<ServerClock>,
+}
+
+impl<C> std::fmt::Debug for Compact<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compact")
+            .field("buckets", &self.buckets)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The names one id's operations need.
+struct Keys {
+    bucket: String,
+    index: String,
+    member: u32,
+    field: Vec<u8>,
+    bucket_no: u32,
+}
+
+impl<C> Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// Opens a compact store: checks the namespace's metadata (recording
+    /// it if the store is new) and reads the server's listpack limits and
+    /// eviction policy, as [`crate::Bucketed::new`] does.
+    pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
+        let buckets =
+            Buckets::new(config.namespace, config.bucket_bits)?.with_id_width(config.id_width);
+        Self::meta(&buckets)
+            .claim(&conn, buckets.namespace())
+            .await?;
+        let mut c = conn.clone();
+        let limits = ListpackLimits::read(&mut c).await?;
+        let policy = limits::eviction_policy(&mut c).await?;
+        if let Some(policy) = policy
+            .as_deref()
+            .filter(|p| limits::evicts_persistent_keys(p))
+        {
+            tracing::warn!(
+                policy,
+                namespace = buckets.namespace(),
+                "maxmemory-policy may evict bucket keys, which have no expiry: an evicted \
+                 bucket takes its sessions with it; use noeviction or a volatile-* policy"
+            );
+        }
+        let mut layout = Self::with_limits(conn, buckets, limits);
+        layout.eviction_policy = policy;
+        Ok(layout)
+    }
+
+    /// The metadata a compact store with these buckets records.
+    pub fn meta(buckets: &Buckets) -> StoreMeta {
+        StoreMeta {
+            layout: "compact".to_owned(),
+            bucket_bits: buckets.bits(),
+            id_bits: buckets.id_width().bits(),
+            format: FORMAT_VERSION,
+        }
+    }
+
+    /// A compact layout with limits already known: no round trip, and no
+    /// metadata check (the benchmarks use it on servers they flush).
+    pub fn with_limits(conn: C, buckets: Buckets, limits: ListpackLimits) -> Self {
+        if buckets.field_len() as u64 > limits.hash_value {
+            tracing::warn!(
+                field = buckets.field_len(),
+                ?limits,
+                "server's listpack value limit is below the field length: every bucket will convert"
+            );
+        }
+        Self {
+            conn,
+            scheme: GroupedBuckets::new(buckets.clone()),
+            buckets,
+            limits,
+            eviction_policy: None,
+            clock: Default::default(),
+        }
+    }
+
+    /// The connection the layout uses.
+    pub fn connection(&self) -> &C {
+        &self.conn
+    }
+
+    /// The bucket scheme (bucket of an id, its field).
+    pub fn buckets(&self) -> &Buckets {
+        &self.buckets
+    }
+
+    /// The key names: buckets, groups, index keys.
+    pub fn scheme(&self) -> &GroupedBuckets {
+        &self.scheme
+    }
+
+    /// The listpack limits this layout works to.
+    pub fn limits(&self) -> ListpackLimits {
+        self.limits
+    }
+
+    /// The server's `maxmemory-policy` when the layout was opened.
+    pub fn eviction_policy(&self) -> Option<&str> {
+        self.eviction_policy.as_deref()
+    }
+
+    fn keys(&self, id: &SessionId) -> Keys {
+        let bucket = self.buckets.bucket_of(id);
+        Keys {
+            bucket: self.scheme.bucket_key(bucket),
+            index: self.scheme.index_key(self.scheme.group_of(bucket)),
+            member: self.scheme.member(bucket),
+            field: self.buckets.field(id),
+            bucket_no: bucket,
+        }
+    }
+
+    /// How a record is stored: the integer form where it is smaller, out
+    /// of line where the value would exceed the listpack value limit.
+    fn form(&self, record: &[u8]) -> Form {
+        if (record.len() + EXPIRY_BYTES) as u64 > self.limits.hash_value {
+            return Form::OutOfLine;
+        }
+        match record::split(record) {
+            Ok((identity, [])) if INTEGER_FORM.contains(&identity) => Form::Integer(identity),
+            _ => Form::Inline,
+        }
+    }
+
+    fn payload<'a>(form: Form, record: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        match form {
+            Form::Integer(identity) => identity.to_string().into_bytes().into(),
+            Form::Inline | Form::OutOfLine => record.into(),
+        }
+    }
+
+    /// A script call on `id`'s bucket: bucket, index and out-of-line keys;
+    /// field and member.
+    fn invocation<'a>(&self, script: &'a Script, id: &SessionId) -> ScriptInvocation<'a> {
+        let k = self.keys(id);
+        let mut inv = script.prepare_invoke();
+        inv.key(&k.bucket)
+            .key(&k.index)
+            .key(self.scheme.out_of_line_key(k.bucket_no, &k.field))
+            .arg(&k.field)
+            .arg(k.member);
+        inv
+    }
+
+    /// Arguments saying which record a conditional write expects: its
+    /// identity in decimal when it is identity-only (it may be stored in
+    /// the integer form), and its bytes.
+    fn expected_args(inv: &mut ScriptInvocation<'_>, expected: Option<&[u8]>) {
+        let ident = match expected.map(record::split) {
+            Some(Ok((identity, []))) => identity.to_string(),
+            _ => String::new(),
+        };
+        inv.arg(scripts::flag(expected.is_some()))
+            .arg(ident)
+            .arg(expected.unwrap_or_default());
+    }
+
+    fn insert_invocation<'a>(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+    ) -> ScriptInvocation<'a> {
+        let k = self.keys(id);
+        let form = self.form(record);
+        let mut inv = COMPACT_INSERT.prepare_invoke();
+        inv.key(&k.bucket).key(&k.index);
+        // The out-of-line key is named only when it will be written.
+        if form == Form::OutOfLine {
+            inv.key(self.scheme.out_of_line_key(k.bucket_no, &k.field));
+        }
+        let (mode, secs) = match expiry {
+            Expiry::In(secs) => ("in", secs),
+            Expiry::At(at) => ("at", at),
+        };
+        inv.arg(&k.field)
+            .arg(k.member)
+            .arg(form.code())
+            .arg(&*Self::payload(form, record))
+            .arg(mode)
+            .arg(secs);
+        inv
+    }
+
+    fn error<'a>(&'a self, id: &'a SessionId) -> impl FnOnce(redis::RedisError) -> Error + 'a {
+        move |e| Error::from_redis(e, || self.buckets.location(id))
+    }
+
+    fn corrupt(&self, id: &SessionId) -> Error {
+        Error::CorruptRecord {
+            location: self.buckets.location(id),
+            reason: "the bucket's value is in neither the integer nor the binary form".into(),
+        }
+    }
+
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        id: &SessionId,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T> {
+        inv.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))
+    }
+
+    /// The server's time in whole seconds, read now.
+    async fn server_now(&self) -> Result<u64> {
+        let sent = Instant::now();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        self.clock.record(secs, micros, sent);
+        Ok(secs)
+    }
+
+    /// The session a value read for `id` holds, if it is live at `now`
+    /// (`None`: judge by the clock estimate, asking the server when close).
+    async fn live(
+        &self,
+        id: &SessionId,
+        bytes: Option<Vec<u8>>,
+        now: Option<u64>,
+    ) -> Result<Option<Stored>> {
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;
+        let expires_at = value.expires_at();
+        let live = match now {
+            Some(now) => expires_at > now,
+            None => match self.clock.judge(expires_at) {
+                Verdict::Live => true,
+                Verdict::Expired => false,
+                Verdict::Ask => expires_at > self.server_now().await?,
+            },
+        };
+        if !live {
+            return Ok(None);
+        }
+        match value {
+            Value::Here { expires_at, record } => Ok(Some(Stored { record, expires_at })),
+            Value::OutOfLine { .. } => self.read_out_of_line(id).await,
+        }
+    }
+
+    /// The value and its out-of-line record, read together in one
+    /// transaction, so a write moving the record in or out of line is never
+    /// seen half done. The expiry only moves forward while an id lives, so
+    /// a session judged live before is live at this reading.
+    async fn read_out_of_line(&self, id: &SessionId) -> Result<Option<Stored>> {
+        let k = self.keys(id);
+        let (bytes, side): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
+            .atomic()
+            .hget(&k.bucket, &k.field)
+            .get(self.scheme.out_of_line_key(k.bucket_no, &k.field))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        match parse_value(&bytes).ok_or_else(|| self.corrupt(id))? {
+            Value::Here { expires_at, record } => Ok(Some(Stored { record, expires_at })),
+            Value::OutOfLine { expires_at } => Ok(side.map(|record| Stored { record, expires_at })),
+        }
+    }
+}
+
+impl<C> Layout for Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    fn name(&self) -> &'static str {
+        "compact"
+    }
+
+    fn location(&self, id: &SessionId) -> String {
+        self.buckets.location(id)
+    }
+
+    fn id_width(&self) -> IdWidth {
+        self.buckets.id_width()
+    }
+
+    async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
+        let expiry = expiry.check()?;
+        id.check_width(self.buckets.id_width())?;
+        let code = self
+            .call(id, &self.insert_invocation(id, record, expiry))
+            .await?;
+        Ok(Inserted::from_code(code))
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
+        let k = self.keys(id);
+        let mut pipe = redis::pipe();
+        pipe.hget(&k.bucket, &k.field);
+        // The time is read only when the clock estimate is stale, after the
+        // value (so it is never earlier than the read).
+        let stale = !self.clock.is_fresh();
+        if stale {
+            pipe.cmd("TIME");
+        }
+        let sent = Instant::now();
+        let mut replies: Vec<redis::Value> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        if stale {
+            let (secs, micros): (u64, u64) =
+                redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
+            self.clock.record(secs, micros, sent);
+        }
+        let bytes: Option<Vec<u8>> =
+            redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
+        self.live(id, bytes, None).await
+    }
+
+    async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
+        let mut inv = self.invocation(&COMPACT_TOUCH, id);
+        inv.arg(check_ttl(ttl_secs)?);
+        self.call(id, &inv).await
+    }
+
+    async fn replace(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expected: Option<&[u8]>,
+    ) -> Result<Written> {
+        let form = self.form(record);
+        let mut inv = self.invocation(&COMPACT_REPLACE, id);
+        inv.arg(form.code()).arg(&*Self::payload(form, record));
+        Self::expected_args(&mut inv, expected);
+        Ok(Written::from_code(self.call(id, &inv).await?))
+    }
+
+    async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {
+        let mut inv = self.invocation(&COMPACT_REMOVE, id);
+        Self::expected_args(&mut inv, expected.map(|e| e.record.as_slice()));
+        inv.arg(expected.map_or(0, |e| e.expires_at));
+        Ok(Written::from_code(self.call(id, &inv).await?))
+    }
+
+    async fn insert_many(
+        &self,
+        items: &[(SessionId, Vec<u8>)],
+        ttl_secs: u64,
+    ) -> Result<Vec<Inserted>> {
+        check_ttl(ttl_secs)?;
+        let width = self.buckets.id_width();
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(PIPELINE_CHUNK) {
+            for (id, _) in chunk {
+                id.check_width(width)?;
+            }
+            let invocations: Vec<_> = chunk
+                .iter()
+                .map(|(id, record)| self.insert_invocation(id, record, Expiry::In(ttl_secs)))
+                .collect();
+            let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
+            let codes: Vec<i64> =
+                scripts::pipelined(&self.conn, self, &ids, &invocations, &COMPACT_INSERT).await?;
+            out.extend(codes.into_iter().map(Inserted::from_code));
+        }
+        Ok(out)
+    }
+
+    async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(PIPELINE_CHUNK) {
+            let mut pipe = redis::pipe();
+            for id in chunk {
+                let k = self.keys(id);
+                pipe.hget(&k.bucket, &k.field);
+            }
+            pipe.cmd("TIME");
+            let sent = Instant::now();
+            let mut replies: Vec<redis::Value> = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(scripts::pipeline_error(self, chunk, 1))?;
+            let time = replies.pop().unwrap_or(redis::Value::Nil);
+            let (now, micros): (u64, u64) = redis::from_redis_value(time)?;
+            self.clock.record(now, micros, sent);
+            for (id, reply) in chunk.iter().zip(replies) {
+                let bytes: Option<Vec<u8>> = redis::from_redis_value(reply)?;
+                // The time was read after the values: never early.
+                out.push(self.live(id, bytes, Some(now)).await?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_in_both_forms() {
+        let record = record::encode(1_234_567, &()).unwrap();
+        let n = 1_234_567 * SCALE + 1_800_000_000;
+        assert_eq!(
+            parse_value(n.to_string().as_bytes()),
+            Some(Value::Here {
+                expires_at: 1_800_000_000,
+                record: record.clone()
+            })
+        );
+        // Identity 0 is the expiry alone.
+        assert_eq!(
+            parse_value(b"1800000000"),
+            Some(Value::Here {
+                expires_at: 1_800_000_000,
+                record: vec![0]
+            })
+        );
+        let mut binary = 1_800_000_000u32.to_be_bytes().to_vec();
+        binary.extend_from_slice(&[0x05, 0x81, 0xa1, b'a', 0x01]);
+        assert_eq!(
+            parse_value(&binary),
+            Some(Value::Here {
+                expires_at: 1_800_000_000,
+                record: vec![0x05, 0x81, 0xa1, b'a', 0x01]
+            })
+        );
+        let mut marker = 1_800_000_000u32.to_be_bytes().to_vec();
+        marker.push(OUT_OF_LINE);
+        assert_eq!(
+            parse_value(&marker),
+            Some(Value::OutOfLine {
+                expires_at: 1_800_000_000
+            })
+        );
+        for garbage in [&b""[..], b"\x6b\x00", b"12x", b"99999999999999999999999"] {
+            assert_eq!(parse_value(garbage), None, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn the_integer_form_never_overflows_a_signed_64_bit_integer() {
+        let largest = (INTEGER_FORM.end - 1) * SCALE + u64::from(u32::MAX);
+        assert!(largest <= i64::MAX as u64);
+    }
+
+    #[test]
+    fn groups_hold_128_buckets_under_one_tag() {
+        let layout = GroupedBuckets::new(Buckets::new("sp", 20).unwrap());
+        assert_eq!(layout.groups(), 1 << 13);
+        assert_eq!(layout.bucket_key(0x3fa07), "sp:{07f4}:7");
+        assert_eq!(layout.index_key(0x7f4), "sp:{07f4}:i");
+        assert_eq!(layout.group_buckets(0x7f4), 0x3fa00..0x3fa80);
+        let small = GroupedBuckets::new(Buckets::new("sp", 4).unwrap());
+        assert_eq!(small.groups(), 1);
+        assert_eq!(small.bucket_key(15), "sp:{0}:f");
+    }
+}

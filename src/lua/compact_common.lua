@@ -1,0 +1,111 @@
+-- Shared by the compact layout's scripts; prepended to each. Every key a
+-- script touches comes in KEYS, all under the bucket group's hash tag:
+-- KEYS[1]: the bucket's HASH, field -> value
+-- KEYS[2]: the group's index ZSET, bucket -> a lower bound of its earliest
+--          expiry
+-- KEYS[3]: the session's out-of-line record key (where given)
+-- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
+-- A value holds its session's expiry. Two forms:
+-- - integer: the decimal digits of identity * 10^10 + expiry, which Redis
+--   keeps as one listpack integer (an identity-only session);
+-- - binary: the expiry as 4 big-endian bytes, then the record, or the byte
+--   OUT_OF_LINE when the record lives under KEYS[3].
+-- A binary value starts with the expiry's top byte, which for any expiry
+-- after 2001 is no ASCII digit.
+
+local OUT_OF_LINE = '\193'
+
+-- The server's clock: whole seconds (a session is live while now <
+-- expiry), and the same rounded up, from which lifetimes are counted.
+local function server_clock()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1])
+  if t[2] ~= '0' then
+    return now, now + 1
+  end
+  return now, now
+end
+
+local function is_integer_form(value)
+  local b = string.byte(value, 1)
+  return b ~= nil and b >= 48 and b <= 57
+end
+
+local function expiry_of(value)
+  if is_integer_form(value) then
+    return tonumber(string.sub(value, -10))
+  end
+  local b1, b2, b3, b4 = string.byte(value, 1, 4)
+  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+
+local function be32(n)
+  return string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+    math.floor(n / 256) % 256, n % 256)
+end
+
+-- A value for `form` ('i' integer, 'b' binary inline, 'o' out of line) and
+-- `payload` (the identity in decimal for 'i', the record for 'b').
+local function make_value(form, payload, expiry)
+  if form == 'i' then
+    if payload == '0' then
+      return string.format('%d', expiry)
+    end
+    return payload .. string.format('%010d', expiry)
+  elseif form == 'o' then
+    return be32(expiry) .. OUT_OF_LINE
+  end
+  return be32(expiry) .. payload
+end
+
+local function with_expiry(value, expiry)
+  if is_integer_form(value) then
+    local head = string.sub(value, 1, -11)
+    if head == '' then
+      return string.format('%d', expiry)
+    end
+    return head .. string.format('%010d', expiry)
+  end
+  return be32(expiry) .. string.sub(value, 5)
+end
+
+local function is_out_of_line(value)
+  return not is_integer_form(value) and string.sub(value, 5) == OUT_OF_LINE
+end
+
+-- Whether a stored value holds the record a caller expects: `ident` is the
+-- expected identity in decimal when the expected record is identity-only
+-- (else ''), `record` the expected record bytes.
+local function holds(value, ident, record)
+  if is_integer_form(value) then
+    local head = string.sub(value, 1, -11)
+    if head == '' then
+      head = '0'
+    end
+    return ident ~= '' and head == ident
+  end
+  local stored = string.sub(value, 5)
+  if stored == OUT_OF_LINE then
+    stored = redis.call('GET', KEYS[3])
+  end
+  return stored == record
+end
+
+-- The live session's value and expiry, or nil. An expired one found here
+-- is reclaimed on the spot.
+local function live_value(now)
+  local value = redis.call('HGET', KEYS[1], ARGV[1])
+  if not value then
+    return nil
+  end
+  local expiry = expiry_of(value)
+  if expiry > now then
+    return value, expiry
+  end
+  if is_out_of_line(value) then
+    redis.call('DEL', KEYS[3])
+  end
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return nil
+end
+

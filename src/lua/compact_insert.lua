@@ -1,0 +1,32 @@
+-- Inserts a new session into its bucket and lowers the bucket's index
+-- entry to its expiry if that is earlier.
+-- KEYS[1..2], ARGV[1..2]: see compact_common.lua; KEYS[3] only for form 'o'
+-- ARGV[3]: the form: 'i', 'b' or 'o' (see make_value)
+-- ARGV[4]: the payload: the identity in decimal ('i'), the record ('b', 'o')
+-- ARGV[5]: 'in' (ARGV[6] is seconds from now) or 'at' (unix seconds)
+-- ARGV[6]: seconds
+-- Returns the expiry; 0 if the field is taken; -1 if an 'at' expiry passed.
+local now, from = server_clock()
+local expiry = tonumber(ARGV[6])
+if ARGV[5] == 'in' then
+  expiry = from + expiry
+elseif expiry <= now then
+  return -1
+end
+-- HSETNX checks the HASH's type before anything is written.
+if redis.call('HSETNX', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry)) == 0 then
+  return 0
+end
+-- A foreign key where the index goes: take the field back out and report.
+local ok, err = pcall(redis.call, 'ZADD', KEYS[2], 'LT', expiry, ARGV[2])
+if not ok then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  if type(err) == 'table' then
+    return err
+  end
+  return redis.error_reply(err)
+end
+if ARGV[3] == 'o' then
+  redis.call('SET', KEYS[3], ARGV[4], 'EXAT', expiry)
+end
+return expiry

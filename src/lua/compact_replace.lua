@@ -1,0 +1,23 @@
+-- Replaces a live session's record, keeping its expiry.
+-- KEYS[1..3], ARGV[1..2]: see compact_common.lua
+-- ARGV[3], ARGV[4]: the new form and payload (see make_value)
+-- ARGV[5]: '1' to write only if the stored record is the expected one
+-- ARGV[6], ARGV[7]: the expected identity in decimal ('' unless the
+--                   expected record is identity-only) and record
+-- Returns 1 if written, 0 if there is no live session, -1 on a mismatch.
+local now = server_clock()
+local value, expiry = live_value(now)
+if not value then
+  return 0
+end
+if ARGV[5] == '1' and not holds(value, ARGV[6], ARGV[7]) then
+  return -1
+end
+local was_out_of_line = is_out_of_line(value)
+redis.call('HSET', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry))
+if ARGV[3] == 'o' then
+  redis.call('SET', KEYS[3], ARGV[4], 'EXAT', expiry)
+elseif was_out_of_line then
+  redis.call('DEL', KEYS[3])
+end
+return 1
