@@ -120,6 +120,13 @@ pub struct Workload {
     pub attrs_bytes: u64,
     /// The server's listpack limits.
     pub limits: ListpackLimits,
+    /// Bytes of a session id: 20 (160 bits, the default) or 16.
+    #[serde(default = "default_id_bytes")]
+    pub id_bytes: u64,
+}
+
+fn default_id_bytes() -> u64 {
+    ID_BYTES
 }
 
 impl Workload {
@@ -130,6 +137,7 @@ impl Workload {
             identity: DEFAULT_IDENTITY,
             attrs_bytes: 0,
             limits: ListpackLimits::REDIS7_DEFAULTS,
+            id_bytes: ID_BYTES,
         }
     }
 
@@ -215,6 +223,75 @@ fn bucket_bytes(k: u64, field: u64, w: &Workload, key_len: u64) -> u64 {
     };
     keys + hash + zset
 }
+
+/// The compact layout's bytes per session, mean load and expected
+/// converted buckets: HASH buckets holding field and value (the expiry in
+/// it), and per group of 128 buckets one index ZSET of bucket numbers and
+/// expiries.
+fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
+    let buckets = 1u64 << bucket_bits;
+    let group_shift = bucket_bits.min(crate::layout::compact::GROUP_BITS);
+    let groups = buckets >> group_shift;
+    let mean = n as f64 / buckets as f64;
+    let field = w.id_bytes - u64::from(bucket_bits / 8);
+    let record = w.record_bytes();
+    let value = if w.attrs_bytes == 0 && (1 << 16..922_337_203).contains(&w.identity) {
+        10 // one 64-bit listpack integer
+    } else {
+        lp_string(4 + record)
+    };
+    let tag = u64::from((bucket_bits - group_shift).div_ceil(4)).max(1);
+    // "sp:{" + tag + "}:" + the bucket's number in the group, in hex.
+    let key_len = 2 + 2 + tag + 2 + u64::from(group_shift.div_ceil(4)).max(1);
+    let key = size_class(DICT_ENTRY) + sds(key_len) + ROBJ;
+    let limits = &w.limits;
+    let pmf = poisson_pmf(mean);
+    let per_bucket: f64 = pmf
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(k, p)| {
+            let k = k as u64;
+            let hash = if k <= limits.hash_entries && 4 + record <= limits.hash_value {
+                size_class(7 + k * (lp_string(field) + value))
+            } else {
+                hashtable_bytes(k, sds(field) + sds(4 + record))
+            };
+            p * (key + hash) as f64
+        })
+        .sum();
+    let occupied = buckets as f64 * (1.0 - (-mean).exp());
+    let per_group_members = occupied / groups as f64;
+    // Members are bucket numbers 0..127 (one-byte integers), scored by a
+    // 32-bit expiry.
+    let index =
+        key as f64 + size_class(7 + (per_group_members.ceil() as u64) * (2 + EXPIRY_ENTRY)) as f64;
+    let keys = (occupied + groups as f64).max(1.0) as u64;
+    let table = 8.0 * table_slots(keys) as f64;
+    let converted = buckets as f64 * poisson_tail(mean, limits.hash_entries);
+    let total = per_bucket * buckets as f64 + index * groups as f64 + table;
+    (total / n as f64, mean, converted)
+}
+
+/// The fewest bucket bits for the compact layout that keep the mean load
+/// at most [`COMPACT_MAX_MEAN_FILL`] and the expected buckets over the HASH
+/// entry limit at most `max_converted`.
+pub fn recommend_compact_bits(sessions: u64, limits: &ListpackLimits, max_converted: f64) -> u8 {
+    (MIN_BUCKET_BITS..=MAX_BUCKET_BITS)
+        .find(|&bits| {
+            let buckets = (1u64 << bits) as f64;
+            let mean = sessions as f64 / buckets;
+            mean <= COMPACT_MAX_MEAN_FILL
+                && buckets * poisson_tail(mean, limits.hash_entries) <= max_converted
+        })
+        .unwrap_or(MAX_BUCKET_BITS)
+}
+
+/// The fullest mean bucket load the advisor plans for the compact layout.
+/// A listpack lookup scans, so fuller buckets cost server CPU on every
+/// load: at ~100 entries an `HGET` costs about what packed-setex's `GET` +
+/// `EXPIRETIME` do; at ~435 it costs twice that for ~2 B/session less.
+pub const COMPACT_MAX_MEAN_FILL: f64 = 128.0;
 
 /// A converted HASH: dict, table and one entry plus field and value per item.
 fn hashtable_bytes(k: u64, strings_per_entry: u64) -> u64 {
@@ -348,6 +425,10 @@ pub fn predict(layout: LayoutKind, bucket_bits: u8, w: &Workload) -> Prediction 
                 Some(mean),
                 Some(converted),
             )
+        }
+        LayoutKind::Compact => {
+            let (per_session, mean, converted) = compact_bytes(n, bucket_bits, w);
+            (per_session, Some(bucket_bits), Some(mean), Some(converted))
         }
     };
     Prediction {

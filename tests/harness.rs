@@ -17,6 +17,7 @@ fn spec(layout: LayoutKind, bits: Option<u8>, emulated: Option<u64>) -> RunSpec 
         layout,
         bucket_bits: bits,
         emulated_sessions: emulated,
+        id_bits: 160,
     }
 }
 
@@ -33,6 +34,12 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         // 40k emulating 2M in 2^15 buckets: ~61 in each of ~655 buckets,
         // clear of the 128-entry edge where conversions are a coin toss.
         spec(LayoutKind::Bucketed, Some(15), Some(2_000_000)),
+        // 40k in 2^8 compact buckets: ~156 each, well inside the HASH's 512.
+        spec(LayoutKind::Compact, Some(8), None),
+        RunSpec {
+            id_bits: 128,
+            ..spec(LayoutKind::Compact, Some(8), None)
+        },
     ];
     let mut runs = Vec::new();
     for s in specs {
@@ -62,6 +69,7 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
             identity: FIRST_IDENTITY + sessions / 2,
             attrs_bytes: 0,
             limits: server_info.limits,
+            id_bytes: u64::from(run.spec.id_bits / 8),
         };
         // The model is of Redis 7.0's allocations. Newer servers (7.4,
         // Valkey 8) keep keys in per-slot dicts with smaller entries, so
@@ -109,6 +117,19 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
     assert!((620..=690).contains(&emulated.buckets), "{emulated:?}");
     assert_eq!(emulated.converted, 0);
     assert_eq!(runs[3].label, "bucketed 2^15 (emulating 2M)");
+    // Compact buckets: none converted, cheaper than the bucketed layout's,
+    // and 128-bit ids cheaper still.
+    let per_session = |i: usize| runs[i].last().unwrap().bytes_per_session;
+    for i in [4, 5] {
+        let census = runs[i].last().unwrap().census.unwrap();
+        assert_eq!((census.buckets, census.converted), (256, 0), "{census:?}");
+    }
+    assert_eq!(runs[5].label, "compact 2^8 128-bit ids");
+    assert!(per_session(4) < per_session(1), "compact beats bucketed");
+    assert!(
+        per_session(5) < per_session(4) - 3.0,
+        "128-bit ids save bytes"
+    );
     // Converted buckets cost far more than the packed layout's keys.
     assert!(runs[2].last().unwrap().bytes_per_session > runs[0].last().unwrap().bytes_per_session);
     assert!(
@@ -139,11 +160,11 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         assert!(len > 500, "{file} has {len} bytes");
     }
     let csv = std::fs::read_to_string(dir.path().join("points.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 1 + 4 * 4);
+    assert_eq!(csv.lines().count(), 1 + 6 * 4);
     let back: MemoryReport =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
             .unwrap();
-    assert_eq!(back.runs.len(), 4);
+    assert_eq!(back.runs.len(), 6);
     let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     assert!(summary.contains("| bucketed 2^9 | 40k |"), "{summary}");
 }

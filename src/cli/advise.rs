@@ -25,6 +25,9 @@ pub struct AdviseArgs {
     /// Bytes of encoded attributes per session.
     #[arg(long, default_value_t = 0)]
     attrs_bytes: u64,
+    /// Bits in a session id: 160 (the default) or 128.
+    #[arg(long, default_value_t = 160, value_parser = id_bits)]
+    id_bits: u16,
     /// Show these bucket counts (log2) instead of those around the
     /// recommendation.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=24))]
@@ -36,6 +39,14 @@ pub struct AdviseArgs {
     /// `report.json` (from `sessionpack bench memory`).
     #[arg(long, value_name = "REPORT")]
     check: Option<PathBuf>,
+}
+
+/// Parses `--id-bits`: 128 or 160.
+pub(super) fn id_bits(text: &str) -> std::result::Result<u16, String> {
+    match text.parse::<u16>() {
+        Ok(bits) if crate::id::IdWidth::from_bits(bits).is_some() => Ok(bits),
+        _ => Err("ids have 128 or 160 bits".into()),
+    }
 }
 
 fn mib(bytes: f64) -> String {
@@ -77,6 +88,7 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
         identity: args.identity,
         attrs_bytes: args.attrs_bytes,
         limits,
+        id_bytes: u64::from(args.id_bits / 8),
     };
     if w.record_bytes() > limits.hash_value {
         println!(
@@ -86,32 +98,61 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
         );
     }
     let best = advisor::recommend_bits(args.sessions, &limits, args.max_converted);
+    let compact = advisor::recommend_compact_bits(args.sessions, &limits, args.max_converted);
     println!(
-        "{} sessions, {}-byte records, listpack limits {} entries (zset) / {} (hash) from {:?}\n",
+        "{} sessions, {}-byte records, {}-bit ids, listpack limits {} entries (zset) / {} (hash) from {:?}\n",
         human_count(args.sessions),
         w.record_bytes(),
+        args.id_bits,
         limits.zset_entries,
         limits.hash_entries,
         limits.source
     );
+    let picks = [(LayoutKind::Compact, compact), (LayoutKind::Bucketed, best)];
+    let cheapest = picks
+        .iter()
+        .map(|&(layout, bits)| advisor::predict(layout, bits, &w))
+        .min_by(|a, b| a.bytes_per_session.total_cmp(&b.bytes_per_session))
+        .expect("two layouts");
     println!(
-        "Recommended: 2^{best} = {} buckets (the fewest with at most {} expected buckets over {} entries)\n",
-        1u64 << best,
+        "Recommended: {} at 2^{} = {} buckets, {:.1} bytes/session, {} in all.\n",
+        cheapest.layout,
+        cheapest.bucket_bits.unwrap_or(0),
+        1u64 << cheapest.bucket_bits.unwrap_or(0),
+        cheapest.bytes_per_session,
+        mib(cheapest.total_bytes)
+    );
+    println!(
+        "compact: the fewest buckets with a mean load of at most {} (a listpack lookup scans: fuller buckets cost server CPU on every load) and at most {} expected buckets over {} entries: 2^{compact}.",
+        advisor::COMPACT_MAX_MEAN_FILL,
+        args.max_converted,
+        limits.hash_entries
+    );
+    println!(
+        "bucketed: the fewest buckets with at most {} expected buckets over {} entries: 2^{best}.\n",
         args.max_converted,
         limits.bucket_entries()
     );
-    println!("{HEADER}");
-    let shown: Vec<u8> = if args.bucket_bits.is_empty() {
-        (best.saturating_sub(3).max(1)..=(best + 3).min(24)).collect()
-    } else {
-        args.bucket_bits.clone()
-    };
-    for bits in shown {
-        println!("{}", row(&advisor::predict(LayoutKind::Bucketed, bits, &w)));
+    for (layout, pick) in picks {
+        println!("{layout} around its pick:\n\n{HEADER}");
+        let shown: Vec<u8> = if args.bucket_bits.is_empty() {
+            (pick.saturating_sub(3).max(1)..=(pick + 3).min(24)).collect()
+        } else {
+            args.bucket_bits.clone()
+        };
+        for bits in shown {
+            println!("{}", row(&advisor::predict(layout, bits, &w)));
+        }
+        println!();
     }
-    println!("\nEvery layout at 2^{best} buckets:\n\n{HEADER}");
+    println!("Every layout (bucketed ones at their picks):\n\n{HEADER}");
     for layout in LayoutKind::ALL {
-        println!("{}", row(&advisor::predict(layout, best, &w)));
+        let bits = if layout == LayoutKind::Compact {
+            compact
+        } else {
+            best
+        };
+        println!("{}", row(&advisor::predict(layout, bits, &w)));
     }
     Ok(())
 }
@@ -138,6 +179,7 @@ fn check(path: &PathBuf) -> Result<()> {
             identity: FIRST_IDENTITY + p.sessions / 2,
             attrs_bytes: 0,
             limits: report.server.limits,
+            id_bytes: u64::from(run.spec.id_bits / 8),
         };
         let bits = run.spec.bucket_bits.unwrap_or(16);
         let predicted = advisor::predict(run.spec.layout, bits, &w);

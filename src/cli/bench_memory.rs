@@ -31,6 +31,10 @@ pub struct MemoryArgs {
     /// recommendation for the population measured).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=24))]
     bucket_bits: Vec<u8>,
+    /// Bits in a session id for the bucketed layouts: 160 (the default) or
+    /// 128.
+    #[arg(long, default_value_t = 160, value_parser = super::advise::id_bits)]
+    id_bits: u16,
     /// Emulate this many sessions: the bucketed layout's sessions go into
     /// --sessions / --emulate of the buckets, so each bucket holds what it
     /// would at this size.
@@ -96,23 +100,25 @@ fn plan(args: &MemoryArgs, server: &ServerInfo) -> Vec<RunSpec> {
         args.layouts.clone()
     };
     let population = args.emulate.unwrap_or(args.sessions);
-    let bits = if args.bucket_bits.is_empty() {
-        vec![advisor::recommend_bits(
-            population,
-            &server.limits,
-            DEFAULT_MAX_CONVERTED,
-        )]
-    } else {
-        args.bucket_bits.clone()
+    let bits_for = |layout: LayoutKind| -> Vec<u8> {
+        if !args.bucket_bits.is_empty() {
+            return args.bucket_bits.clone();
+        }
+        let pick = match layout {
+            LayoutKind::Compact => advisor::recommend_compact_bits,
+            _ => advisor::recommend_bits,
+        };
+        vec![pick(population, &server.limits, DEFAULT_MAX_CONVERTED)]
     };
     let mut runs = Vec::new();
     for layout in layouts {
         if layout.is_bucketed() {
-            for &b in &bits {
+            for b in bits_for(layout) {
                 runs.push(RunSpec {
                     layout,
                     bucket_bits: Some(b),
                     emulated_sessions: args.emulate.filter(|&e| e > args.sessions),
+                    id_bits: args.id_bits,
                 });
             }
         } else if args.emulate.is_none() {
@@ -120,6 +126,7 @@ fn plan(args: &MemoryArgs, server: &ServerInfo) -> Vec<RunSpec> {
                 layout,
                 bucket_bits: None,
                 emulated_sessions: None,
+                id_bits: 160,
             });
         }
     }

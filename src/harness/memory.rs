@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::info::{MemorySample, ServerInfo, wait_for_rehash};
 use crate::buckets::Buckets;
-use crate::error::Result;
-use crate::id::SessionId;
+use crate::error::{Error, Result};
+use crate::id::{IdWidth, SessionId};
 use crate::layout::{AnyLayout, Layout, LayoutKind};
 use crate::record;
 
@@ -38,6 +38,13 @@ pub struct RunSpec {
     /// `sessions / emulated` of the buckets so each holds what it would at
     /// this size (bucketed layout only).
     pub emulated_sessions: Option<u64>,
+    /// Bits in a session id (the bucketed layouts; others store any id).
+    #[serde(default = "default_id_bits")]
+    pub id_bits: u16,
+}
+
+fn default_id_bits() -> u16 {
+    IdWidth::default().bits()
 }
 
 impl RunSpec {
@@ -46,6 +53,9 @@ impl RunSpec {
         let mut label = self.layout.name().to_owned();
         if let Some(bits) = self.bucket_bits {
             label += &format!(" 2^{bits}");
+        }
+        if self.id_bits != default_id_bits() {
+            label += &format!(" {}-bit ids", self.id_bits);
         }
         if let Some(n) = self.emulated_sessions {
             label += &format!(" (emulating {})", human_count(n));
@@ -169,13 +179,16 @@ pub async fn run(
         .query_async(&mut conn)
         .await;
     let bits = spec.bucket_bits.unwrap_or(16);
-    let layout = spec.layout.open(conn.clone(), bits).await?;
+    let width = IdWidth::from_bits(spec.id_bits)
+        .ok_or_else(|| Error::Config(format!("ids have 128 or 160 bits, not {}", spec.id_bits)))?;
+    let layout = spec.layout.open_with(conn.clone(), bits, width).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The empty store, opened: what opening costs (its metadata key, the
     // configuration reads) is the store's, not the sessions'.
     let empty = MemorySample::read(&mut conn).await?;
     let buckets = match &layout {
         AnyLayout::Bucketed(b) => Some(b.buckets().clone()),
+        AnyLayout::Compact(c) => Some(c.buckets().clone()),
         _ => None,
     };
     // Emulation confines ids to the first `used` buckets.
@@ -196,7 +209,7 @@ pub async fn run(
         let started = Instant::now();
         while loaded < target {
             let n = (target - loaded).min(2 * BATCH as u64) as usize;
-            let batch = make_batch(loaded, n, buckets.as_ref(), used_buckets)?;
+            let batch = make_batch(loaded, n, width, buckets.as_ref(), used_buckets)?;
             let (a, b) = batch.split_at(batch.len() / 2);
             let (ra, rb) = tokio::join!(
                 layout.insert_many(a, ttl_secs),
@@ -216,7 +229,15 @@ pub async fn run(
         let census = match (&layout, &buckets) {
             (AnyLayout::Bucketed(_), Some(b)) => {
                 let last = step == u64::from(steps);
-                Some(bucket_census(&mut conn, b, used_buckets.unwrap_or(b.count()), last).await?)
+                let keys = |bucket| vec![b.hash_key(bucket), b.zset_key(bucket)];
+                let used = used_buckets.unwrap_or(b.count());
+                Some(bucket_census(&mut conn, &keys, used, last).await?)
+            }
+            (AnyLayout::Compact(c), Some(b)) => {
+                let last = step == u64::from(steps);
+                let keys = |bucket| vec![c.scheme().bucket_key(bucket)];
+                let used = used_buckets.unwrap_or(b.count());
+                Some(bucket_census(&mut conn, &keys, used, last).await?)
             }
             (AnyLayout::Book(book), _) => {
                 Some(book_census(&mut conn, book.login_key(), book.recent_key()).await?)
@@ -250,13 +271,14 @@ pub async fn run(
 fn make_batch(
     first: u64,
     n: usize,
+    width: IdWidth,
     buckets: Option<&Buckets>,
     used_buckets: Option<u32>,
 ) -> Result<Vec<(SessionId, Vec<u8>)>> {
     let mut rng = rand::rng();
     (0..n as u64)
         .map(|i| {
-            let mut id = SessionId::generate()?;
+            let mut id = SessionId::generate_with(width)?;
             if let (Some(b), Some(used)) = (buckets, used_buckets) {
                 id = b.with_bucket(&id, rng.random_range(0..used));
             }
@@ -278,12 +300,13 @@ async fn encodings(conn: &mut ConnectionManager, keys: &[String]) -> Result<Vec<
     Ok(out)
 }
 
-/// Counts buckets whose HASH or ZSET has left listpack: all of them, or a
-/// random sample scaled up when there are many and this is not the last
-/// step.
+/// Counts buckets whose HASH (or ZSET) has left listpack: all of them, or
+/// a random sample scaled up when there are many and this is not the last
+/// step. `keys` names a bucket's HASH and, for the bucketed layout, its
+/// ZSET.
 async fn bucket_census(
     conn: &mut ConnectionManager,
-    b: &Buckets,
+    keys_of: &dyn Fn(u32) -> Vec<String>,
     used: u32,
     full: bool,
 ) -> Result<Census> {
@@ -296,16 +319,13 @@ async fn bucket_census(
     } else {
         (0..used).collect()
     };
-    let mut keys = Vec::with_capacity(chosen.len() * 2);
-    for &bucket in &chosen {
-        keys.push(b.hash_key(bucket));
-        keys.push(b.zset_key(bucket));
-    }
+    let per = keys_of(0).len();
+    let keys: Vec<String> = chosen.iter().flat_map(|&bucket| keys_of(bucket)).collect();
     let found = encodings(conn, &keys).await?;
     let (mut present, mut converted, mut hashes, mut zsets) = (0u64, 0u64, 0u64, 0u64);
-    for pair in found.chunks(2) {
+    for pair in found.chunks(per) {
         let hash = pair[0].as_deref();
-        let zset = pair[1].as_deref();
+        let zset = pair.get(1).and_then(|z| z.as_deref());
         if hash.is_none() && zset.is_none() {
             continue;
         }

@@ -4,11 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    BookLoginHash, Bucketed, BucketedConfig, Encoding, Expiry, Inserted, KeyPerSession, Layout,
-    Stored, Written,
+    BookLoginHash, Bucketed, BucketedConfig, Compact, CompactConfig, Encoding, Expiry, Inserted,
+    KeyPerSession, Layout, Stored, Written,
 };
 use crate::error::Result;
-use crate::id::SessionId;
+use crate::id::{IdWidth, SessionId};
 
 /// The layouts this crate implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -25,16 +25,19 @@ pub enum LayoutKind {
     BookLoginHash,
     /// HASH + ZSET buckets that stay listpacks.
     Bucketed,
+    /// HASH-only buckets, expiry in each value, an index per bucket group.
+    Compact,
 }
 
 impl LayoutKind {
     /// Every layout, baselines first.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::JsonSetex,
         Self::PackedSetex,
         Self::HashPerSession,
         Self::BookLoginHash,
         Self::Bucketed,
+        Self::Compact,
     ];
 
     /// The report name, e.g. `json-setex`.
@@ -45,17 +48,32 @@ impl LayoutKind {
             Self::HashPerSession => "hash-per-session",
             Self::BookLoginHash => "book-login-hash",
             Self::Bucketed => "bucketed",
+            Self::Compact => "compact",
         }
     }
 
     /// Whether the layout has a bucket count to choose.
     pub fn is_bucketed(self) -> bool {
-        self == Self::Bucketed
+        matches!(self, Self::Bucketed | Self::Compact)
     }
 
-    /// Opens this layout on `conn`; `bucket_bits` is used by the bucketed
-    /// layout only.
+    /// Opens this layout on `conn` with 160-bit ids; `bucket_bits` is used
+    /// by the bucketed layouts only.
     pub async fn open<C>(self, conn: C, bucket_bits: u8) -> Result<AnyLayout<C>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send + Sync,
+    {
+        self.open_with(conn, bucket_bits, IdWidth::default()).await
+    }
+
+    /// Opens this layout on `conn` with ids of `width` (the bucketed
+    /// layouts; the others take any id).
+    pub async fn open_with<C>(
+        self,
+        conn: C,
+        bucket_bits: u8,
+        width: IdWidth,
+    ) -> Result<AnyLayout<C>>
     where
         C: redis::aio::ConnectionLike + Clone + Send + Sync,
     {
@@ -70,9 +88,12 @@ impl LayoutKind {
                 AnyLayout::KeyPerSession(KeyPerSession::new(conn, Encoding::HashPerSession))
             }
             Self::BookLoginHash => AnyLayout::Book(BookLoginHash::book(conn, "sp")),
-            Self::Bucketed => {
-                AnyLayout::Bucketed(Bucketed::new(conn, BucketedConfig::new(bucket_bits)).await?)
-            }
+            Self::Bucketed => AnyLayout::Bucketed(
+                Bucketed::new(conn, BucketedConfig::new(bucket_bits).with_id_width(width)).await?,
+            ),
+            Self::Compact => AnyLayout::Compact(
+                Compact::new(conn, CompactConfig::new(bucket_bits).with_id_width(width)).await?,
+            ),
         })
     }
 }
@@ -88,6 +109,8 @@ impl std::fmt::Display for LayoutKind {
 pub enum AnyLayout<C> {
     /// The bucketed layout.
     Bucketed(Bucketed<C>),
+    /// The compact layout.
+    Compact(Compact<C>),
     /// The book's design.
     Book(BookLoginHash<C>),
     /// A key-per-session baseline.
@@ -98,6 +121,7 @@ macro_rules! each {
     ($self:ident, $l:ident => $e:expr) => {
         match $self {
             AnyLayout::Bucketed($l) => $e,
+            AnyLayout::Compact($l) => $e,
             AnyLayout::Book($l) => $e,
             AnyLayout::KeyPerSession($l) => $e,
         }
@@ -114,6 +138,10 @@ where
 
     fn location(&self, id: &SessionId) -> String {
         each!(self, l => l.location(id))
+    }
+
+    fn id_width(&self) -> IdWidth {
+        each!(self, l => l.id_width())
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
