@@ -3,7 +3,8 @@
 # and README.md. Each run starts its own redis-server. Takes about an hour
 # on a 2-core machine (the real 100M run alone ~30 minutes, 7 GB of Redis);
 # pass the names of the parts to run only some: 1m 10m 10m-json-setex
-# 100m-emulated 100m throughput sweep servers check. `servers` measures
+# 100m-emulated 100m compact throughput sweep servers check. `compact`
+# measures the compact layout at 1M and 100M emulated, 160- and 128-bit ids. `servers` measures
 # every layout at 1M on Redis 7.4.1 and Valkey 8.0.1 (built by
 # scripts/ensure-servers.sh).
 set -euo pipefail
@@ -12,7 +13,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated throughput sweep servers 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact throughput sweep servers 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -22,6 +23,13 @@ for part in "${parts[@]}"; do
     100m) $sp bench memory --sessions 100000000 --layouts bucketed --bucket-bits 20 --steps 20 --out analysis/runs/100m ;;
     throughput) $sp bench throughput --out analysis/runs/throughput ;;
     sweep) $sp bench sweep --out analysis/runs/sweep ;;
+    compact)
+      for ids in 160 128; do
+        $sp bench memory --sessions 1000000 --layouts compact,bucketed --bucket-bits 13,14 \
+          --id-bits $ids --out analysis/runs/compact-1m-$ids
+        $sp bench memory --sessions 1000000 --emulate 100000000 --layouts compact \
+          --bucket-bits 20 --id-bits $ids --out analysis/runs/compact-100m-emulated-$ids
+      done ;;
     servers)
       while read -r name path; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench memory --sessions 1000000 --bucket-bits 14 \
@@ -32,7 +40,8 @@ for part in "${parts[@]}"; do
         echo "# The advisor's model against measured runs"
         echo
         echo "Produced by \`scripts/analysis.sh check\`, which runs \`sessionpack advise --check\` on each report below."
-        for run in 1m 10m 10m-json-setex 100m-emulated 100m; do
+        for run in 1m 10m 10m-json-setex 100m-emulated 100m compact-1m-160 compact-1m-128 \
+          compact-100m-emulated-160 compact-100m-emulated-128; do
           [ -f analysis/runs/$run/report.json ] || continue
           echo
           $sp advise --check analysis/runs/$run/report.json

@@ -53,6 +53,9 @@ pub(crate) static COMPACT_REPLACE: LazyLock<Script> =
 pub(crate) static COMPACT_REMOVE: LazyLock<Script> =
     script!("compact_common.lua", "compact_remove.lua");
 
+pub(crate) static COMPACT_SWEEP: LazyLock<Script> =
+    script!("compact_common.lua", "compact_sweep.lua");
+
 pub(crate) static META_CLAIM: LazyLock<Script> = script!("meta_claim.lua");
 pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_order.lua", "bucket_sweep.lua");
 pub(crate) static BUCKET_EVICT: LazyLock<Script> = script!("bucket_order.lua", "bucket_evict.lua");

@@ -246,3 +246,28 @@ async fn the_sweep_daemon_reads_the_stores_bucket_bits_and_refuses_others() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no store recorded"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_sweeps_a_compact_store_by_its_metadata() {
+    let server = common::server();
+    let layout = sessionpack::Compact::new(
+        common::manager(&server).await,
+        sessionpack::CompactConfig::new(9).with_id_width(sessionpack::IdWidth::Bits128),
+    )
+    .await
+    .unwrap();
+    let short: Store<_, ()> = Store::new(layout).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..700).map(|i| (i, ())).collect();
+    short.create_many(&batch).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let url = server.url();
+    let text = stdout(&sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &url,
+        "--passes",
+        "1",
+    ]));
+    assert!(text.contains("sweeping 512 buckets"), "{text}");
+    assert!(text.contains("700 reclaimed"), "{text}");
+}

@@ -7,8 +7,8 @@ use clap::Args;
 use crate::buckets::DEFAULT_NAMESPACE;
 use crate::error::{Error, Result};
 use crate::meta::StoreMeta;
-use crate::sweep::{DEFAULT_SEGMENTS, SweepConfig, Sweeper};
-use crate::{Bucketed, BucketedConfig};
+use crate::sweep::{DEFAULT_SEGMENTS, SweepConfig, SweepTarget, Sweeper};
+use crate::{Bucketed, BucketedConfig, Compact, CompactConfig, IdWidth};
 
 /// Arguments of `sessionpack sweep`.
 #[derive(Debug, Args)]
@@ -39,25 +39,39 @@ pub struct SweepArgs {
 
 pub(super) async fn run(args: SweepArgs) -> Result<()> {
     let conn = crate::connect(&args.redis_url).await?;
-    let bucket_bits = match args.bucket_bits {
-        Some(bits) => bits,
-        None => {
-            StoreMeta::read(&conn, &args.namespace)
-                .await?
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "no store recorded in namespace {:?}; name its --bucket-bits",
-                        args.namespace
-                    ))
-                })?
-                .bucket_bits
+    let meta = StoreMeta::read(&conn, &args.namespace).await?;
+    let bucket_bits = match (args.bucket_bits, &meta) {
+        (Some(bits), _) => bits,
+        (None, Some(meta)) => meta.bucket_bits,
+        (None, None) => {
+            return Err(Error::Config(format!(
+                "no store recorded in namespace {:?}; name its --bucket-bits",
+                args.namespace
+            )));
         }
     };
-    let layout = Bucketed::new(
-        conn,
-        BucketedConfig::new(bucket_bits).with_namespace(args.namespace.clone()),
-    )
-    .await?;
+    let width = meta
+        .as_ref()
+        .and_then(|m| IdWidth::from_bits(m.id_bits))
+        .unwrap_or_default();
+    let (target, buckets): (SweepTarget<_>, u32) = match meta.as_ref().map(|m| m.layout.as_str()) {
+        Some("compact") => {
+            let config = CompactConfig::new(bucket_bits)
+                .with_namespace(args.namespace.clone())
+                .with_id_width(width);
+            let layout = Compact::new(conn, config).await?;
+            let count = layout.buckets().count();
+            (layout.into(), count)
+        }
+        _ => {
+            let config = BucketedConfig::new(bucket_bits)
+                .with_namespace(args.namespace.clone())
+                .with_id_width(width);
+            let layout = Bucketed::new(conn, config).await?;
+            let count = layout.buckets().count();
+            (layout.into(), count)
+        }
+    };
     let mut config = SweepConfig::default()
         .with_interval(Duration::from_secs_f64(args.interval_secs.max(0.001)))
         .with_segments(args.segments)
@@ -65,7 +79,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
     config.max_sessions = args.max_sessions;
     println!(
         "sweeping {} buckets of {} every {:?} in {} segments{}",
-        layout.buckets().count(),
+        buckets,
         args.namespace,
         config.interval,
         config.segments,
@@ -73,7 +87,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
             .map(|m| format!(", capped at {m} sessions"))
             .unwrap_or_default()
     );
-    let handle = Sweeper::new(layout, config).spawn();
+    let handle = Sweeper::new(target, config).spawn();
     let mut stats = handle.subscribe();
     loop {
         tokio::select! {

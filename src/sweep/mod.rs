@@ -18,6 +18,7 @@
 //! the other buckets are swept.
 
 mod cap;
+mod compact;
 mod step;
 
 use std::sync::Arc;
@@ -27,11 +28,13 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::layout::Bucketed;
+use crate::layout::{Bucketed, Compact};
 use crate::lock;
 pub use step::BadBucket;
 use step::{RangeOutcome, sweep_buckets};
 
+/// Default number of passes between full passes over a compact store.
+pub const DEFAULT_FULL_PASS_EVERY: u32 = 16;
 /// Default time between passes.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 /// Default number of lease segments the buckets are divided into.
@@ -58,6 +61,10 @@ pub struct SweepConfig {
     /// interval later (the default, so a starting app does not sweep at
     /// once).
     pub run_at_start: bool,
+    /// For the compact layout: every this many passes (the first included)
+    /// sweep every bucket rather than those its index names, which also
+    /// restores index entries that were lost or are stale.
+    pub full_pass_every: u32,
 }
 
 mod secs {
@@ -83,6 +90,7 @@ impl Default for SweepConfig {
             step_limit: DEFAULT_STEP_LIMIT,
             max_sessions: None,
             run_at_start: false,
+            full_pass_every: DEFAULT_FULL_PASS_EVERY,
         }
     }
 }
@@ -215,33 +223,79 @@ pub struct SweepStats {
     pub last_error: Option<String>,
 }
 
-/// Sweeps a bucketed layout.
+/// What a sweeper sweeps.
+#[derive(Clone, Debug)]
+pub enum SweepTarget<C> {
+    /// A bucketed store: every bucket, each pass.
+    Bucketed(Bucketed<C>),
+    /// A compact store: the buckets its index names, and every bucket each
+    /// [`SweepConfig::full_pass_every`] passes.
+    Compact(Compact<C>),
+}
+
+impl<C> From<Bucketed<C>> for SweepTarget<C> {
+    fn from(layout: Bucketed<C>) -> Self {
+        Self::Bucketed(layout)
+    }
+}
+
+impl<C> From<Compact<C>> for SweepTarget<C> {
+    fn from(layout: Compact<C>) -> Self {
+        Self::Compact(layout)
+    }
+}
+
+/// Sweeps a bucketed or compact layout.
 #[derive(Clone, Debug)]
 pub struct Sweeper<C> {
-    layout: Bucketed<C>,
+    target: SweepTarget<C>,
     config: SweepConfig,
     /// This sweeper's lease holder token: it renews its own leases.
     token: Arc<str>,
+    /// Passes made, shared by clones: decides the compact layout's full
+    /// passes.
+    passes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<C> Sweeper<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// A sweeper for `layout`, on the layout's connection. Open the layout
-    /// with [`Bucketed::new`], which checks the store's recorded bucket bits:
-    /// a sweeper with other bits would sweep other keys.
-    pub fn new(layout: Bucketed<C>, config: SweepConfig) -> Self {
+    /// A sweeper for `layout` ([`Bucketed`] or [`Compact`]), on the
+    /// layout's connection. Open the layout with its `new`, which checks the
+    /// store's recorded bucket bits: a sweeper with other bits would sweep
+    /// other keys.
+    pub fn new(layout: impl Into<SweepTarget<C>>, config: SweepConfig) -> Self {
         let token = format!("{:032x}", rand::random::<u128>());
         Self {
-            layout,
+            target: layout.into(),
             config,
             token: token.into(),
+            passes: Arc::default(),
         }
     }
 
     fn conn(&self) -> &C {
-        self.layout.connection()
+        match &self.target {
+            SweepTarget::Bucketed(l) => l.connection(),
+            SweepTarget::Compact(l) => l.connection(),
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        match &self.target {
+            SweepTarget::Bucketed(l) => l.buckets().namespace(),
+            SweepTarget::Compact(l) => l.buckets().namespace(),
+        }
+    }
+
+    /// What segments divide and ranges name: buckets, or for the compact
+    /// layout groups of buckets (one index each).
+    pub fn units(&self) -> u32 {
+        match &self.target {
+            SweepTarget::Bucketed(l) => l.buckets().count(),
+            SweepTarget::Compact(l) => l.scheme().groups(),
+        }
     }
 
     /// The configuration.
@@ -250,11 +304,11 @@ where
     }
 
     fn segments(&self) -> u32 {
-        self.config.segments.clamp(1, self.layout.buckets().count())
+        self.config.segments.clamp(1, self.units())
     }
 
     fn segment_range(&self, segment: u32) -> std::ops::Range<u32> {
-        let count = u64::from(self.layout.buckets().count());
+        let count = u64::from(self.units());
         let n = u64::from(self.segments());
         let start = (u64::from(segment) * count / n) as u32;
         let end = (u64::from(segment + 1) * count / n) as u32;
@@ -262,23 +316,37 @@ where
     }
 
     fn lease_key(&self, segment: u32) -> String {
-        format!(
-            "{}:sweep:{}:{segment}",
-            self.layout.buckets().namespace(),
-            self.segments()
-        )
+        format!("{}:sweep:{}:{segment}", self.namespace(), self.segments())
     }
 
     fn cap_lease_key(&self) -> String {
-        format!("{}:sweep:cap", self.layout.buckets().namespace())
+        format!("{}:sweep:cap", self.namespace())
     }
 
-    /// Sweeps buckets `range` completely (no leases): every expired entry
-    /// is removed, and every bucket whose HASH and ZSET disagree repaired.
+    /// Sweeps `range` of [`Sweeper::units`] (no leases). Bucketed: every
+    /// expired entry is removed, and every bucket whose HASH and ZSET
+    /// disagree repaired. Compact: the buckets each group's index names
+    /// as due.
     pub async fn sweep_range(&self, range: std::ops::Range<u32>) -> Result<PassReport> {
+        self.sweep(range, false).await
+    }
+
+    /// Sweeps `range` of [`Sweeper::units`] visiting every bucket, whatever
+    /// an index says (for the bucketed layout, the same as
+    /// [`Sweeper::sweep_range`]).
+    pub async fn sweep_range_full(&self, range: std::ops::Range<u32>) -> Result<PassReport> {
+        self.sweep(range, true).await
+    }
+
+    async fn sweep(&self, range: std::ops::Range<u32>, full: bool) -> Result<PassReport> {
         let started = Instant::now();
         let now = server_time(self.conn()).await?;
-        let outcome = sweep_buckets(&self.layout, range, self.config.step_limit, None).await?;
+        let outcome = match &self.target {
+            SweepTarget::Bucketed(l) => {
+                sweep_buckets(l, range, self.config.step_limit, None).await?
+            }
+            SweepTarget::Compact(l) => compact::sweep_groups(l, range, now, full).await?,
+        };
         let mut report = PassReport::default();
         report.add(outcome, now);
         report.took = started.elapsed();
@@ -294,6 +362,11 @@ where
         let started = Instant::now();
         let segments = self.segments();
         let first = rand::random_range(0..segments);
+        let every = u64::from(self.config.full_pass_every.max(1));
+        let full = self
+            .passes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .is_multiple_of(every);
         let mut total = PassReport::default();
         for i in 0..segments {
             let segment = (first + i) % segments;
@@ -310,7 +383,7 @@ where
                 Err(e @ Error::WrongType { .. }) => total.lease_error(&key, &e),
                 Err(e) => return Err(e),
             }
-            let r = self.sweep_range(self.segment_range(segment)).await?;
+            let r = self.sweep(self.segment_range(segment), full).await?;
             total.segments_swept += 1;
             total.merge(r);
         }
@@ -373,7 +446,15 @@ where
     }
 
     async fn cap_under_lease(&self, max: u64, report: &mut PassReport) -> Result<()> {
-        let b = self.layout.buckets();
+        let layout = match &self.target {
+            SweepTarget::Bucketed(l) => l,
+            SweepTarget::Compact(_) => {
+                return Err(Error::Config(
+                    "the session cap is not implemented for the compact layout yet".into(),
+                ));
+            }
+        };
+        let b = layout.buckets();
         let now = server_time(self.conn()).await?;
         let total = cap::count_live(self.conn(), b, now).await?;
         if total <= max {
@@ -382,13 +463,8 @@ where
         let Some(cutoff) = cap::place_cutoff(self.conn(), b, now, total, max).await? else {
             return Ok(());
         };
-        let outcome = sweep_buckets(
-            &self.layout,
-            0..b.count(),
-            self.config.step_limit,
-            Some(&cutoff),
-        )
-        .await?;
+        let outcome =
+            sweep_buckets(layout, 0..b.count(), self.config.step_limit, Some(&cutoff)).await?;
         report.add(outcome, now);
         Ok(())
     }

@@ -82,7 +82,7 @@ pub(super) struct RangeOutcome {
 }
 
 impl RangeOutcome {
-    fn bad_bucket(&mut self, bucket: u32, error: String) {
+    pub(super) fn bad_bucket(&mut self, bucket: u32, error: String) {
         self.bad_buckets += 1;
         if self.bad.len() < BAD_BUCKETS_LISTED {
             self.bad.push(BadBucket { bucket, error });

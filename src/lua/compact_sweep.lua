@@ -1,0 +1,47 @@
+-- Sweeps buckets of one group: removes their expired sessions and sets each
+-- bucket's index entry to its true earliest expiry (adding one that was
+-- lost, removing the entry and the key of a bucket left empty).
+-- KEYS[1]: the group's index ZSET
+-- KEYS[1 + i]: the HASH of the bucket whose index member is ARGV[i]
+-- Out-of-line records carry their session's expiry as EXAT on their own key,
+-- so Redis reclaims an expired one itself.
+-- A bucket key of another type is skipped, changed in nothing, and its
+-- member returned.
+-- Returns {expired removed, oldest removed expiry or -1, buckets visited,
+--          bad members...}.
+local now = server_clock()
+-- The index's type is checked before anything is written.
+redis.call('ZCARD', KEYS[1])
+local reply = {0, -1, 0}
+for i = 1, #ARGV do
+  local key, member = KEYS[i + 1], ARGV[i]
+  local ok, pairs = pcall(redis.call, 'HGETALL', key)
+  if not ok then
+    reply[#reply + 1] = member
+  else
+    reply[3] = reply[3] + 1
+    local gone, earliest = {}, nil
+    for j = 1, #pairs, 2 do
+      local expiry = expiry_of(pairs[j + 1])
+      if expiry <= now then
+        gone[#gone + 1] = pairs[j]
+        if reply[2] == -1 or expiry < reply[2] then
+          reply[2] = expiry
+        end
+      elseif earliest == nil or expiry < earliest then
+        earliest = expiry
+      end
+    end
+    reply[1] = reply[1] + #gone
+    if earliest == nil then
+      redis.call('DEL', key)
+      redis.call('ZREM', KEYS[1], member)
+    else
+      for j = 1, #gone, 1000 do
+        redis.call('HDEL', key, unpack(gone, j, math.min(j + 999, #gone)))
+      end
+      redis.call('ZADD', KEYS[1], earliest, member)
+    end
+  end
+end
+return reply

@@ -1,0 +1,372 @@
+//! The compact layout inspected in Redis, and its index-guided sweeper.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use sessionpack::server::LocalServer;
+use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::{Compact, CompactConfig, IdWidth, Layout, SessionId, Store};
+
+async fn compact(server: &LocalServer, bits: u8) -> Compact<redis::aio::ConnectionManager> {
+    Compact::new(common::manager(server).await, CompactConfig::new(bits))
+        .await
+        .expect("compact layout")
+}
+
+/// Every bucket key and index entry of a compact namespace: (bucket, field
+/// count, earliest expiry) and the index's (bucket, score).
+async fn inspect(
+    raw: &mut redis::aio::MultiplexedConnection,
+    layout: &Compact<redis::aio::ConnectionManager>,
+) -> (Vec<(u32, u64)>, Vec<(u32, u64)>) {
+    let scheme = layout.scheme();
+    let mut buckets = Vec::new();
+    let mut index = Vec::new();
+    for g in 0..scheme.groups() {
+        let entries: Vec<(u32, f64)> = raw
+            .zrange_withscores(scheme.index_key(g), 0, -1)
+            .await
+            .unwrap();
+        let base = scheme.group_buckets(g).start;
+        index.extend(entries.into_iter().map(|(m, s)| (base + m, s as u64)));
+        for bucket in scheme.group_buckets(g) {
+            let n: u64 = raw.hlen(scheme.bucket_key(bucket)).await.unwrap();
+            if n > 0 {
+                buckets.push((bucket, n));
+            }
+        }
+    }
+    (buckets, index)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_values_and_index_are_as_documented() {
+    let server = common::server();
+    let layout = compact(&server, 10).await;
+    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let big = store.create(1_234_567, ()).await.unwrap();
+    let small = store.create(42, ()).await.unwrap();
+    let mut raw = common::raw(&server).await;
+    let scheme = layout.scheme();
+    let b = layout.buckets();
+    for s in [&big, &small] {
+        let bucket = b.bucket_of(&s.id);
+        // 2^10 buckets in 2^3 groups of 128: the tag is the group.
+        let key = scheme.bucket_key(bucket);
+        assert_eq!(key, format!("sp:{{{:x}}}:{:x}", bucket >> 7, bucket & 127));
+        assert_eq!(
+            common_encoding(&mut raw, &key).await,
+            "listpack",
+            "bucket stays a listpack"
+        );
+        let index = scheme.index_key(bucket >> 7);
+        assert_eq!(common_encoding(&mut raw, &index).await, "listpack");
+        let score: f64 = raw.zscore(&index, bucket & 127).await.unwrap();
+        assert!(score as u64 <= s.expires_at, "the index bounds the expiry");
+    }
+    let field = b.field(&big.id);
+    assert_eq!(
+        field.len(),
+        19,
+        "160-bit id less the 10-bit prefix's whole byte"
+    );
+    // An identity of 7 digits: one listpack integer, identity * 10^10 + expiry.
+    let value: String = raw
+        .hget(scheme.bucket_key(b.bucket_of(&big.id)), &field)
+        .await
+        .unwrap();
+    assert_eq!(value, format!("1234567{:010}", big.expires_at));
+    // A small identity: 4 expiry bytes and the 1-byte MessagePack integer.
+    let value: Vec<u8> = raw
+        .hget(
+            scheme.bucket_key(b.bucket_of(&small.id)),
+            b.field(&small.id),
+        )
+        .await
+        .unwrap();
+    let mut expected = (small.expires_at as u32).to_be_bytes().to_vec();
+    expected.push(42);
+    assert_eq!(value, expected);
+    // Bucket keys carry no expiry; the store's metadata says what it is.
+    let ttl: i64 = raw
+        .ttl(scheme.bucket_key(b.bucket_of(&big.id)))
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1);
+    let layout_name: String = raw.hget("sp:meta", "layout").await.unwrap();
+    assert_eq!(layout_name, "compact");
+}
+
+async fn common_encoding(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_visits_only_the_buckets_its_index_names() {
+    let server = common::server();
+    let layout = compact(&server, 10).await;
+    let long: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let batch: Vec<(u64, ())> = (0..20_000).map(|i| (i, ())).collect();
+    let alive = long.create_many(&batch).await.unwrap();
+    // Short-lived sessions in a few buckets only: every 64th.
+    let b = layout.buckets().clone();
+    let record = sessionpack::record::encode(7, &()).unwrap();
+    let mut doomed_buckets = HashSet::new();
+    for i in 0..300u32 {
+        let bucket = (i % 16) * 64;
+        let id = b.with_bucket(&SessionId::generate().unwrap(), bucket);
+        let inserted = layout
+            .insert(&id, &record, sessionpack::Expiry::In(1))
+            .await
+            .unwrap();
+        assert!(matches!(inserted, sessionpack::Inserted::Created { .. }));
+        doomed_buckets.insert(bucket);
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    assert_eq!(sweeper.units(), 8, "2^10 buckets in 8 groups");
+    let report = sweeper.sweep_range(0..8).await.unwrap();
+    assert_eq!(report.reclaimed, 300);
+    // Only the 16 buckets holding short-lived sessions were visited.
+    assert_eq!(report.buckets as usize, doomed_buckets.len());
+    assert!(
+        long.load_many(&alive)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_some)
+    );
+    // The index now holds each bucket's true earliest expiry.
+    let mut raw = common::raw(&server).await;
+    let (buckets, index) = inspect(&mut raw, &layout).await;
+    assert_eq!(
+        buckets.len(),
+        index.len(),
+        "one index entry per live bucket"
+    );
+    let again = sweeper.sweep_range(0..8).await.unwrap();
+    assert_eq!((again.reclaimed, again.buckets), (0, 0), "nothing is due");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_or_stale_index_entry_never_leaves_a_session_unswept() {
+    let server = common::server();
+    let layout = compact(&server, 9).await;
+    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..5_000).map(|i| (i, ())).collect();
+    short.create_many(&batch).await.unwrap();
+    let scheme = layout.scheme().clone();
+    let mut raw = common::raw(&server).await;
+    // Group 0's index deleted by hand, group 1's entries rescored far ahead.
+    let _: () = raw.del(scheme.index_key(0)).await.unwrap();
+    for m in 0..128u32 {
+        let _: () = redis::cmd("ZADD")
+            .arg(scheme.index_key(1))
+            .arg("XX")
+            .arg(4_000_000_000u64)
+            .arg(m)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let config = SweepConfig {
+        full_pass_every: 2,
+        segments: 4,
+        ..SweepConfig::default()
+    };
+    let sweeper = Sweeper::new(layout.clone(), config);
+    // Index-guided: groups 0 and 1 are not found.
+    let guided = sweeper.sweep_range(0..4).await.unwrap();
+    let missed: u64 = 5_000 - guided.reclaimed;
+    assert!(missed > 1_000, "reclaimed {}", guided.reclaimed);
+    // A full pass finds them and restores the index.
+    let full = sweeper.sweep_range_full(0..4).await.unwrap();
+    assert_eq!(full.reclaimed, missed);
+    let (buckets, index) = inspect(&mut raw, &layout).await;
+    assert!(
+        buckets.is_empty() && index.is_empty(),
+        "{buckets:?} {index:?}"
+    );
+    // The task makes full passes on its own: the first, then every 2nd.
+    let live: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let kept = live.create_many(&batch[..1000]).await.unwrap();
+    let _: () = raw.del(scheme.index_key(2)).await.unwrap();
+    let first = Sweeper::new(layout.clone(), SweepConfig::default().with_segments(4));
+    first.pass().await.unwrap();
+    let (buckets, index) = inspect(&mut raw, &layout).await;
+    assert_eq!(
+        buckets.len(),
+        index.len(),
+        "the first pass restored the index"
+    );
+    assert!(
+        live.load_many(&kept)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_some)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touches_racing_sweeps_and_destroys_lose_nothing_and_revive_nothing() {
+    let server = common::server();
+    let layout = compact(&server, 6).await;
+    let three: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3));
+    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let long: Arc<Store<_, ()>> =
+        Arc::new(Store::new(layout.clone()).with_ttl(Duration::from_secs(600)));
+    let batch: Vec<(u64, ())> = (0..3000).map(|i| (100_000 + i, ())).collect();
+    let kept = Arc::new(three.create_many(&batch).await.unwrap());
+    let doomed = one.create_many(&batch[..2000]).await.unwrap();
+    let destroyed = long.create_many(&batch[..500]).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sweeping = {
+        let stop = stop.clone();
+        let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+        tokio::spawn(async move {
+            let mut reclaimed = 0;
+            let mut full = false;
+            while !stop.load(Ordering::Relaxed) {
+                let r = if full {
+                    sweeper.sweep_range_full(0..1).await
+                } else {
+                    sweeper.sweep_range(0..1).await
+                };
+                reclaimed += r.unwrap().reclaimed;
+                full = !full;
+            }
+            reclaimed
+        })
+    };
+    let destroying = {
+        let long = long.clone();
+        tokio::spawn(async move {
+            for id in &destroyed {
+                assert!(long.destroy(id).await.unwrap());
+            }
+            destroyed
+        })
+    };
+    let mut touchers = Vec::new();
+    for t in 0..4usize {
+        let (long, kept, stop) = (long.clone(), kept.clone(), stop.clone());
+        touchers.push(tokio::spawn(async move {
+            let mut alive = HashSet::new();
+            while !stop.load(Ordering::Relaxed) {
+                for id in kept.iter().skip(t).step_by(4) {
+                    if long.touch(id).await.unwrap().is_some() {
+                        alive.insert(*id);
+                    } else {
+                        assert!(!alive.contains(id), "a live session was swept");
+                    }
+                }
+            }
+            alive
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(4100)).await;
+    let mut revived = 0;
+    for id in &doomed {
+        if long.touch(id).await.unwrap().is_some() {
+            revived += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut alive: Vec<SessionId> = Vec::new();
+    for t in touchers {
+        alive.extend(t.await.unwrap());
+    }
+    sweeping.await.unwrap();
+    let destroyed = destroying.await.unwrap();
+    assert_eq!(revived, 0);
+    assert!(alive.len() >= 2500, "only {} kept alive", alive.len());
+    assert!(
+        long.load_many(&alive)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_some)
+    );
+    assert!(
+        long.load_many(&doomed)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_none)
+    );
+    assert!(
+        long.load_many(&destroyed)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_none)
+    );
+    // A full sweep now leaves exactly the kept sessions.
+    Sweeper::new(layout.clone(), SweepConfig::default())
+        .sweep_range_full(0..1)
+        .await
+        .unwrap();
+    let mut raw = common::raw(&server).await;
+    let (buckets, _) = inspect(&mut raw, &layout).await;
+    let total: u64 = buckets.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, alive.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_key_of_another_type_is_skipped_and_reported() {
+    let server = common::server();
+    let layout = compact(&server, 8).await;
+    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..2000).map(|i| (i, ())).collect();
+    let ids = one.create_many(&batch).await.unwrap();
+    let b = layout.buckets().clone();
+    let scheme = layout.scheme().clone();
+    let victim = b.bucket_of(&ids[0]);
+    let mut raw = common::raw(&server).await;
+    let lost: u64 = raw.hlen(scheme.bucket_key(victim)).await.unwrap();
+    let _: () = raw.del(scheme.bucket_key(victim)).await.unwrap();
+    let _: () = raw.set(scheme.bucket_key(victim), "theirs").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let report = Sweeper::new(layout.clone(), SweepConfig::default())
+        .sweep_range(0..2)
+        .await
+        .unwrap();
+    assert_eq!(report.reclaimed, 2000 - lost);
+    assert_eq!(report.bad_buckets, 1);
+    assert_eq!(report.bad[0].bucket, victim);
+    let theirs: String = raw.get(scheme.bucket_key(victim)).await.unwrap();
+    assert_eq!(theirs, "theirs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrow_ids_store_four_bytes_less() {
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let narrow = Compact::new(
+        conn,
+        CompactConfig::new(8)
+            .with_namespace("n")
+            .with_id_width(IdWidth::Bits128),
+    )
+    .await
+    .unwrap();
+    let store: Store<_, ()> = Store::new(narrow.clone());
+    let s = store.create(5, ()).await.unwrap();
+    assert_eq!(s.id.to_hex().len(), 32);
+    assert_eq!(narrow.buckets().field(&s.id).len(), 15);
+    assert!(store.load_cookie(&s.id.to_hex()).await.unwrap().is_some());
+    let wide = SessionId::generate().unwrap();
+    assert!(store.load_cookie(&wide.to_hex()).await.is_err());
+}
