@@ -406,7 +406,7 @@ pub fn predict(layout: LayoutKind, bucket_bits: u8, w: &Workload) -> Prediction 
         LayoutKind::Bucketed => {
             let buckets = 1u64 << bucket_bits;
             let mean = n as f64 / buckets as f64;
-            let field = ID_BYTES - u64::from(bucket_bits / 8);
+            let field = w.id_bytes - u64::from(bucket_bits / 8);
             // "sp:{" + hex digits + "}:h"
             let key_len = 3 + 2 + u64::from(bucket_bits.div_ceil(4)) + 2;
             let pmf = poisson_pmf(mean);
