@@ -173,8 +173,9 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
 async fn throughput_measures_every_operation() {
     let server = common::server();
     let conn = connect(&server.url()).await.unwrap();
-    let layout = LayoutKind::Bucketed.open(conn, 8).await.unwrap();
-    let rates = throughput::measure("bucketed 2^8", Store::new(layout), 4, 2000)
+    let mut probe = conn.clone();
+    let layout = LayoutKind::Compact.open(conn, 8).await.unwrap();
+    let rates = throughput::measure("compact 2^8", Store::new(layout), 4, 2000, &mut probe)
         .await
         .unwrap();
     let ops: Vec<_> = rates.iter().map(|r| r.op).collect();
@@ -186,6 +187,13 @@ async fn throughput_measures_every_operation() {
         rates
             .iter()
             .all(|r| r.ops_per_sec.is_finite() && r.ops_per_sec > 0.0)
+    );
+    // Every operation costs the server something, and not absurdly much.
+    assert!(
+        rates
+            .iter()
+            .all(|r| r.server_cpu_us > 0.0 && r.server_cpu_us < 10_000.0),
+        "{rates:?}"
     );
     let set = throughput::redis_benchmark_set(server.port(), 4, 1, 5000).unwrap();
     assert!(set > 0.0);

@@ -60,6 +60,11 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         &server.limits,
         DEFAULT_MAX_CONVERTED,
     );
+    let compact_bits = advisor::recommend_compact_bits(
+        2 * args.sessions as u64,
+        &server.limits,
+        DEFAULT_MAX_CONVERTED,
+    );
     let mut all_rates = Vec::new();
     let (mut singles, mut pipelined) = (Vec::new(), Vec::new());
     for round in 1..=args.rounds {
@@ -79,15 +84,25 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         for layout in &layouts {
             // Only what this run wrote is there: the target was checked above.
             let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+            let bits = if *layout == LayoutKind::Compact {
+                compact_bits
+            } else {
+                bits
+            };
             let opened = layout.open(conn.clone(), bits).await?;
             let label = if layout.is_bucketed() {
                 format!("{layout} 2^{bits}")
             } else {
                 layout.name().to_owned()
             };
-            let measured =
-                throughput::measure(&label, Store::new(opened), args.clients, args.sessions)
-                    .await?;
+            let measured = throughput::measure(
+                &label,
+                Store::new(opened),
+                args.clients,
+                args.sessions,
+                &mut conn,
+            )
+            .await?;
             for r in &measured {
                 println!(
                     "round {round}: {:24} {:16} {:>9.0}/s",
@@ -122,7 +137,7 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| Error::Config(e.to_string()))?;
     let md = format!(
-        "# Throughput\n\nProduced by `{}` ({}, {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined.\n\n{}",
+        "# Throughput\n\nProduced by `{}` ({}, {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined. Server CPU is the `INFO cpu` (user + sys) delta over each operation's run, per session.\n\n{}",
         report.command,
         report.redis_version,
         report.clients,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::info::server_cpu_secs;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::layout::{Layout, LayoutKind};
@@ -66,6 +67,10 @@ pub struct Rate {
     pub op: Op,
     /// Sessions per second.
     pub ops_per_sec: f64,
+    /// Redis server CPU (user + sys, `INFO cpu` delta) per session, in
+    /// microseconds.
+    #[serde(default)]
+    pub server_cpu_us: f64,
 }
 
 /// `redis-benchmark -t set` on the same server: one request at a time per
@@ -122,24 +127,34 @@ pub fn redis_benchmark_set(
 
 /// Measures `ops` on one layout: `clients` concurrent callers for single
 /// operations, each batch call for batched ones, `sessions` sessions per op.
-pub async fn measure<L: Layout + 'static>(
+/// `probe` is a separate connection to the same server, for `INFO cpu`.
+pub async fn measure<L, P>(
     label: &str,
     store: Store<L, ()>,
     clients: usize,
     sessions: usize,
-) -> Result<Vec<Rate>> {
+    probe: &mut P,
+) -> Result<Vec<Rate>>
+where
+    L: Layout + 'static,
+    P: redis::aio::ConnectionLike + Send,
+{
     let store = std::sync::Arc::new(store);
     let mut rates = Vec::new();
     let identities: Vec<(u64, ())> = (0..sessions as u64).map(|i| (1 << 20 | i, ())).collect();
 
     // Batched create also seeds the sessions the other operations use.
+    let cpu = server_cpu_secs(probe).await?;
     let started = Instant::now();
     let mut ids = Vec::with_capacity(sessions);
     for chunk in identities.chunks(BATCH) {
         ids.extend(store.create_many(chunk).await?);
     }
-    rates.push(rate(label, Op::CreateBatch, sessions, started.elapsed()));
+    let took = started.elapsed();
+    let cpu = server_cpu_secs(probe).await? - cpu;
+    rates.push(rate(label, Op::CreateBatch, sessions, took, cpu));
 
+    let cpu = server_cpu_secs(probe).await?;
     let started = Instant::now();
     for chunk in ids.chunks(BATCH) {
         let found = store.load_many(chunk).await?;
@@ -149,9 +164,12 @@ pub async fn measure<L: Layout + 'static>(
             )));
         }
     }
-    rates.push(rate(label, Op::LoadBatch, sessions, started.elapsed()));
+    let took = started.elapsed();
+    let cpu = server_cpu_secs(probe).await? - cpu;
+    rates.push(rate(label, Op::LoadBatch, sessions, took, cpu));
 
     for op in [Op::Create, Op::Load, Op::Touch] {
+        let cpu = server_cpu_secs(probe).await?;
         let started = Instant::now();
         let per_client = sessions / clients;
         let mut tasks = tokio::task::JoinSet::new();
@@ -177,16 +195,19 @@ pub async fn measure<L: Layout + 'static>(
         while let Some(done) = tasks.join_next().await {
             done.map_err(|e| Error::Config(format!("benchmark task failed: {e}")))??;
         }
-        rates.push(rate(label, op, per_client * clients, started.elapsed()));
+        let took = started.elapsed();
+        let cpu = server_cpu_secs(probe).await? - cpu;
+        rates.push(rate(label, op, per_client * clients, took, cpu));
     }
     Ok(rates)
 }
 
-fn rate(label: &str, op: Op, n: usize, took: Duration) -> Rate {
+fn rate(label: &str, op: Op, n: usize, took: Duration, cpu_secs: f64) -> Rate {
     Rate {
         layout: label.to_owned(),
         op,
         ops_per_sec: n as f64 / took.as_secs_f64().max(1e-9),
+        server_cpu_us: cpu_secs * 1e6 / n.max(1) as f64,
     }
 }
 
@@ -204,19 +225,30 @@ pub fn medians(all: &[Rate]) -> Vec<Rate> {
             .map(|o| o.ops_per_sec)
             .collect();
         v.sort_by(f64::total_cmp);
-        let mid = v.len() / 2;
-        let median = if v.len() % 2 == 1 {
-            v[mid]
-        } else {
-            (v[mid - 1] + v[mid]) / 2.0
-        };
+        let mut cpu: Vec<f64> = all
+            .iter()
+            .filter(|o| o.layout == r.layout && o.op == r.op)
+            .map(|o| o.server_cpu_us)
+            .collect();
+        cpu.sort_by(f64::total_cmp);
         out.push(Rate {
             layout: r.layout.clone(),
             op: r.op,
-            ops_per_sec: median,
+            ops_per_sec: median_of(&v),
+            server_cpu_us: median_of(&cpu),
         });
     }
     out
+}
+
+/// The median of sorted values.
+fn median_of(v: &[f64]) -> f64 {
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
 }
 
 /// A whole throughput run.
@@ -250,7 +282,7 @@ impl ThroughputReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "| layout | operation | sessions/s | vs redis-benchmark SET | vs packed-setex |\n|---|---|---:|---:|---:|"
+            "| layout | operation | sessions/s | vs redis-benchmark SET | vs packed-setex | server CPU µs/op | CPU vs packed-setex |\n|---|---|---:|---:|---:|---:|---:|"
         );
         for r in &self.rates {
             let set = if r.op.is_batched() {
@@ -261,17 +293,23 @@ impl ThroughputReport {
             let packed = self
                 .rates
                 .iter()
-                .find(|p| p.op == r.op && p.layout == LayoutKind::PackedSetex.name())
+                .find(|p| p.op == r.op && p.layout == LayoutKind::PackedSetex.name());
+            let speed = packed
                 .map(|p| format!("{:.2}x", r.ops_per_sec / p.ops_per_sec))
+                .unwrap_or_default();
+            let cpu = packed
+                .map(|p| format!("{:.2}x", r.server_cpu_us / p.server_cpu_us))
                 .unwrap_or_default();
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.0} | {:.2}x | {} |",
+                "| {} | {} | {:.0} | {:.2}x | {} | {:.2} | {} |",
                 r.layout,
                 r.op.name(),
                 r.ops_per_sec,
                 r.ops_per_sec / set,
-                packed
+                speed,
+                r.server_cpu_us,
+                cpu
             );
         }
         s
