@@ -56,6 +56,14 @@ pub(crate) static COMPACT_REMOVE: LazyLock<Script> =
 pub(crate) static COMPACT_SWEEP: LazyLock<Script> =
     script!("compact_common.lua", "compact_sweep.lua");
 
+pub(crate) static COMPACT_CAP: LazyLock<Script> =
+    script!("compact_common.lua", "bucket_order.lua", "compact_cap.lua");
+pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
+    "compact_common.lua",
+    "bucket_order.lua",
+    "compact_evict.lua"
+);
+
 pub(crate) static META_CLAIM: LazyLock<Script> = script!("meta_claim.lua");
 pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_order.lua", "bucket_sweep.lua");
 pub(crate) static BUCKET_EVICT: LazyLock<Script> = script!("bucket_order.lua", "bucket_evict.lua");

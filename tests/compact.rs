@@ -370,3 +370,98 @@ async fn narrow_ids_store_four_bytes_less() {
     let wide = SessionId::generate().unwrap();
     assert!(store.load_cookie(&wide.to_hex()).await.is_err());
 }
+
+/// Out-of-line record keys whose bucket holds no entry for them.
+async fn records_without_entry(
+    raw: &mut redis::aio::MultiplexedConnection,
+    layout: &Compact<redis::aio::ConnectionManager>,
+) -> u64 {
+    let keys: Vec<String> = raw.keys("sp:{*}:*:o:*").await.unwrap();
+    let mut orphans = 0;
+    for key in keys {
+        let (bucket_key, field_hex) = key.rsplit_once(":o:").unwrap();
+        let field = hex::decode(field_hex).unwrap();
+        let value: Option<Vec<u8>> = raw.hget(bucket_key, &field).await.unwrap();
+        if value.is_none_or(|v| v.last() != Some(&0xc1)) {
+            orphans += 1;
+        }
+    }
+    let _ = layout;
+    orphans
+}
+
+async fn sessions_held(
+    raw: &mut redis::aio::MultiplexedConnection,
+    layout: &Compact<redis::aio::ConnectionManager>,
+) -> u64 {
+    let (buckets, _) = inspect(raw, layout).await;
+    buckets.iter().map(|(_, n)| n).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_is_exact_with_four_sweepers_and_one_expiry_second() {
+    let server = common::server();
+    let layout = compact(&server, 8).await;
+    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let batch: Vec<(u64, String)> = (0..8000)
+        .map(|i| {
+            (
+                i,
+                if i % 50 == 0 {
+                    "f".repeat(100)
+                } else {
+                    String::new()
+                },
+            )
+        })
+        .collect();
+    store.create_many(&batch).await.unwrap();
+    let config = SweepConfig::default()
+        .with_segments(2)
+        .with_max_sessions(5000);
+    let mut passes = Vec::new();
+    for _ in 0..4 {
+        let s = Sweeper::new(layout.clone(), config.clone());
+        passes.push(tokio::spawn(async move { s.pass().await.unwrap() }));
+    }
+    let mut evicted = 0;
+    for p in passes {
+        evicted += p.await.unwrap().evicted;
+    }
+    let mut raw = common::raw(&server).await;
+    assert_eq!(
+        sessions_held(&mut raw, &layout).await,
+        5000,
+        "evicted {evicted}"
+    );
+    assert_eq!(evicted, 3000);
+    assert_eq!(records_without_entry(&mut raw, &layout).await, 0);
+    let (buckets, index) = inspect(&mut raw, &layout).await;
+    assert_eq!(buckets.len(), index.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
+    let server = common::server();
+    let layout = compact(&server, 9).await;
+    let mut raw = common::raw(&server).await;
+    let config = SweepConfig::default().with_max_sessions(500);
+    let mut stopped = 0;
+    for stop_after_ms in [1u64, 2, 3, 5, 8, 12, 20, 30] {
+        let store: Store<_, String> =
+            Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+        let batch: Vec<(u64, String)> = (0..3000).map(|i| (i, "f".repeat(100))).collect();
+        store.create_many(&batch).await.unwrap();
+        let sweeper = Sweeper::new(layout.clone(), config.clone());
+        let outcome =
+            tokio::time::timeout(Duration::from_millis(stop_after_ms), sweeper.enforce_cap()).await;
+        stopped += u32::from(outcome.is_err());
+        assert_eq!(
+            records_without_entry(&mut raw, &layout).await,
+            0,
+            "stopped after {stop_after_ms} ms"
+        );
+        let _: () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
+    }
+    assert!(stopped > 0, "no pass was stopped part way");
+}

@@ -137,6 +137,11 @@ impl Value {
     }
 }
 
+/// The expiry a stored value holds; `None` if it is in neither form.
+pub(crate) fn value_expiry(bytes: &[u8]) -> Option<u64> {
+    parse_value(bytes).map(|v| v.expires_at())
+}
+
 /// Reads a stored value; `None` if it is in neither form.
 fn parse_value(bytes: &[u8]) -> Option<Value> {
     match bytes.first()? {

@@ -2,10 +2,14 @@
 //! the buckets that may hold expired sessions, and one script per group
 //! sweeps them and rescores their index entries.
 
-use super::step::RangeOutcome;
+use rand::seq::index;
+
+use super::cap::SAMPLE_BUCKETS;
+use super::step::{Cutoff, RangeOutcome};
 use crate::error::{Error, Result};
 use crate::layout::Compact;
-use crate::scripts::{self, COMPACT_SWEEP};
+use crate::layout::compact::value_expiry;
+use crate::scripts::{self, COMPACT_CAP, COMPACT_EVICT, COMPACT_SWEEP};
 
 /// Groups swept per pipeline.
 const PIPELINE: usize = 64;
@@ -109,6 +113,168 @@ where
             for member in parts.iter().skip(3) {
                 let m: u32 = redis::from_redis_value_ref(member).unwrap_or(0);
                 out.bad_bucket(base + m, "WRONGTYPE: a bucket key of another type".into());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Sessions held in all buckets (`HLEN`; sessions expired but not yet
+/// swept count too: the cap runs right after a pass has swept). Buckets of
+/// another type are left out.
+pub(super) async fn count_sessions<C>(layout: &Compact<C>) -> Result<u64>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let scheme = layout.scheme();
+    let count = layout.buckets().count();
+    let mut total = 0;
+    for start in (0..count).step_by(4096) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for bucket in start..(start + 4096).min(count) {
+            pipe.hlen(scheme.bucket_key(bucket));
+        }
+        let replies: Vec<redis::RedisResult<u64>> =
+            pipe.query_async(&mut layout.connection().clone()).await?;
+        total += replies.into_iter().flatten().sum::<u64>();
+    }
+    Ok(total)
+}
+
+/// The cap's cutoff from the live entries of a sample of buckets (all of
+/// them up to 4,096): the `ceil(q s)`-th smallest (expiry, field) of the
+/// `s` sampled, `q` the share to evict.
+pub(super) async fn place_cutoff<C>(
+    layout: &Compact<C>,
+    now: u64,
+    total: u64,
+    max: u64,
+) -> Result<Option<Cutoff>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let scheme = layout.scheme();
+    let count = layout.buckets().count();
+    let sample: Vec<u32> = if count <= SAMPLE_BUCKETS {
+        (0..count).collect()
+    } else {
+        index::sample(&mut rand::rng(), count as usize, SAMPLE_BUCKETS as usize)
+            .into_iter()
+            .map(|i| i as u32)
+            .collect()
+    };
+    let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
+    for chunk in sample.chunks(512) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for &bucket in chunk {
+            pipe.hgetall(scheme.bucket_key(bucket));
+        }
+        let replies: Vec<redis::RedisResult<Vec<(Vec<u8>, Vec<u8>)>>> =
+            pipe.query_async(&mut layout.connection().clone()).await?;
+        for (field, value) in replies.into_iter().flatten().flatten() {
+            if let Some(expiry) = value_expiry(&value).filter(|&e| e > now) {
+                entries.push((expiry, field));
+            }
+        }
+    }
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    entries.sort_unstable();
+    let share = (total - max) as f64 / total as f64;
+    let rank = ((share * entries.len() as f64).ceil() as usize).clamp(1, entries.len());
+    let (expiry, field) = entries.swap_remove(rank - 1);
+    Ok(Some(Cutoff { expiry, field }))
+}
+
+/// Removes from every bucket the sessions at or before `cutoff` (and the
+/// expired ones), group by group; live sessions with records out of line
+/// go with their record keys in a second script per bucket.
+pub(super) async fn evict<C>(layout: &Compact<C>, cutoff: &Cutoff) -> Result<RangeOutcome>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let scheme = layout.scheme();
+    let conn = layout.connection();
+    let mut out = RangeOutcome::default();
+    let groups: Vec<u32> = (0..scheme.groups()).collect();
+    for chunk in groups.chunks(PIPELINE) {
+        let invocations: Vec<_> = chunk
+            .iter()
+            .map(|&g| {
+                let buckets = scheme.group_buckets(g);
+                let mut inv = COMPACT_CAP.prepare_invoke();
+                inv.key(scheme.index_key(g));
+                for bucket in buckets.clone() {
+                    inv.key(scheme.bucket_key(bucket));
+                }
+                inv.arg(cutoff.expiry).arg(&cutoff.field);
+                for m in 0..buckets.end - buckets.start {
+                    inv.arg(m);
+                }
+                inv
+            })
+            .collect();
+        let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_CAP).await?;
+        let mut out_of_line: Vec<(u32, Vec<Vec<u8>>)> = Vec::new();
+        for (&g, reply) in chunk.iter().zip(replies) {
+            let base = scheme.group_buckets(g).start;
+            out.buckets += u64::from(scheme.group_buckets(g).end - base);
+            let parts: Vec<redis::Value> = match reply {
+                Ok(value) => redis::from_redis_value(value)
+                    .map_err(|e| Error::Config(format!("unexpected cap reply: {e}")))?,
+                Err(e) => {
+                    out.bad_bucket(base, e.to_string());
+                    continue;
+                }
+            };
+            let int = |i: usize| {
+                parts
+                    .get(i)
+                    .and_then(|v| redis::from_redis_value_ref::<u64>(v).ok())
+                    .unwrap_or(0)
+            };
+            out.reclaimed += int(0);
+            out.evicted += int(1);
+            let pairs = int(2) as usize;
+            for pair in parts[3..3 + 2 * pairs].chunks(2) {
+                let member: u32 = redis::from_redis_value_ref(&pair[0]).unwrap_or(0);
+                let field: Vec<u8> = redis::from_redis_value_ref(&pair[1]).unwrap_or_default();
+                match out_of_line.iter_mut().find(|(b, _)| *b == base + member) {
+                    Some((_, fields)) => fields.push(field),
+                    None => out_of_line.push((base + member, vec![field])),
+                }
+            }
+            for member in &parts[3 + 2 * pairs..] {
+                let m: u32 = redis::from_redis_value_ref(member).unwrap_or(0);
+                out.bad_bucket(base + m, "WRONGTYPE: a bucket key of another type".into());
+            }
+        }
+        if out_of_line.is_empty() {
+            continue;
+        }
+        let invocations: Vec<_> = out_of_line
+            .iter()
+            .map(|(bucket, fields)| {
+                let mut inv = COMPACT_EVICT.prepare_invoke();
+                inv.key(scheme.bucket_key(*bucket));
+                for field in fields {
+                    inv.key(scheme.out_of_line_key(*bucket, field));
+                }
+                inv.arg(cutoff.expiry).arg(&cutoff.field);
+                for field in fields {
+                    inv.arg(field);
+                }
+                inv
+            })
+            .collect();
+        let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_EVICT).await?;
+        for ((bucket, _), reply) in out_of_line.iter().zip(replies) {
+            match reply.and_then(|v| redis::from_redis_value::<u64>(v).map_err(Into::into)) {
+                Ok(n) => out.evicted += n,
+                Err(e) => out.bad_bucket(*bucket, e.to_string()),
             }
         }
     }

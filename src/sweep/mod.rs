@@ -446,25 +446,31 @@ where
     }
 
     async fn cap_under_lease(&self, max: u64, report: &mut PassReport) -> Result<()> {
-        let layout = match &self.target {
-            SweepTarget::Bucketed(l) => l,
-            SweepTarget::Compact(_) => {
-                return Err(Error::Config(
-                    "the session cap is not implemented for the compact layout yet".into(),
-                ));
+        let now = server_time(self.conn()).await?;
+        let outcome = match &self.target {
+            SweepTarget::Bucketed(layout) => {
+                let b = layout.buckets();
+                let total = cap::count_live(self.conn(), b, now).await?;
+                if total <= max {
+                    return Ok(());
+                }
+                let Some(cutoff) = cap::place_cutoff(self.conn(), b, now, total, max).await? else {
+                    return Ok(());
+                };
+                let step = self.config.step_limit;
+                sweep_buckets(layout, 0..b.count(), step, Some(&cutoff)).await?
+            }
+            SweepTarget::Compact(layout) => {
+                let total = compact::count_sessions(layout).await?;
+                if total <= max {
+                    return Ok(());
+                }
+                let Some(cutoff) = compact::place_cutoff(layout, now, total, max).await? else {
+                    return Ok(());
+                };
+                compact::evict(layout, &cutoff).await?
             }
         };
-        let b = layout.buckets();
-        let now = server_time(self.conn()).await?;
-        let total = cap::count_live(self.conn(), b, now).await?;
-        if total <= max {
-            return Ok(());
-        }
-        let Some(cutoff) = cap::place_cutoff(self.conn(), b, now, total, max).await? else {
-            return Ok(());
-        };
-        let outcome =
-            sweep_buckets(layout, 0..b.count(), self.config.step_limit, Some(&cutoff)).await?;
         report.add(outcome, now);
         Ok(())
     }

@@ -18,7 +18,7 @@ pub(super) const BAD_BUCKETS_LISTED: usize = 16;
 /// The session cap's cutoff: entries at or before (expiry, field), in the
 /// order a ZSET keeps them, are evicted.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Cutoff {
+pub(crate) struct Cutoff {
     pub expiry: u64,
     pub field: Vec<u8>,
 }

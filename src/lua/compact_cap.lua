@@ -1,0 +1,61 @@
+-- The session cap on one group of compact buckets: removes every session at
+-- or before a cutoff in (expiry, field) order, and rescores each bucket's
+-- index entry. A live session whose record is out of line is left in place
+-- and returned: the caller evicts it with compact_evict.lua, which names its
+-- record key, so no record outlives its entry whenever the caller stops.
+-- KEYS[1]: the group's index ZSET
+-- KEYS[1 + i]: the HASH of the bucket whose index member is ARGV[2 + i]
+-- ARGV[1]: the cutoff expiry; ARGV[2]: the cutoff field
+-- Returns {expired removed, live removed, n, then n pairs of (member,
+--          field) to evict out of line, then bad members...}.
+local now = server_clock()
+redis.call('ZCARD', KEYS[1])
+local cutoff, cutoff_field = tonumber(ARGV[1]), ARGV[2]
+local reply, evict, bad = {0, 0, 0}, {}, {}
+for i = 3, #ARGV do
+  local key, member = KEYS[i - 1], ARGV[i]
+  local ok, pairs = pcall(redis.call, 'HGETALL', key)
+  if not ok then
+    bad[#bad + 1] = member
+  else
+    local gone, earliest = {}, nil
+    for j = 1, #pairs, 2 do
+      local field, value = pairs[j], pairs[j + 1]
+      local expiry = expiry_of(value)
+      if expiry <= now then
+        gone[#gone + 1] = field
+        reply[1] = reply[1] + 1
+      elseif within_cutoff(expiry, field, cutoff, cutoff_field) then
+        if is_out_of_line(value) then
+          evict[#evict + 1] = member
+          evict[#evict + 1] = field
+          if earliest == nil or expiry < earliest then
+            earliest = expiry
+          end
+        else
+          gone[#gone + 1] = field
+          reply[2] = reply[2] + 1
+        end
+      elseif earliest == nil or expiry < earliest then
+        earliest = expiry
+      end
+    end
+    if earliest == nil then
+      redis.call('DEL', key)
+      redis.call('ZREM', KEYS[1], member)
+    else
+      for j = 1, #gone, 1000 do
+        redis.call('HDEL', key, unpack(gone, j, math.min(j + 999, #gone)))
+      end
+      redis.call('ZADD', KEYS[1], earliest, member)
+    end
+  end
+end
+reply[3] = #evict / 2
+for i = 1, #evict do
+  reply[#reply + 1] = evict[i]
+end
+for i = 1, #bad do
+  reply[#reply + 1] = bad[i]
+end
+return reply
