@@ -11,6 +11,9 @@ use crate::layout::Compact;
 use crate::layout::compact::value_expiry;
 use crate::scripts::{self, COMPACT_CAP, COMPACT_EVICT, COMPACT_SWEEP};
 
+/// A bucket's field and value, as `HGETALL` returns them.
+type FieldValue = (Vec<u8>, Vec<u8>);
+
 /// Groups swept per pipeline.
 const PIPELINE: usize = 64;
 
@@ -171,7 +174,7 @@ where
         for &bucket in chunk {
             pipe.hgetall(scheme.bucket_key(bucket));
         }
-        let replies: Vec<redis::RedisResult<Vec<(Vec<u8>, Vec<u8>)>>> =
+        let replies: Vec<redis::RedisResult<Vec<FieldValue>>> =
             pipe.query_async(&mut layout.connection().clone()).await?;
         for (field, value) in replies.into_iter().flatten().flatten() {
             if let Some(expiry) = value_expiry(&value).filter(|&e| e > now) {
