@@ -11,7 +11,7 @@ use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
 use crate::error::{Error, Result};
 use crate::harness::info::{ServerInfo, server_cpu_secs};
-use crate::layout::{BookLoginHash, LayoutKind};
+use crate::layout::{BookLoginHash, Compact, CompactConfig, LayoutKind};
 use crate::store::Store;
 use crate::sweep::{SweepConfig, Sweeper};
 
@@ -41,6 +41,9 @@ struct Scenario {
     book_reclaimed: u64,
     book_secs: f64,
     book_cpu_us: f64,
+    compact_reclaimed: u64,
+    compact_secs: f64,
+    compact_cpu_us: f64,
 }
 
 impl Scenario {
@@ -51,6 +54,10 @@ impl Scenario {
     fn book_rate(&self) -> f64 {
         self.book_reclaimed as f64 / self.book_secs
     }
+
+    fn compact_rate(&self) -> f64 {
+        self.compact_reclaimed as f64 / self.compact_secs
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -58,6 +65,7 @@ struct SweepBench {
     command: String,
     redis_version: String,
     bucket_bits: u8,
+    compact_bucket_bits: u8,
     scenarios: Vec<Scenario>,
 }
 
@@ -93,6 +101,14 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
     };
     let book = BookLoginHash::book(conn.clone(), "sp");
     let sweeper = Sweeper::new(bucketed.clone(), SweepConfig::default());
+    let compact_bits =
+        advisor::recommend_compact_bits(args.sessions, &server.limits, DEFAULT_MAX_CONVERTED);
+    let compact = Compact::new(
+        conn.clone(),
+        CompactConfig::new(compact_bits).with_namespace("spc"),
+    )
+    .await?;
+    let compact_sweeper = Sweeper::new(compact.clone(), SweepConfig::default());
     let n = args.sessions;
     let mut scenarios = Vec::new();
     for (name, expired, live) in [("all expired", n, 0), ("half expired", n / 2, n / 2)] {
@@ -112,6 +128,16 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
         let book_reclaimed = book.clean_sessions(live).await?;
         let book_secs = started.elapsed().as_secs_f64();
         let book_cpu = server_cpu_secs(&mut conn).await? - cpu;
+
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        load(&compact, expired, live).await?;
+        let cpu = server_cpu_secs(&mut conn).await?;
+        let started = Instant::now();
+        let compact_report = compact_sweeper
+            .sweep_range(0..compact_sweeper.units())
+            .await?;
+        let compact_secs = started.elapsed().as_secs_f64();
+        let compact_cpu = server_cpu_secs(&mut conn).await? - cpu;
         let scenario = Scenario {
             name,
             expired,
@@ -122,17 +148,26 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             book_reclaimed,
             book_secs,
             book_cpu_us: book_cpu * 1e6 / book_reclaimed.max(1) as f64,
+            compact_reclaimed: compact_report.reclaimed,
+            compact_secs,
+            compact_cpu_us: compact_cpu * 1e6 / compact_report.reclaimed.max(1) as f64,
         };
         println!(
-            "{name}: bucketed 2^{bits} sweeper {:.0}/s, book's clean_sessions {:.0}/s: {:.1}x",
+            "{name}: bucketed 2^{bits} sweeper {:.0}/s, compact 2^{compact_bits} {:.0}/s, book's clean_sessions {:.0}/s: {:.1}x and {:.1}x",
             scenario.bucketed_rate(),
+            scenario.compact_rate(),
             scenario.book_rate(),
-            scenario.bucketed_rate() / scenario.book_rate()
+            scenario.bucketed_rate() / scenario.book_rate(),
+            scenario.compact_rate() / scenario.book_rate()
         );
-        if report.reclaimed != expired || book_reclaimed != expired {
+        if report.reclaimed != expired
+            || book_reclaimed != expired
+            || compact_report.reclaimed != expired
+        {
             return Err(Error::Config(format!(
-                "{name}: expected {expired} reclaimed, got {} (bucketed) and {book_reclaimed} (book)",
-                report.reclaimed
+                "{name}: expected {expired} reclaimed, got {} (bucketed), {} (compact) and \
+                 {book_reclaimed} (book)",
+                report.reclaimed, compact_report.reclaimed
             )));
         }
         scenarios.push(scenario);
@@ -141,18 +176,24 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
         command: super::bench_memory::command_line(),
         redis_version: server.name(),
         bucket_bits: bits,
+        compact_bucket_bits: compact_bits,
         scenarios,
     };
     let mut md = format!(
-        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips. Server CPU is the `INFO cpu` (user + sys) delta over the cleanup, per session reclaimed.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | bucketed / book | server CPU µs/session |\n|---|---|---:|---:|---:|---:|---:|\n",
-        result.command, result.redis_version, bits
+        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the compact sweeper over 2^{} buckets, one script per group of 128 buckets its index names as due, 64 groups per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips. Server CPU is the `INFO cpu` (user + sys) delta over the cleanup, per session reclaimed.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | vs book | server CPU µs/session |\n|---|---|---:|---:|---:|---:|---:|\n",
+        result.command, result.redis_version, bits, compact_bits
     );
     for s in &result.scenarios {
         md += &format!(
-            "| {} ({} expired, {} live) | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | book's clean_sessions | {} | {:.2} | {:.0} | | {:.2} |\n",
+            "| {} ({} expired, {} live) | compact sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | book's clean_sessions | {} | {:.2} | {:.0} | | {:.2} |\n",
             s.name,
             s.expired,
             s.live,
+            s.compact_reclaimed,
+            s.compact_secs,
+            s.compact_rate(),
+            s.compact_rate() / s.book_rate(),
+            s.compact_cpu_us,
             s.bucketed_reclaimed,
             s.bucketed_secs,
             s.bucketed_rate(),
