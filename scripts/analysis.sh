@@ -4,7 +4,9 @@
 # on a 2-core machine (the real 100M run alone ~30 minutes, 7 GB of Redis);
 # pass the names of the parts to run only some: 1m 10m 10m-json-setex
 # 100m-emulated 100m compact throughput sweep servers check. `compact`
-# measures the compact layout at 1M and 100M emulated, 160- and 128-bit ids. `servers` measures
+# measures the compact layout at 1M and 100M emulated, 160- and 128-bit ids;
+# `churn` the memory after sessions come and go (Redis 7.0, and 7.4.1 with
+# activedefrag). `servers` measures
 # every layout at 1M on Redis 7.4.1 and Valkey 8.0.1 (built by
 # scripts/ensure-servers.sh).
 set -euo pipefail
@@ -13,7 +15,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact throughput sweep servers 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput sweep servers 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -30,6 +32,13 @@ for part in "${parts[@]}"; do
         $sp bench memory --sessions 1000000 --emulate 100000000 --layouts compact \
           --bucket-bits 20 --id-bits $ids --out analysis/runs/compact-100m-emulated-$ids
       done ;;
+    churn)
+      $sp bench churn --sessions 1000000 --rounds 3 --out analysis/runs/churn
+      while read -r name path; do
+        [ "$name" = redis-7.4.1 ] || continue
+        SESSIONPACK_REDIS_SERVER=$path $sp bench churn --sessions 1000000 --rounds 3 \
+          --out "analysis/runs/churn-$name"
+      done < <(scripts/ensure-servers.sh) ;;
     servers)
       while read -r name path; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench memory --sessions 1000000 --bucket-bits 14 \

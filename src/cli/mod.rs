@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use crate::error::Result;
 
 mod advise;
+mod bench_churn;
 mod bench_memory;
 mod bench_sweep;
 mod bench_throughput;
@@ -33,8 +34,8 @@ pub enum Command {
     /// Benchmarks: memory per session (the main job) and throughput.
     #[command(subcommand)]
     Bench(Bench),
-    /// Sweep a bucketed store's expired sessions as a daemon, printing
-    /// counters after each pass.
+    /// Sweep a store's expired sessions as a daemon, printing counters
+    /// after each pass.
     Sweep(sweep::SweepArgs),
     /// Recommend a bucket count and predict memory for a planned
     /// population, or check the model against a measured report.
@@ -50,8 +51,12 @@ pub enum Bench {
     /// Sessions per second per layout and operation, beside redis-benchmark's
     /// SET on the same server.
     Throughput(bench_throughput::ThroughputArgs),
-    /// Reclaim rate of the bucketed sweeper against the book's cleanup.
+    /// Reclaim rate of the compact and bucketed sweepers against the book's
+    /// cleanup.
     Sweep(bench_sweep::SweepBenchArgs),
+    /// Memory after rounds of sessions expiring, swept and replaced, beside
+    /// memory after the load.
+    Churn(bench_churn::ChurnArgs),
 }
 
 /// Runs one parsed command line.
@@ -61,6 +66,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Memory(args)) => bench_memory::run(args).await,
         Command::Bench(Bench::Throughput(args)) => bench_throughput::run(args).await,
         Command::Bench(Bench::Sweep(args)) => bench_sweep::run(args).await,
+        Command::Bench(Bench::Churn(args)) => bench_churn::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
     }

@@ -1,6 +1,7 @@
 //! The benchmark harness behind `sessionpack bench`: loads sessions into a
 //! dedicated server layout by layout and records what they cost.
 
+pub mod churn;
 pub mod info;
 pub mod memory;
 pub mod plot;
