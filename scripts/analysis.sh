@@ -5,6 +5,7 @@
 # pass the names of the parts to run only some: 1m 10m 10m-json-setex
 # 100m-emulated 100m compact throughput sweep servers check. `compact`
 # measures the compact layout at 1M and 100M emulated, 160- and 128-bit ids;
+# `fill` what fuller compact buckets cost in speed and server CPU;
 # `churn` the memory after sessions come and go (Redis 7.0, and 7.4.1 with
 # activedefrag). `servers` measures
 # every layout at 1M on Redis 7.4.1 and Valkey 8.0.1 (built by
@@ -15,7 +16,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput sweep servers 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep servers 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -24,6 +25,10 @@ for part in "${parts[@]}"; do
     10m-json-setex) $sp bench memory --sessions 10000000 --layouts json-setex --out analysis/runs/10m-json-setex ;;
     100m) $sp bench memory --sessions 100000000 --layouts bucketed --bucket-bits 20 --steps 20 --out analysis/runs/100m ;;
     throughput) $sp bench throughput --out analysis/runs/throughput ;;
+    fill)
+      # 200k sessions in 2^11 (~98 each, the advisor's pick) and 2^9 (~390) buckets.
+      $sp bench throughput --layouts packed-setex,compact --compact-bits 11,9 \
+        --out analysis/runs/throughput-fill ;;
     sweep) $sp bench sweep --out analysis/runs/sweep ;;
     compact)
       for ids in 160 128; do

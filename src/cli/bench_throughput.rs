@@ -32,6 +32,10 @@ pub struct ThroughputArgs {
     /// Layouts to measure (default: all).
     #[arg(long, value_delimiter = ',')]
     layouts: Vec<LayoutKind>,
+    /// Bucket counts (log2) to measure the compact layout at, to see what
+    /// fuller buckets cost (default: the advisor's pick).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=24))]
+    compact_bits: Vec<u8>,
     /// Directory for throughput.json and throughput.md.
     #[arg(long, default_value = "results/throughput")]
     out: PathBuf,
@@ -81,14 +85,21 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
             BATCH,
             requests * 4,
         )?);
-        for layout in &layouts {
+        let runs: Vec<(LayoutKind, u8)> = layouts
+            .iter()
+            .flat_map(|&layout| match layout {
+                LayoutKind::Compact if !args.compact_bits.is_empty() => args
+                    .compact_bits
+                    .iter()
+                    .map(|&b| (layout, b))
+                    .collect::<Vec<_>>(),
+                LayoutKind::Compact => vec![(layout, compact_bits)],
+                _ => vec![(layout, bits)],
+            })
+            .collect();
+        for &(layout, bits) in &runs {
             // Only what this run wrote is there: the target was checked above.
             let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
-            let bits = if *layout == LayoutKind::Compact {
-                compact_bits
-            } else {
-                bits
-            };
             let opened = layout.open(conn.clone(), bits).await?;
             let label = if layout.is_bucketed() {
                 format!("{layout} 2^{bits}")

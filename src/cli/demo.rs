@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::Target;
 use crate::error::Result;
 use crate::harness::info::MemorySample;
-use crate::{Bucketed, BucketedConfig, Store};
+use crate::{Compact, CompactConfig, Store};
 
 /// Arguments of `sessionpack demo`.
 #[derive(Debug, Args)]
@@ -36,9 +36,9 @@ pub(super) async fn run(args: DemoArgs) -> Result<()> {
     let target = args.target.connect().await?;
     target.flush().await?;
     let mut conn = crate::connect(&target.url).await?;
-    let layout = Bucketed::new(conn.clone(), BucketedConfig::new(args.bucket_bits)).await?;
+    let layout = Compact::new(conn.clone(), CompactConfig::new(args.bucket_bits)).await?;
     println!(
-        "server {} with {} buckets; listpack limits {:?}",
+        "server {} with {} compact buckets; listpack limits {:?}",
         target.url,
         layout.buckets().count(),
         layout.limits()
