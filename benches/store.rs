@@ -23,10 +23,13 @@ fn benches(c: &mut Criterion) {
     let server = LocalServer::start().expect("start redis-server");
     let url = server.url();
     let stores: Vec<(LayoutKind, Store<AnyLayout<_>, ()>, Vec<SessionId>)> = rt.block_on(async {
-        let conn = sessionpack::connect(&url).await.expect("connect");
         let mut out = Vec::new();
-        for kind in LayoutKind::ALL {
-            let store = Store::new(kind.open(conn.clone(), 10).await.expect("layout"));
+        for (db, kind) in LayoutKind::ALL.into_iter().enumerate() {
+            // A database each: a namespace holds one store.
+            let conn = sessionpack::connect(&format!("{url}{db}"))
+                .await
+                .expect("connect");
+            let store = Store::new(kind.open(conn, 10).await.expect("layout"));
             let seed: Vec<(u64, ())> = (0..PRELOAD as u64).map(|i| (i, ())).collect();
             let ids = store.create_many(&seed).await.expect("preload");
             out.push((kind, store, ids));

@@ -44,10 +44,12 @@ fn demo_runs_against_its_own_server() {
 fn advise_recommends_and_checks() {
     let text = stdout(&sessionpack(&["advise", "--sessions", "10000000"]));
     assert!(
-        text.contains("Recommended: 2^17 = 131072 buckets"),
+        text.contains("Recommended: compact at 2^17 = 131072 buckets"),
         "{text}"
     );
+    assert!(text.contains("bucketed: the fewest buckets"), "{text}");
     assert!(text.contains("| json-setex |"), "{text}");
+    assert!(text.contains("| compact | 2^17"), "{text}");
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
