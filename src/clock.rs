@@ -110,6 +110,31 @@ impl ServerClock {
     }
 }
 
+/// Sends `pipe` on `conn`, with a `TIME` appended when `clock` is stale
+/// (after the reads, so it is never earlier than they are), and records
+/// that reading. Returns the replies to `pipe`'s own commands.
+pub(crate) async fn query_reads<C>(
+    pipe: &mut redis::Pipeline,
+    conn: &C,
+    clock: &ServerClock,
+) -> redis::RedisResult<Vec<redis::Value>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+{
+    let stale = !clock.is_fresh();
+    if stale {
+        pipe.cmd("TIME");
+    }
+    let sent = Instant::now();
+    let mut replies: Vec<redis::Value> = pipe.query_async(&mut conn.clone()).await?;
+    if stale {
+        let (secs, micros): (u64, u64) =
+            redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
+        clock.record(secs, micros, sent);
+    }
+    Ok(replies)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,11 +53,18 @@ pub(crate) static COMPACT_REPLACE: LazyLock<Script> =
 pub(crate) static COMPACT_REMOVE: LazyLock<Script> =
     script!("compact_common.lua", "compact_remove.lua");
 
-pub(crate) static COMPACT_SWEEP: LazyLock<Script> =
-    script!("compact_common.lua", "compact_sweep.lua");
+pub(crate) static COMPACT_SWEEP: LazyLock<Script> = script!(
+    "compact_common.lua",
+    "compact_settle.lua",
+    "compact_sweep.lua"
+);
 
-pub(crate) static COMPACT_CAP: LazyLock<Script> =
-    script!("compact_common.lua", "bucket_order.lua", "compact_cap.lua");
+pub(crate) static COMPACT_CAP: LazyLock<Script> = script!(
+    "compact_common.lua",
+    "bucket_order.lua",
+    "compact_settle.lua",
+    "compact_cap.lua"
+);
 pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
     "compact_common.lua",
     "bucket_order.lua",

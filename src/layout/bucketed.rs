@@ -9,7 +9,7 @@ use crate::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::error::Result;
 use crate::id::IdWidth;
 use crate::id::SessionId;
-use crate::limits::{self, ListpackLimits};
+use crate::limits::ListpackLimits;
 use crate::meta::{FORMAT_VERSION, StoreMeta};
 
 /// Default bucket bits: 65,536 buckets, for about 5M sessions.
@@ -111,24 +111,8 @@ where
     pub async fn new(conn: C, config: BucketedConfig) -> Result<Self> {
         let buckets =
             Buckets::new(config.namespace, config.bucket_bits)?.with_id_width(config.id_width);
-        Self::meta(&buckets)
-            .claim(&conn, buckets.namespace())
-            .await?;
-        let mut c = conn.clone();
-        let limits = ListpackLimits::read(&mut c).await?;
-        let policy = limits::eviction_policy(&mut c).await?;
-        if let Some(policy) = policy
-            .as_deref()
-            .filter(|p| limits::evicts_persistent_keys(p))
-        {
-            tracing::warn!(
-                policy,
-                namespace = buckets.namespace(),
-                "maxmemory-policy may evict bucket keys, which have no expiry: an evicted \
-                 HASH or ZSET takes its sessions with it, and the sweeper removes what is \
-                 left of the bucket; use noeviction or a volatile-* policy to keep buckets whole"
-            );
-        }
+        let (limits, policy) =
+            super::open_bucket_store(&conn, &Self::meta(&buckets), buckets.namespace()).await?;
         let mut layout = Self::with_limits(conn, buckets, limits);
         layout.scheme.eviction_policy = policy;
         Ok(layout)

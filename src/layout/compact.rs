@@ -31,10 +31,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
 use crate::buckets::{Buckets, DEFAULT_NAMESPACE};
-use crate::clock::{ServerClock, Verdict};
+use crate::clock::{ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, InvalidIdExt, SessionId};
-use crate::limits::{self, ListpackLimits};
+use crate::limits::ListpackLimits;
 use crate::meta::{FORMAT_VERSION, StoreMeta};
 use crate::record;
 use crate::scripts::{
@@ -280,23 +280,8 @@ where
     pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
         let buckets =
             Buckets::new(config.namespace, config.bucket_bits)?.with_id_width(config.id_width);
-        Self::meta(&buckets)
-            .claim(&conn, buckets.namespace())
-            .await?;
-        let mut c = conn.clone();
-        let limits = ListpackLimits::read(&mut c).await?;
-        let policy = limits::eviction_policy(&mut c).await?;
-        if let Some(policy) = policy
-            .as_deref()
-            .filter(|p| limits::evicts_persistent_keys(p))
-        {
-            tracing::warn!(
-                policy,
-                namespace = buckets.namespace(),
-                "maxmemory-policy may evict bucket keys, which have no expiry: an evicted \
-                 bucket takes its sessions with it; use noeviction or a volatile-* policy"
-            );
-        }
+        let (limits, policy) =
+            super::open_bucket_store(&conn, &Self::meta(&buckets), buckets.namespace()).await?;
         let mut layout = Self::with_limits(conn, buckets, limits);
         layout.eviction_policy = policy;
         Ok(layout)
@@ -553,22 +538,9 @@ where
         let k = self.keys(id);
         let mut pipe = redis::pipe();
         pipe.hget(&k.bucket, &k.field);
-        // The time is read only when the clock estimate is stale, after the
-        // value (so it is never earlier than the read).
-        let stale = !self.clock.is_fresh();
-        if stale {
-            pipe.cmd("TIME");
-        }
-        let sent = Instant::now();
-        let mut replies: Vec<redis::Value> = pipe
-            .query_async(&mut self.conn.clone())
+        let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
             .await
             .map_err(self.error(id))?;
-        if stale {
-            let (secs, micros): (u64, u64) =
-                redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
-            self.clock.record(secs, micros, sent);
-        }
         let bytes: Option<Vec<u8>> =
             redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
         self.live(id, bytes, None).await

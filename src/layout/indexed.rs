@@ -12,7 +12,7 @@ use std::time::Instant;
 use redis::{Script, ScriptInvocation};
 
 use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
-use crate::clock::{ServerClock, Verdict};
+use crate::clock::{ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, InvalidIdExt, SessionId};
 use crate::scripts::{
@@ -234,22 +234,9 @@ where
         let mut pipe = redis::pipe();
         pipe.zscore(&keys.zset, &keys.field)
             .hget(&keys.hash, &keys.field);
-        // The time is read only when the clock estimate is stale, after the
-        // entry (so it is never earlier than the reads).
-        let stale = !self.clock.is_fresh();
-        if stale {
-            pipe.cmd("TIME");
-        }
-        let sent = Instant::now();
-        let mut replies: Vec<redis::Value> = pipe
-            .query_async(&mut self.conn.clone())
+        let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
             .await
             .map_err(self.error(id))?;
-        if stale {
-            let (secs, micros): (u64, u64) =
-                redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
-            self.clock.record(secs, micros, sent);
-        }
         let record: Option<Vec<u8>> =
             redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
         let expiry: Option<f64> =

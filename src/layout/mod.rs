@@ -50,6 +50,40 @@ pub fn check_ttl(secs: u64) -> Result<u64> {
     }
 }
 
+/// What opening a bucket store does before its first call: checks (or
+/// records) the namespace's metadata, and reads the server's listpack
+/// limits and eviction policy, warning when that policy may evict bucket
+/// keys (`allkeys-*`): an evicted key takes its sessions with it, and the
+/// sweeper removes what is left.
+pub(crate) async fn open_bucket_store<C>(
+    conn: &C,
+    meta: &crate::meta::StoreMeta,
+    namespace: &str,
+) -> Result<(crate::limits::ListpackLimits, Option<String>)>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    use crate::limits;
+    meta.claim(conn, namespace).await?;
+    let mut c = conn.clone();
+    let found = limits::ListpackLimits::read(&mut c).await?;
+    let policy = limits::eviction_policy(&mut c).await?;
+    if let Some(policy) = policy
+        .as_deref()
+        .filter(|p| limits::evicts_persistent_keys(p))
+    {
+        tracing::warn!(
+            policy,
+            namespace,
+            layout = meta.layout,
+            "maxmemory-policy may evict bucket keys, which have no expiry: an evicted key \
+             takes its sessions with it, and the sweeper removes what is left of its bucket; \
+             use noeviction or a volatile-* policy to keep buckets whole"
+        );
+    }
+    Ok((found, policy))
+}
+
 /// When a new session expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {

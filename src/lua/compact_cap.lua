@@ -40,15 +40,7 @@ for i = 3, #ARGV do
         earliest = expiry
       end
     end
-    if earliest == nil then
-      redis.call('DEL', key)
-      redis.call('ZREM', KEYS[1], member)
-    else
-      for j = 1, #gone, 1000 do
-        redis.call('HDEL', key, unpack(gone, j, math.min(j + 999, #gone)))
-      end
-      redis.call('ZADD', KEYS[1], earliest, member)
-    end
+    settle(key, member, gone, earliest)
   end
 end
 reply[3] = #evict / 2

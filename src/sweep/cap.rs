@@ -57,15 +57,7 @@ pub(super) async fn place_cutoff<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send,
 {
-    let count = b.count();
-    let sample: Vec<u32> = if count <= SAMPLE_BUCKETS {
-        (0..count).collect()
-    } else {
-        index::sample(&mut rand::rng(), count as usize, SAMPLE_BUCKETS as usize)
-            .into_iter()
-            .map(|i| i as u32)
-            .collect()
-    };
+    let sample = sample_buckets(b.count());
     let after = format!("({now}");
     let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
     for chunk in sample.chunks(SAMPLE_PIPELINE) {
@@ -90,12 +82,34 @@ where
                 .map(|(field, expiry)| (expiry as u64, field)),
         );
     }
-    if entries.is_empty() {
-        return Ok(None);
+    Ok(cutoff_among(entries, total, max))
+}
+
+/// The buckets whose entries place the cutoff: all of them up to
+/// [`SAMPLE_BUCKETS`], else that many chosen at random without repeats.
+pub(super) fn sample_buckets(count: u32) -> Vec<u32> {
+    if count <= SAMPLE_BUCKETS {
+        return (0..count).collect();
+    }
+    index::sample(&mut rand::rng(), count as usize, SAMPLE_BUCKETS as usize)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect()
+}
+
+/// The `ceil(q s)`-th smallest (expiry, field) of `s` sampled live
+/// entries, `q` the share of `total` to evict to keep `max`.
+pub(super) fn cutoff_among(
+    mut entries: Vec<(u64, Vec<u8>)>,
+    total: u64,
+    max: u64,
+) -> Option<Cutoff> {
+    if entries.is_empty() || total <= max {
+        return None;
     }
     entries.sort_unstable();
     let share = (total - max) as f64 / total as f64;
     let rank = ((share * entries.len() as f64).ceil() as usize).clamp(1, entries.len());
     let (expiry, field) = entries.swap_remove(rank - 1);
-    Ok(Some(Cutoff { expiry, field }))
+    Some(Cutoff { expiry, field })
 }

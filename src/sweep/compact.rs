@@ -2,9 +2,7 @@
 //! the buckets that may hold expired sessions, and one script per group
 //! sweeps them and rescores their index entries.
 
-use rand::seq::index;
-
-use super::cap::SAMPLE_BUCKETS;
+use super::cap::{cutoff_among, sample_buckets};
 use super::step::{Cutoff, RangeOutcome};
 use crate::error::{Error, Result};
 use crate::layout::Compact;
@@ -158,15 +156,7 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
     let scheme = layout.scheme();
-    let count = layout.buckets().count();
-    let sample: Vec<u32> = if count <= SAMPLE_BUCKETS {
-        (0..count).collect()
-    } else {
-        index::sample(&mut rand::rng(), count as usize, SAMPLE_BUCKETS as usize)
-            .into_iter()
-            .map(|i| i as u32)
-            .collect()
-    };
+    let sample = sample_buckets(layout.buckets().count());
     let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
     for chunk in sample.chunks(512) {
         let mut pipe = redis::pipe();
@@ -182,14 +172,7 @@ where
             }
         }
     }
-    if entries.is_empty() {
-        return Ok(None);
-    }
-    entries.sort_unstable();
-    let share = (total - max) as f64 / total as f64;
-    let rank = ((share * entries.len() as f64).ceil() as usize).clamp(1, entries.len());
-    let (expiry, field) = entries.swap_remove(rank - 1);
-    Ok(Some(Cutoff { expiry, field }))
+    Ok(cutoff_among(entries, total, max))
 }
 
 /// Removes from every bucket the sessions at or before `cutoff` (and the
