@@ -91,20 +91,10 @@ where
         let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_SWEEP).await?;
         for (&(g, _), reply) in work.iter().zip(replies) {
             let base = scheme.group_buckets(g).start;
-            let parts: Vec<redis::Value> = match reply {
-                Ok(value) => redis::from_redis_value(value)
-                    .map_err(|e| Error::Config(format!("unexpected sweep reply: {e}")))?,
-                Err(e) => {
-                    out.bad_bucket(base, e.to_string());
-                    continue;
-                }
+            let Some(parts) = group_reply(reply, base, &mut out)? else {
+                continue;
             };
-            let int = |i: usize| {
-                parts
-                    .get(i)
-                    .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
-                    .unwrap_or(-1)
-            };
+            let int = |i: usize| int_at(&parts, i);
             out.reclaimed += int(0).max(0) as u64;
             out.buckets += int(2).max(0) as u64;
             if int(1) >= 0 {
@@ -208,20 +198,10 @@ where
         for (&g, reply) in chunk.iter().zip(replies) {
             let base = scheme.group_buckets(g).start;
             out.buckets += u64::from(scheme.group_buckets(g).end - base);
-            let parts: Vec<redis::Value> = match reply {
-                Ok(value) => redis::from_redis_value(value)
-                    .map_err(|e| Error::Config(format!("unexpected cap reply: {e}")))?,
-                Err(e) => {
-                    out.bad_bucket(base, e.to_string());
-                    continue;
-                }
+            let Some(parts) = group_reply(reply, base, &mut out)? else {
+                continue;
             };
-            let int = |i: usize| {
-                parts
-                    .get(i)
-                    .and_then(|v| redis::from_redis_value_ref::<u64>(v).ok())
-                    .unwrap_or(0)
-            };
+            let int = |i: usize| int_at(&parts, i).max(0) as u64;
             out.reclaimed += int(0);
             out.evicted += int(1);
             let pairs = int(2) as usize;
@@ -265,4 +245,30 @@ where
         }
     }
     Ok(out)
+}
+
+/// A group script's reply as its parts; `None` (the group reported bad at
+/// its first bucket) if the script failed on the server.
+fn group_reply(
+    reply: redis::RedisResult<redis::Value>,
+    base: u32,
+    out: &mut RangeOutcome,
+) -> Result<Option<Vec<redis::Value>>> {
+    match reply {
+        Ok(value) => redis::from_redis_value(value)
+            .map(Some)
+            .map_err(|e| Error::Config(format!("unexpected reply from a group script: {e}"))),
+        Err(e) => {
+            out.bad_bucket(base, e.to_string());
+            Ok(None)
+        }
+    }
+}
+
+/// The integer at `i` of a reply, or -1.
+fn int_at(parts: &[redis::Value], i: usize) -> i64 {
+    parts
+        .get(i)
+        .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+        .unwrap_or(-1)
 }
