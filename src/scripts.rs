@@ -8,7 +8,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// A script: shared helpers first, then its own file. Each script includes
+/// A script: shared helpers first (`server_clock.lua`, then its family's
+/// common file), then its own file. Each script includes
 /// only the helpers it calls, because every call re-creates them.
 macro_rules! script {
     ($($file:literal),+) => {
@@ -16,56 +17,87 @@ macro_rules! script {
     };
 }
 
-pub(crate) static STRING_INSERT: LazyLock<Script> =
-    script!("key_common.lua", "key_json.lua", "string_insert.lua");
-pub(crate) static STRING_TOUCH: LazyLock<Script> =
-    script!("key_common.lua", "key_json.lua", "string_touch.lua");
+pub(crate) static STRING_INSERT: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "key_common.lua",
+    "key_json.lua",
+    "string_insert.lua"
+);
+pub(crate) static STRING_TOUCH: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "key_common.lua",
+    "key_json.lua",
+    "string_touch.lua"
+);
 pub(crate) static STRING_REPLACE: LazyLock<Script> = script!("key_json.lua", "string_replace.lua");
 pub(crate) static STRING_REMOVE: LazyLock<Script> = script!("key_json.lua", "string_remove.lua");
-pub(crate) static HASH_INSERT: LazyLock<Script> = script!("key_common.lua", "hash_insert.lua");
-pub(crate) static HASH_TOUCH: LazyLock<Script> = script!("key_common.lua", "hash_touch.lua");
+pub(crate) static HASH_INSERT: LazyLock<Script> =
+    script!("server_clock.lua", "key_common.lua", "hash_insert.lua");
+pub(crate) static HASH_TOUCH: LazyLock<Script> =
+    script!("server_clock.lua", "key_common.lua", "hash_touch.lua");
 pub(crate) static HASH_REPLACE: LazyLock<Script> = script!("hash_replace.lua");
 pub(crate) static HASH_REMOVE: LazyLock<Script> = script!("hash_remove.lua");
 
 pub(crate) static BUCKET_INSERT: LazyLock<Script> =
-    script!("bucket_common.lua", "bucket_insert.lua");
-pub(crate) static BUCKET_TOUCH: LazyLock<Script> =
-    script!("bucket_common.lua", "bucket_live.lua", "bucket_touch.lua");
+    script!("server_clock.lua", "bucket_common.lua", "bucket_insert.lua");
+pub(crate) static BUCKET_TOUCH: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "bucket_common.lua",
+    "bucket_live.lua",
+    "bucket_touch.lua"
+);
 pub(crate) static BUCKET_REPLACE: LazyLock<Script> = script!(
+    "server_clock.lua",
     "bucket_common.lua",
     "bucket_live.lua",
     "bucket_record.lua",
     "bucket_replace.lua"
 );
 pub(crate) static BUCKET_REMOVE: LazyLock<Script> = script!(
+    "server_clock.lua",
     "bucket_common.lua",
     "bucket_live.lua",
     "bucket_record.lua",
     "bucket_remove.lua"
 );
 
-pub(crate) static COMPACT_INSERT: LazyLock<Script> =
-    script!("compact_common.lua", "compact_insert.lua");
-pub(crate) static COMPACT_TOUCH: LazyLock<Script> =
-    script!("compact_common.lua", "compact_touch.lua");
-pub(crate) static COMPACT_REPLACE: LazyLock<Script> =
-    script!("compact_common.lua", "compact_replace.lua");
-pub(crate) static COMPACT_REMOVE: LazyLock<Script> =
-    script!("compact_common.lua", "compact_remove.lua");
+pub(crate) static COMPACT_INSERT: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "compact_common.lua",
+    "compact_insert.lua"
+);
+pub(crate) static COMPACT_TOUCH: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "compact_common.lua",
+    "compact_touch.lua"
+);
+pub(crate) static COMPACT_REPLACE: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "compact_common.lua",
+    "compact_replace.lua"
+);
+pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "compact_common.lua",
+    "compact_remove.lua"
+);
 
 pub(crate) static COMPACT_SWEEP: LazyLock<Script> = script!(
+    "server_clock.lua",
     "compact_common.lua",
     "compact_settle.lua",
     "compact_sweep.lua"
 );
 
 pub(crate) static COMPACT_CAP: LazyLock<Script> = script!(
+    "server_clock.lua",
     "compact_common.lua",
     "bucket_order.lua",
     "compact_settle.lua",
     "compact_cap.lua"
 );
 pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
+    "server_clock.lua",
     "compact_common.lua",
     "bucket_order.lua",
     "compact_evict.lua"

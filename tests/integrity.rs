@@ -668,3 +668,43 @@ async fn a_full_server_refusing_writes_is_a_transient_error_and_loses_nothing() 
     let found = store.load_many(&ids).await.unwrap();
     assert!(found.iter().all(Option::is_some));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_an_id_of_another_width_writes_nothing() {
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let narrow = sessionpack::IdWidth::Bits128;
+    let bucketed = Bucketed::new(
+        conn.clone(),
+        BucketedConfig::new(4)
+            .with_namespace("b")
+            .with_id_width(narrow),
+    )
+    .await
+    .unwrap();
+    let compact = sessionpack::Compact::new(
+        conn,
+        sessionpack::CompactConfig::new(4)
+            .with_namespace("c")
+            .with_id_width(narrow),
+    )
+    .await
+    .unwrap();
+    let mut raw = common::raw(&server).await;
+    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+    let record = sessionpack::record::encode(1, &()).unwrap();
+    let mut batch: Vec<(SessionId, Vec<u8>)> = (0..2000)
+        .map(|_| (SessionId::generate_with(narrow).unwrap(), record.clone()))
+        .collect();
+    batch.push((SessionId::generate().unwrap(), record));
+    assert!(matches!(
+        bucketed.insert_many(&batch, 600).await,
+        Err(Error::InvalidId(_))
+    ));
+    assert!(matches!(
+        compact.insert_many(&batch, 600).await,
+        Err(Error::InvalidId(_))
+    ));
+    let after: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+    assert_eq!(keys, after, "nothing written");
+}

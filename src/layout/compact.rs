@@ -29,7 +29,7 @@ use std::time::Instant;
 use redis::{Script, ScriptInvocation};
 use serde::{Deserialize, Serialize};
 
-use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
+use super::{Expiry, Inserted, Layout, Stored, Written, check_batch, check_ttl};
 use crate::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::clock::{ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
@@ -246,7 +246,6 @@ impl GroupedBuckets {
 pub struct Compact<C> {
     conn: C,
     scheme: GroupedBuckets,
-    buckets: Buckets,
     limits: ListpackLimits,
     eviction_policy: Option<String>,
     clock: Arc<ServerClock>,
@@ -255,7 +254,7 @@ pub struct Compact<C> {
 impl<C> std::fmt::Debug for Compact<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Compact")
-            .field("buckets", &self.buckets)
+            .field("buckets", self.scheme.buckets())
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -309,8 +308,7 @@ where
         }
         Self {
             conn,
-            scheme: GroupedBuckets::new(buckets.clone()),
-            buckets,
+            scheme: GroupedBuckets::new(buckets),
             limits,
             eviction_policy: None,
             clock: Default::default(),
@@ -324,7 +322,7 @@ where
 
     /// The bucket scheme (bucket of an id, its field).
     pub fn buckets(&self) -> &Buckets {
-        &self.buckets
+        self.scheme.buckets()
     }
 
     /// The key names: buckets, groups, index keys.
@@ -343,12 +341,12 @@ where
     }
 
     fn keys(&self, id: &SessionId) -> Keys {
-        let bucket = self.buckets.bucket_of(id);
+        let bucket = self.buckets().bucket_of(id);
         Keys {
             bucket: self.scheme.bucket_key(bucket),
             index: self.scheme.index_key(self.scheme.group_of(bucket)),
             member: self.scheme.member(bucket),
-            field: self.buckets.field(id),
+            field: self.buckets().field(id),
             bucket_no: bucket,
         }
     }
@@ -426,12 +424,12 @@ where
     }
 
     fn error<'a>(&'a self, id: &'a SessionId) -> impl FnOnce(redis::RedisError) -> Error + 'a {
-        move |e| Error::from_redis(e, || self.buckets.location(id))
+        move |e| Error::from_redis(e, || self.buckets().location(id))
     }
 
     fn corrupt(&self, id: &SessionId) -> Error {
         Error::CorruptRecord {
-            location: self.buckets.location(id),
+            location: self.buckets().location(id),
             reason: "the bucket's value is in neither the integer nor the binary form".into(),
         }
     }
@@ -518,16 +516,16 @@ where
     }
 
     fn location(&self, id: &SessionId) -> String {
-        self.buckets.location(id)
+        self.buckets().location(id)
     }
 
     fn id_width(&self) -> IdWidth {
-        self.buckets.id_width()
+        self.buckets().id_width()
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         let expiry = expiry.check()?;
-        id.check_width(self.buckets.id_width())?;
+        id.check_width(self.buckets().id_width())?;
         let code = self
             .call(id, &self.insert_invocation(id, record, expiry))
             .await?;
@@ -577,13 +575,9 @@ where
         items: &[(SessionId, Vec<u8>)],
         ttl_secs: u64,
     ) -> Result<Vec<Inserted>> {
-        check_ttl(ttl_secs)?;
-        let width = self.buckets.id_width();
+        check_batch(items, ttl_secs, self.buckets().id_width())?;
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(PIPELINE_CHUNK) {
-            for (id, _) in chunk {
-                id.check_width(width)?;
-            }
             let invocations: Vec<_> = chunk
                 .iter()
                 .map(|(id, record)| self.insert_invocation(id, record, Expiry::In(ttl_secs)))

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use redis::{Script, ScriptInvocation};
 
-use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
+use super::{Expiry, Inserted, Layout, Stored, Written, check_batch, check_ttl};
 use crate::clock::{ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, InvalidIdExt, SessionId};
@@ -289,7 +289,7 @@ where
         items: &[(SessionId, Vec<u8>)],
         ttl_secs: u64,
     ) -> Result<Vec<Inserted>> {
-        check_ttl(ttl_secs)?;
+        check_batch(items, ttl_secs, self.scheme.id_width())?;
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(PIPELINE_CHUNK) {
             let invocations: Vec<_> = chunk

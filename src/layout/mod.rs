@@ -84,6 +84,21 @@ where
     Ok((found, policy))
 }
 
+/// Checks a bulk insert before anything is sent: the lifetime, and that
+/// every id has the layout's width, so a bad batch writes nothing.
+pub(crate) fn check_batch(
+    items: &[(SessionId, Vec<u8>)],
+    ttl_secs: u64,
+    width: IdWidth,
+) -> Result<()> {
+    use crate::id::InvalidIdExt;
+    check_ttl(ttl_secs)?;
+    for (id, _) in items {
+        id.check_width(width)?;
+    }
+    Ok(())
+}
+
 /// When a new session expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {

@@ -15,17 +15,6 @@
 
 local OUT_OF_LINE = '\193'
 
--- The server's clock: whole seconds (a session is live while now <
--- expiry), and the same rounded up, from which lifetimes are counted.
-local function server_clock()
-  local t = redis.call('TIME')
-  local now = tonumber(t[1])
-  if t[2] ~= '0' then
-    return now, now + 1
-  end
-  return now, now
-end
-
 local function is_integer_form(value)
   local b = string.byte(value, 1)
   return b ~= nil and b >= 48 and b <= 57

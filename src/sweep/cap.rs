@@ -8,7 +8,7 @@ use crate::buckets::Buckets;
 use crate::error::Result;
 
 /// Buckets whose entries are sampled to place the cutoff.
-pub(super) const SAMPLE_BUCKETS: u32 = 4096;
+const SAMPLE_BUCKETS: u32 = 4096;
 /// Buckets counted per pipeline.
 const COUNT_PIPELINE: u32 = 4096;
 /// Buckets sampled per pipeline.
