@@ -443,7 +443,10 @@ async fn the_cap_is_exact_with_four_sweepers_and_one_expiry_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
     let server = common::server();
-    let layout = compact(&server, 9).await;
+    let conn = common::manager(&server).await;
+    let layout = Compact::new(conn.clone(), CompactConfig::new(9))
+        .await
+        .unwrap();
     let mut raw = common::raw(&server).await;
     let config = SweepConfig::default().with_max_sessions(500);
     let mut stopped = 0;
@@ -456,6 +459,7 @@ async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
         let outcome =
             tokio::time::timeout(Duration::from_millis(stop_after_ms), sweeper.enforce_cap()).await;
         stopped += u32::from(outcome.is_err());
+        common::drain(&conn).await;
         assert_eq!(
             records_without_entry(&mut raw, &layout).await,
             0,

@@ -109,7 +109,10 @@ async fn buckets_left_half_evicted_by_allkeys_policies_are_swept_clean() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
     let server = common::server();
-    let layout = common::bucketed(&server, 5).await;
+    let conn = common::manager(&server).await;
+    let layout = Bucketed::new(conn.clone(), BucketedConfig::new(5))
+        .await
+        .unwrap();
     let b = layout.buckets().clone();
     let mut raw = common::raw(&server).await;
     let config = SweepConfig::default().with_max_sessions(500);
@@ -125,6 +128,7 @@ async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
         if outcome.is_err() {
             stopped_mid_pass += 1;
         }
+        common::drain(&conn).await;
         let audit = common::audit(&mut raw, &b).await;
         assert_eq!(
             audit.records_without_entry, 0,

@@ -18,6 +18,17 @@ pub async fn manager(server: &LocalServer) -> ConnectionManager {
     sessionpack::connect(&server.url()).await.expect("connect")
 }
 
+/// Waits until the server has answered every request already sent on
+/// `conn` (a clone shares its connection, and replies come in order): a
+/// future dropped part way may have left scripts in flight, and an audit
+/// taken while they run would see a step half observed.
+pub async fn drain(conn: &ConnectionManager) {
+    let _: String = redis::cmd("PING")
+        .query_async(&mut conn.clone())
+        .await
+        .expect("PING");
+}
+
 /// A plain connection for inspecting what the store wrote.
 pub async fn raw(server: &LocalServer) -> redis::aio::MultiplexedConnection {
     server
