@@ -104,6 +104,11 @@ pub enum Error {
     #[error("cannot encode session attributes: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
 
+    /// Session data given as a JSON map could not be encoded (see
+    /// [`crate::json_map`]: nested too deep). Nothing was written.
+    #[error("cannot encode session data: {0}")]
+    EncodeData(#[from] crate::json_map::CodecError),
+
     /// The store or its server is configured in a way it cannot work with.
     #[error("configuration: {0}")]
     Config(String),

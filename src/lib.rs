@@ -12,6 +12,7 @@ pub mod error;
 #[cfg(feature = "cli")]
 pub mod harness;
 pub mod id;
+pub mod json_map;
 pub mod layout;
 pub mod limits;
 pub mod lock;
@@ -21,6 +22,8 @@ mod scripts;
 pub mod server;
 pub mod store;
 pub mod sweep;
+#[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
+pub mod tower;
 
 pub use buckets::Buckets;
 pub use connect::connect;

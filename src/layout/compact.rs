@@ -24,6 +24,7 @@
 //! big-endian bytes followed by the record (or by the out-of-line marker).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use redis::{Script, ScriptInvocation};
@@ -31,14 +32,15 @@ use serde::{Deserialize, Serialize};
 
 use super::{Expiry, Inserted, Layout, Stored, Written, check_batch, check_ttl};
 use crate::buckets::{Buckets, DEFAULT_NAMESPACE};
-use crate::clock::{ServerClock, Verdict, query_reads};
+use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, InvalidIdExt, SessionId};
 use crate::limits::ListpackLimits;
 use crate::meta::{FORMAT_VERSION, StoreMeta};
 use crate::record;
 use crate::scripts::{
-    self, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_TOUCH, PIPELINE_CHUNK,
+    self, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE, COMPACT_TOUCH,
+    PIPELINE_CHUNK,
 };
 
 /// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
@@ -118,6 +120,67 @@ impl Form {
             Self::Integer(_) => "i",
             Self::Inline => "b",
             Self::OutOfLine => "o",
+        }
+    }
+}
+
+impl Form {
+    /// The stored value for this form, as `make_value` in
+    /// `compact_common.lua` writes it.
+    fn value(self, record: &[u8], expiry: u64) -> Vec<u8> {
+        match self {
+            Self::Integer(identity) => (identity * SCALE + expiry).to_string().into_bytes(),
+            Self::Inline | Self::OutOfLine => {
+                let mut v = Vec::with_capacity(EXPIRY_BYTES + record.len());
+                // Expiries are checked to fit 32 bits before any write.
+                v.extend_from_slice(&(expiry as u32).to_be_bytes());
+                if self == Self::OutOfLine {
+                    v.push(OUT_OF_LINE);
+                } else {
+                    v.extend_from_slice(record);
+                }
+                v
+            }
+        }
+    }
+}
+
+/// Share of written records that may go out of line before the store warns.
+const OUT_OF_LINE_WARN_SHARE: f64 = 0.1;
+/// Writes seen before the share is judged.
+const OUT_OF_LINE_WARN_AFTER: u64 = 1000;
+
+/// Counts how many written records go out of line, and warns once when a
+/// large share does: each costs a key of its own (~100 B more than inline),
+/// which a higher `hash-max-listpack-value` would save.
+#[derive(Debug, Default)]
+struct OutOfLineWatch {
+    writes: AtomicU64,
+    out_of_line: AtomicU64,
+    longest: AtomicU64,
+    warned: AtomicBool,
+}
+
+impl OutOfLineWatch {
+    fn note(&self, value_len: u64, out_of_line: bool, limit: u64) {
+        let writes = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        if !out_of_line {
+            return;
+        }
+        let out = self.out_of_line.fetch_add(1, Ordering::Relaxed) + 1;
+        self.longest.fetch_max(value_len, Ordering::Relaxed);
+        if writes >= OUT_OF_LINE_WARN_AFTER
+            && out as f64 > OUT_OF_LINE_WARN_SHARE * writes as f64
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                share = format!("{:.0}%", 100.0 * out as f64 / writes as f64),
+                longest_value = self.longest.load(Ordering::Relaxed),
+                hash_max_listpack_value = limit,
+                "many session records are longer than the server's hash-max-listpack-value \
+                 and go out of line, each under a key of its own; `sessionpack advise \
+                 --profile` says which limit would keep them in their buckets"
+            );
         }
     }
 }
@@ -249,6 +312,7 @@ pub struct Compact<C> {
     limits: ListpackLimits,
     eviction_policy: Option<String>,
     clock: Arc<ServerClock>,
+    watch: Arc<OutOfLineWatch>,
 }
 
 impl<C> std::fmt::Debug for Compact<C> {
@@ -312,6 +376,7 @@ where
             limits,
             eviction_policy: None,
             clock: Default::default(),
+            watch: Default::default(),
         }
     }
 
@@ -354,9 +419,17 @@ where
     /// How a record is stored: the integer form where it is smaller, out
     /// of line where the value would exceed the listpack value limit.
     fn form(&self, record: &[u8]) -> Form {
-        if (record.len() + EXPIRY_BYTES) as u64 > self.limits.hash_value {
+        let len = (record.len() + EXPIRY_BYTES) as u64;
+        let out_of_line = len > self.limits.hash_value;
+        self.watch.note(len, out_of_line, self.limits.hash_value);
+        if out_of_line {
             return Form::OutOfLine;
         }
+        self.form_inline(record)
+    }
+
+    /// The form of a record known to fit the listpack.
+    fn form_inline(&self, record: &[u8]) -> Form {
         match record::split(record) {
             Ok((identity, [])) if INTEGER_FORM.contains(&identity) => Form::Integer(identity),
             _ => Form::Inline,
@@ -454,6 +527,113 @@ where
         Ok(secs)
     }
 
+    /// The interval the server's time lies in now, by the estimate,
+    /// refreshed with a `TIME` call when stale.
+    async fn time_bounds(&self) -> Result<(f64, f64)> {
+        for _ in 0..3 {
+            if let Some(bounds) = self.clock.bounds() {
+                return Ok(bounds);
+            }
+            self.server_now().await?;
+        }
+        Err(Error::Unavailable(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "server clock",
+            "three TIME replies in a row took longer than the clock estimate accepts".to_owned(),
+        ))))
+    }
+
+    /// The expiry an insert writes, decided by the clock estimate where it
+    /// can: `Some(Ok(at))`, `Some(Err(()))` for an absolute expiry surely
+    /// past, `None` when too close to now to call (the insert script then
+    /// asks the server). A lifetime counts from the latest the server's
+    /// time may be, so the session lives at least that long.
+    async fn decide_expiry(&self, expiry: Expiry) -> Result<Option<Result<u64, ()>>> {
+        let (earliest, latest) = self.time_bounds().await?;
+        Ok(match expiry {
+            Expiry::In(secs) => {
+                let at = latest.ceil() as u64 + secs;
+                (at <= super::MAX_EXPIRES_AT).then_some(Ok(at))
+            }
+            Expiry::At(at) if (at as f64) <= earliest - MARGIN => Some(Err(())),
+            Expiry::At(at) if (at as f64) > latest + MARGIN => Some(Ok(at)),
+            Expiry::At(_) => None,
+        })
+    }
+
+    /// An insert with plain commands (no script): `HSETNX` of the value
+    /// and `ZADD LT` of the bucket's index entry in one `MULTI`/`EXEC`.
+    /// Only for values that fit the bucket (an out-of-line record needs
+    /// its key written with the entry, which the insert script does).
+    async fn insert_plain(
+        &self,
+        id: &SessionId,
+        form: Form,
+        record: &[u8],
+        at: u64,
+    ) -> Result<Inserted> {
+        let k = self.keys(id);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .ignore_errors()
+            .hset_nx(&k.bucket, &k.field, form.value(record, at))
+            .cmd("ZADD")
+            .arg(&k.index)
+            .arg("LT")
+            .arg(at)
+            .arg(k.member);
+        let replies: Vec<redis::Value> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let mut replies = replies.into_iter();
+        let (set, indexed) = (replies.next(), replies.next());
+        let server_error = |v: &Option<redis::Value>| match v {
+            Some(redis::Value::ServerError(e)) => Some(redis::RedisError::from(e.clone())),
+            _ => None,
+        };
+        if let Some(e) = server_error(&set) {
+            return Err(self.error(id)(e));
+        }
+        let created = matches!(set, Some(redis::Value::Int(1)));
+        if let Some(e) = server_error(&indexed) {
+            // A foreign key where the index goes: take the field back out,
+            // so no session is left that the sweeper cannot find.
+            if created {
+                let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+                    .arg(&k.bucket)
+                    .arg(&k.field)
+                    .query_async(&mut self.conn.clone())
+                    .await;
+            }
+            return Err(Error::from_redis(e, || k.index.clone()));
+        }
+        Ok(if created {
+            Inserted::Created { expires_at: at }
+        } else {
+            Inserted::IdTaken
+        })
+    }
+
+    /// Writes a live session's record and expiry together, as a
+    /// tower-sessions `save` does: one script (`HGET`, `HSET`, and `ZADD LT`
+    /// only when the expiry moves earlier), with no `TIME` call. A session
+    /// that is gone, or in its last second by the server's clock, is left
+    /// alone ([`Written::Missing`]): a save never revives one. An expiry
+    /// already past removes the session.
+    pub async fn save(&self, id: &SessionId, record: &[u8], expires_at: u64) -> Result<Written> {
+        Expiry::At(expires_at).check()?;
+        id.check_width(self.buckets().id_width())?;
+        let (_, latest) = self.time_bounds().await?;
+        let form = self.form(record);
+        let mut inv = self.invocation(&COMPACT_SAVE, id);
+        inv.arg(form.code())
+            .arg(&*Self::payload(form, record))
+            .arg(expires_at)
+            .arg((latest + MARGIN).ceil() as u64);
+        Ok(Written::from_code(self.call(id, &inv).await?))
+    }
+
     /// The session a value read for `id` holds, if it is live at `now`
     /// (`None`: judge by the clock estimate, asking the server when close).
     async fn live(
@@ -526,6 +706,19 @@ where
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         let expiry = expiry.check()?;
         id.check_width(self.buckets().id_width())?;
+        let len = (record.len() + EXPIRY_BYTES) as u64;
+        if len <= self.limits.hash_value {
+            match self.decide_expiry(expiry).await? {
+                Some(Ok(at)) => {
+                    self.watch.note(len, false, self.limits.hash_value);
+                    return self
+                        .insert_plain(id, self.form_inline(record), record, at)
+                        .await;
+                }
+                Some(Err(())) => return Ok(Inserted::AlreadyExpired),
+                None => {}
+            }
+        }
         let code = self
             .call(id, &self.insert_invocation(id, record, expiry))
             .await?;

@@ -1,0 +1,36 @@
+//! An axum app with login, a protected page and logout, its sessions kept
+//! by sessionpack through axum-login and tower-sessions.
+//!
+//! ```text
+//! cargo run --example axum_login --features tower-sessions-014
+//! curl -c jar -d 'name=ferris&password=crab' localhost:3000/login
+//! curl -b jar localhost:3000/me
+//! ```
+//!
+//! `REDIS_URL` names the server (default `redis://127.0.0.1:6379/`),
+//! `ADDR` the address to listen on (default `127.0.0.1:3000`).
+
+mod app;
+
+use sessionpack::CompactConfig;
+use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::tower::TowerStore;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let conn = sessionpack::connect(&url).await?;
+    // Rolling expiry writes only when it moves by a tenth of the lifetime.
+    let store = TowerStore::new(conn, CompactConfig::default())
+        .await?
+        .with_write_threshold(0.1);
+    // One sweeper per process; leases keep several processes from
+    // sweeping the same buckets at once.
+    let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("listening on http://{addr}");
+    axum::serve(listener, app::app(store, time::Duration::minutes(30))).await?;
+    sweeper.shutdown().await;
+    Ok(())
+}

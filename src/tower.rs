@@ -1,0 +1,451 @@
+//! A [tower-sessions] store that keeps sessions in compact listpack buckets
+//! ([`crate::Compact`], 128-bit ids): a drop-in for axum apps, axum-login
+//! included.
+//!
+//! Feature `tower-sessions` implements the traits of tower-sessions-core
+//! 0.15 (the current release); feature `tower-sessions-014` those of 0.14,
+//! which axum-login 0.18 builds on. The traits are the same in both, and
+//! both features may be on at once.
+//!
+//! ```no_run
+//! # async fn run() -> sessionpack::Result<()> {
+//! use sessionpack::tower::TowerStore;
+//! use sessionpack::CompactConfig;
+//!
+//! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
+//! let store = TowerStore::new(conn, CompactConfig::new(14)).await?;
+//! // SessionManagerLayer::new(store) ...
+//! # Ok(()) }
+//! ```
+//!
+//! What each call sends (one round trip each, and one `TIME` a second per
+//! process for the clock estimate):
+//!
+//! - `create`: `MULTI`, `HSETNX` of the session's field, `ZADD LT` of its
+//!   bucket's index entry, `EXEC`; a record too long for the listpack goes
+//!   through the insert script instead, with its own key. An id already
+//!   taken (or expired but not yet swept) gets a new random id, as the
+//!   trait asks.
+//! - `load`: one `HGET`.
+//! - `save`: one short script (`HGET`, `HSET`): writes record and expiry
+//!   only while the session is live, so a save never revives a session
+//!   that was deleted or expired. With [`TowerStore::with_write_threshold`],
+//!   a save whose data is unchanged since this process loaded it and whose
+//!   expiry moves by less than that fraction of the session's lifetime
+//!   sends nothing.
+//! - `delete`: one script (removes the field and any out-of-line record).
+//! - `delete_expired`: one sweeper pass ([`crate::sweep::Sweeper::pass`]).
+//!
+//! `cycle_id` needs nothing of the store: tower-sessions deletes the old id
+//! before it creates the new one (at the end of the request), so the two
+//! are never live together.
+//!
+//! Records are encoded with [`crate::json_map`] (keys as codes, byte arrays
+//! as binary) and the expiry is kept once, in the bucket's value, to the
+//! second, as the peer store's `EXAT` keeps it. An axum-login session with
+//! a 32-byte digest takes 40 bytes.
+//!
+//! [tower-sessions]: https://docs.rs/tower-sessions
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::id::{IdWidth, SessionId};
+use crate::json_map;
+use crate::layout::{Compact, CompactConfig, Expiry, Inserted, Layout, Written};
+use crate::sweep::{PassReport, SweepConfig, Sweeper};
+
+/// Ids tried by one `create` before it reports an error: a 128-bit random
+/// id that is taken twice in a row means a broken random source.
+const CREATE_ATTEMPTS: usize = 8;
+/// Sessions whose last load or write this process remembers for
+/// [`TowerStore::with_write_threshold`]; past it the memory starts over.
+const MEMO_CAPACITY: usize = 100_000;
+
+/// A tower-sessions store over a [`Compact`] layout with 128-bit ids.
+pub struct TowerStore<C> {
+    layout: Compact<C>,
+    sweeper: Arc<Sweeper<C>>,
+    write_threshold: f64,
+    memo: Arc<Memo>,
+}
+
+impl<C> Clone for TowerStore<C>
+where
+    C: Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            layout: self.layout.clone(),
+            sweeper: self.sweeper.clone(),
+            write_threshold: self.write_threshold,
+            memo: self.memo.clone(),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for TowerStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TowerStore")
+            .field("layout", &self.layout)
+            .field("write_threshold", &self.write_threshold)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> TowerStore<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Opens the store: a [`Compact`] layout with `config` and 128-bit ids
+    /// (tower-sessions' own), whatever width `config` names.
+    pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
+        let layout = Compact::new(conn, config.with_id_width(IdWidth::Bits128)).await?;
+        Self::from_layout(layout)
+    }
+
+    /// A store over a layout already open; its ids must be 128 bits wide.
+    pub fn from_layout(layout: Compact<C>) -> Result<Self> {
+        if layout.id_width() != IdWidth::Bits128 {
+            return Err(Error::Config(
+                "a tower-sessions store needs a compact layout with 128-bit ids".into(),
+            ));
+        }
+        let sweeper = Arc::new(Sweeper::new(layout.clone(), SweepConfig::default()));
+        Ok(Self {
+            layout,
+            sweeper,
+            write_threshold: 0.0,
+            memo: Arc::default(),
+        })
+    }
+
+    /// Lets a save that changes nothing but the expiry skip the write when
+    /// the expiry moves by less than `fraction` (0..=1) of the session's
+    /// remaining lifetime: with rolling expiry (`Expiry::OnInactivity` and
+    /// `with_always_save(true)`), most requests then only read. A session
+    /// may then end up to that fraction of its lifetime earlier than the
+    /// last request implied. Default 0: every save writes.
+    pub fn with_write_threshold(mut self, fraction: f64) -> Self {
+        self.write_threshold = fraction.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Sweeps with `config` in `delete_expired` (leases, cap, segments).
+    pub fn with_sweep_config(mut self, config: SweepConfig) -> Self {
+        self.sweeper = Arc::new(Sweeper::new(self.layout.clone(), config));
+        self
+    }
+
+    /// The layout underneath.
+    pub fn layout(&self) -> &Compact<C> {
+        &self.layout
+    }
+
+    /// Stores a new session under `id`; a taken id is replaced by one from
+    /// `fresh` and tried again. Returns the id used.
+    pub async fn create_data(
+        &self,
+        mut id: i128,
+        data: &HashMap<String, Value>,
+        expires_at: i64,
+        mut fresh: impl FnMut() -> i128,
+    ) -> Result<i128> {
+        let bytes = encode(data)?;
+        let at = expiry_secs(expires_at)?;
+        for _ in 0..CREATE_ATTEMPTS {
+            match self
+                .layout
+                .insert(&session_id(id), &bytes, Expiry::At(at))
+                .await?
+            {
+                Inserted::IdTaken => id = fresh(),
+                Inserted::Created { .. } => {
+                    self.memo.put(id, &bytes, at);
+                    return Ok(id);
+                }
+                // Stored and gone at once, as a key set with a past EXAT.
+                Inserted::AlreadyExpired => return Ok(id),
+            }
+        }
+        Err(Error::Config(format!(
+            "{CREATE_ATTEMPTS} random session ids in a row were taken: the random source is broken"
+        )))
+    }
+
+    /// Writes a live session's data and expiry; a session that is gone
+    /// stays gone. Returns whether anything was sent.
+    pub async fn save_data(
+        &self,
+        id: i128,
+        data: &HashMap<String, Value>,
+        expires_at: i64,
+    ) -> Result<bool> {
+        let bytes = encode(data)?;
+        let at = expiry_secs(expires_at)?;
+        if self.write_threshold > 0.0 && self.memo.unchanged(id, &bytes, at, self.write_threshold) {
+            return Ok(false);
+        }
+        match self.layout.save(&session_id(id), &bytes, at).await? {
+            Written::Done => self.memo.put(id, &bytes, at),
+            Written::Missing | Written::Conflict => self.memo.forget(id),
+        }
+        Ok(true)
+    }
+
+    /// Loads a live session's data and its expiry (unix seconds).
+    pub async fn load_data(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
+        let sid = session_id(id);
+        let Some(stored) = self.layout.load(&sid).await? else {
+            return Ok(None);
+        };
+        let data = json_map::decode(&stored.record).map_err(|e| Error::CorruptRecord {
+            location: self.layout.location(&sid),
+            reason: e.to_string(),
+        })?;
+        self.memo.put(id, &stored.record, stored.expires_at);
+        Ok(Some((data, stored.expires_at as i64)))
+    }
+
+    /// Deletes a session (nothing happens if there is none).
+    pub async fn delete_data(&self, id: i128) -> Result<()> {
+        self.memo.forget(id);
+        self.layout.remove(&session_id(id), None).await?;
+        Ok(())
+    }
+
+    /// One sweeper pass: removes expired sessions.
+    pub async fn sweep(&self) -> Result<PassReport> {
+        self.sweeper.pass().await
+    }
+}
+
+/// The sessionpack id for a tower-sessions id: its 16 bytes, little-endian
+/// as in its cookie.
+pub fn session_id(id: i128) -> SessionId {
+    SessionId::from_slice(&id.to_le_bytes()).expect("16 bytes is a 128-bit id")
+}
+
+fn encode(data: &HashMap<String, Value>) -> Result<Vec<u8>> {
+    Ok(json_map::encode(data)?)
+}
+
+/// A tower-sessions expiry as the unix seconds a layout stores: one before
+/// 1970 is 0 (already past); one past 2106 is an error.
+fn expiry_secs(unix: i64) -> Result<u64> {
+    let at = u64::try_from(unix).unwrap_or(0);
+    Expiry::At(at).check()?;
+    Ok(at)
+}
+
+/// What this process last loaded or wrote for recent sessions: a keyed
+/// digest of the record and its expiry.
+#[derive(Debug, Default)]
+struct Memo {
+    seen: Mutex<HashMap<i128, (u64, u64)>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Memo {
+    fn put(&self, id: i128, bytes: &[u8], expires_at: u64) {
+        let digest = self.hasher.hash_one(bytes);
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() >= MEMO_CAPACITY {
+            seen.clear();
+        }
+        seen.insert(id, (digest, expires_at));
+    }
+
+    fn forget(&self, id: i128) {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+
+    /// Whether writing `bytes` with expiry `at` would change nothing but
+    /// move the expiry forward by less than `fraction` of the lifetime
+    /// left.
+    fn unchanged(&self, id: i128, bytes: &[u8], at: u64, fraction: f64) -> bool {
+        let Some((digest, stored)) = self
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .copied()
+        else {
+            return false;
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        digest == self.hasher.hash_one(bytes)
+            && at >= stored
+            && stored > now
+            && ((at - stored) as f64) < fraction * at.saturating_sub(now) as f64
+    }
+}
+
+macro_rules! session_store {
+    ($core:ident) => {
+        #[async_trait::async_trait]
+        impl<C> $core::SessionStore for TowerStore<C>
+        where
+            C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            async fn create(
+                &self,
+                record: &mut $core::session::Record,
+            ) -> $core::session_store::Result<()> {
+                let id = self
+                    .create_data(
+                        record.id.0,
+                        &record.data,
+                        record.expiry_date.unix_timestamp(),
+                        || $core::session::Id::default().0,
+                    )
+                    .await
+                    .map_err(to_store_error::<$core::session_store::Error>)?;
+                record.id = $core::session::Id(id);
+                Ok(())
+            }
+
+            async fn save(
+                &self,
+                record: &$core::session::Record,
+            ) -> $core::session_store::Result<()> {
+                self.save_data(
+                    record.id.0,
+                    &record.data,
+                    record.expiry_date.unix_timestamp(),
+                )
+                .await
+                .map_err(to_store_error::<$core::session_store::Error>)?;
+                Ok(())
+            }
+
+            async fn load(
+                &self,
+                session_id: &$core::session::Id,
+            ) -> $core::session_store::Result<Option<$core::session::Record>> {
+                let found = self
+                    .load_data(session_id.0)
+                    .await
+                    .map_err(to_store_error::<$core::session_store::Error>)?;
+                found
+                    .map(|(data, expires_at)| {
+                        Ok($core::session::Record {
+                            id: *session_id,
+                            data,
+                            expiry_date: time::OffsetDateTime::from_unix_timestamp(expires_at)
+                                .map_err(|e| $core::session_store::Error::Decode(e.to_string()))?,
+                        })
+                    })
+                    .transpose()
+            }
+
+            async fn delete(
+                &self,
+                session_id: &$core::session::Id,
+            ) -> $core::session_store::Result<()> {
+                self.delete_data(session_id.0)
+                    .await
+                    .map_err(to_store_error::<$core::session_store::Error>)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl<C> $core::ExpiredDeletion for TowerStore<C>
+        where
+            C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            async fn delete_expired(&self) -> $core::session_store::Result<()> {
+                self.sweep()
+                    .await
+                    .map(drop)
+                    .map_err(to_store_error::<$core::session_store::Error>)
+            }
+        }
+
+        impl StoreError for $core::session_store::Error {
+            fn backend(s: String) -> Self {
+                Self::Backend(s)
+            }
+            fn decode(s: String) -> Self {
+                Self::Decode(s)
+            }
+            fn encode(s: String) -> Self {
+                Self::Encode(s)
+            }
+        }
+    };
+}
+
+/// The error type of a tower-sessions-core version.
+trait StoreError {
+    fn backend(s: String) -> Self;
+    fn decode(s: String) -> Self;
+    fn encode(s: String) -> Self;
+}
+
+fn to_store_error<E: StoreError>(e: Error) -> E {
+    match e {
+        Error::CorruptRecord { .. } => E::decode(e.to_string()),
+        Error::EncodeData(_) => E::encode(e.to_string()),
+        e => E::backend(e.to_string()),
+    }
+}
+
+#[cfg(feature = "tower-sessions")]
+session_store!(tower_sessions_core);
+#[cfg(feature = "tower-sessions-014")]
+session_store!(tower_sessions_core_014);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_map_to_their_cookie_bytes() {
+        let id = session_id(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10);
+        assert_eq!(id.as_bytes().len(), 16);
+        assert_eq!(id.as_bytes()[0], 0x10);
+        assert_eq!(id.as_bytes()[15], 0x01);
+    }
+
+    #[test]
+    fn expiries_before_1970_are_past_and_after_2106_refused() {
+        assert_eq!(expiry_secs(-5).unwrap(), 0);
+        assert!(matches!(
+            expiry_secs(1 << 40),
+            Err(Error::InvalidTtl { .. })
+        ));
+    }
+
+    #[test]
+    fn the_memo_skips_only_unchanged_data_and_short_moves() {
+        let memo = Memo::default();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        memo.put(1, b"abc", now + 1000);
+        assert!(memo.unchanged(1, b"abc", now + 1050, 0.1));
+        assert!(!memo.unchanged(1, b"abc", now + 1200, 0.1), "moves too far");
+        assert!(!memo.unchanged(1, b"abd", now + 1010, 0.1), "data changed");
+        assert!(!memo.unchanged(1, b"abc", now + 900, 0.1), "moves back");
+        assert!(!memo.unchanged(2, b"abc", now + 1010, 0.1), "never seen");
+        memo.forget(1);
+        assert!(!memo.unchanged(1, b"abc", now + 1010, 0.1));
+        memo.put(3, b"abc", now - 1);
+        assert!(
+            !memo.unchanged(3, b"abc", now + 10, 1.0),
+            "stored one expired"
+        );
+    }
+}

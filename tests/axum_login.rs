@@ -1,0 +1,271 @@
+//! The example axum app (`examples/axum_login`), driven over HTTP by a real
+//! client with a cookie jar, its sessions in a real redis-server through
+//! sessionpack's tower-sessions store.
+
+mod common;
+
+#[path = "../examples/axum_login/app.rs"]
+mod app;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use reqwest::StatusCode;
+use sessionpack::CompactConfig;
+use sessionpack::server::LocalServer;
+use sessionpack::tower::TowerStore;
+
+/// The app on a free loopback port, its store, and the server under it.
+struct Running {
+    base: String,
+    store: TowerStore<redis::aio::ConnectionManager>,
+    server: LocalServer,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn start(idle: time::Duration) -> Running {
+    let server = common::server();
+    let store = TowerStore::new(common::manager(&server).await, CompactConfig::new(6))
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = app::app(store.clone(), idle);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    Running {
+        base,
+        store,
+        server,
+        task,
+    }
+}
+
+fn client() -> (reqwest::Client, Arc<reqwest::cookie::Jar>) {
+    let jar = Arc::new(reqwest::cookie::Jar::default());
+    let client = reqwest::Client::builder()
+        .cookie_provider(jar.clone())
+        .build()
+        .unwrap();
+    (client, jar)
+}
+
+fn session_cookie(jar: &reqwest::cookie::Jar, base: &str) -> Option<String> {
+    use reqwest::cookie::CookieStore;
+    let header = jar.cookies(&base.parse().unwrap())?;
+    header
+        .to_str()
+        .unwrap()
+        .split("; ")
+        .find_map(|c| c.strip_prefix("id=").map(str::to_owned))
+}
+
+async fn login(client: &reqwest::Client, base: &str, name: &str, password: &str) -> StatusCode {
+    client
+        .post(format!("{base}/login"))
+        .form(&[("name", name), ("password", password)])
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+async fn get(client: &reqwest::Client, url: String) -> (StatusCode, String) {
+    let r = client.get(url).send().await.unwrap();
+    (r.status(), r.text().await.unwrap())
+}
+
+/// Sessions held in the store's buckets, read from Redis directly.
+async fn sessions_in_redis(server: &LocalServer) -> u64 {
+    let mut raw = common::raw(server).await;
+    let keys: Vec<String> = raw.keys("sp:{*}:*").await.unwrap();
+    let mut n = 0;
+    for key in keys
+        .iter()
+        .filter(|k| !k.ends_with(":i") && !k.contains(":o:"))
+    {
+        n += raw.hlen::<_, u64>(key).await.unwrap();
+    }
+    n
+}
+
+#[tokio::test]
+async fn login_access_and_logout_over_http() {
+    let app = start(time::Duration::minutes(30)).await;
+    let (client, jar) = client();
+    let base = &app.base;
+
+    assert_eq!(get(&client, format!("{base}/")).await.0, StatusCode::OK);
+    assert_eq!(
+        get(&client, format!("{base}/me")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        login(&client, base, "ferris", "wrong").await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        sessions_in_redis(&app.server).await,
+        0,
+        "no session for a failed login"
+    );
+
+    assert_eq!(login(&client, base, "ferris", "crab").await, StatusCode::OK);
+    let cookie = session_cookie(&jar, base).expect("a session cookie");
+    assert_eq!(sessions_in_redis(&app.server).await, 1);
+    assert_eq!(
+        get(&client, format!("{base}/me")).await,
+        (StatusCode::OK, "hello ferris".into())
+    );
+    for n in 1..=3 {
+        assert_eq!(
+            get(&client, format!("{base}/visits")).await,
+            (StatusCode::OK, n.to_string())
+        );
+    }
+    // The record is in its bucket (the compact encoding keeps it inline),
+    // under the cookie's id.
+    let id: tower_sessions_core_014::session::Id = cookie.parse().unwrap();
+    let (data, _) = app.store.load_data(id.0).await.unwrap().unwrap();
+    assert_eq!(data["axum-login.data"]["user_id"], 1_000_042);
+    assert_eq!(data["visits"], 3);
+    let mut raw = common::raw(&app.server).await;
+    let out_of_line: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+    assert!(out_of_line.is_empty(), "{out_of_line:?}");
+
+    assert_eq!(
+        client
+            .post(format!("{base}/logout"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        get(&client, format!("{base}/me")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        sessions_in_redis(&app.server).await,
+        0,
+        "logout deletes the session"
+    );
+    assert!(app.store.load_data(id.0).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn login_gives_a_new_session_id_and_the_old_one_is_dead() {
+    let app = start(time::Duration::minutes(30)).await;
+    let base = &app.base;
+    // A visitor with a session before logging in (a fixation attempt would
+    // plant this id).
+    let (client, jar) = client();
+    assert_eq!(
+        login(&client, base, "corro", "unsafe").await,
+        StatusCode::OK
+    );
+    let first = session_cookie(&jar, base).unwrap();
+    assert_eq!(
+        client
+            .post(format!("{base}/logout"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    assert_eq!(login(&client, base, "ferris", "crab").await, StatusCode::OK);
+    let second = session_cookie(&jar, base).unwrap();
+    assert_ne!(first, second);
+
+    // Replaying the logged-out cookie gets nothing.
+    let replay = reqwest::Client::new();
+    let r = replay
+        .get(format!("{base}/me"))
+        .header("cookie", format!("id={first}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // The live cookie works from another client too.
+    let r = replay
+        .get(format!("{base}/me"))
+        .header("cookie", format!("id={second}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(sessions_in_redis(&app.server).await, 1);
+}
+
+#[tokio::test]
+async fn forged_and_malformed_cookies_get_no_session_and_no_error() {
+    let app = start(time::Duration::minutes(30)).await;
+    let base = &app.base;
+    let (client, _) = client();
+    assert_eq!(login(&client, base, "ferris", "crab").await, StatusCode::OK);
+    let before = sessions_in_redis(&app.server).await;
+    let forged = tower_sessions_core_014::session::Id::default().to_string();
+    let long = "A".repeat(10_000);
+    let hostile = [
+        forged.as_str(),
+        "",
+        "not-base64!!",
+        "AAAA",
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "%00%ff",
+        long.as_str(),
+        "sp:{0}:0",
+    ];
+    let bare = reqwest::Client::new();
+    for cookie in hostile {
+        let r = bare
+            .get(format!("{base}/me"))
+            .header("cookie", format!("id={cookie}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "cookie {cookie:?}");
+        let r = bare
+            .post(format!("{base}/login"))
+            .header("cookie", format!("id={cookie}"))
+            .form(&[("name", "nobody"), ("password", "x")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "cookie {cookie:?}");
+    }
+    assert_eq!(
+        sessions_in_redis(&app.server).await,
+        before,
+        "nothing created"
+    );
+    assert_eq!(get(&client, format!("{base}/me")).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_idle_session_expires_and_a_sweep_removes_it() {
+    let app = start(time::Duration::seconds(2)).await;
+    let base = &app.base;
+    let (client, _) = client();
+    assert_eq!(login(&client, base, "ferris", "crab").await, StatusCode::OK);
+    assert_eq!(get(&client, format!("{base}/me")).await.0, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(
+        get(&client, format!("{base}/me")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    // Expired but not yet swept: still in its bucket until the sweeper runs.
+    use axum_login::tower_sessions::ExpiredDeletion;
+    app.store.delete_expired().await.unwrap();
+    assert_eq!(sessions_in_redis(&app.server).await, 0);
+}

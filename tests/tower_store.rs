@@ -1,0 +1,277 @@
+//! The tower-sessions store against a real redis-server, through the
+//! traits of tower-sessions-core 0.15 (and 0.14, which axum-login uses).
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use sessionpack::CompactConfig;
+use sessionpack::server::LocalServer;
+use sessionpack::tower::{TowerStore, session_id};
+use time::OffsetDateTime;
+use tower_sessions_core::session::{Id, Record};
+use tower_sessions_core::session_store::Error as StoreError;
+use tower_sessions_core::{ExpiredDeletion, SessionStore};
+
+type Store = TowerStore<redis::aio::ConnectionManager>;
+
+async fn store(server: &LocalServer) -> Store {
+    TowerStore::new(common::manager(server).await, CompactConfig::new(4))
+        .await
+        .unwrap()
+}
+
+fn data(v: Value) -> HashMap<String, Value> {
+    serde_json::from_value(v).unwrap()
+}
+
+fn axum_login(user_id: u64, hash: &[u8]) -> HashMap<String, Value> {
+    data(json!({"axum-login.data": {"user_id": user_id, "auth_hash": hash}}))
+}
+
+fn record(data: HashMap<String, Value>, secs: i64) -> Record {
+    Record {
+        id: Id::default(),
+        data,
+        expiry_date: OffsetDateTime::now_utc() + time::Duration::seconds(secs),
+    }
+}
+
+/// The raw value of a session's field in its bucket.
+async fn raw_value(server: &LocalServer, store: &Store, id: Id) -> Option<Vec<u8>> {
+    let sid = session_id(id.0);
+    let scheme = store.layout().scheme();
+    let bucket = store.layout().buckets().bucket_of(&sid);
+    let mut raw = common::raw(server).await;
+    raw.hget(
+        scheme.bucket_key(bucket),
+        store.layout().buckets().field(&sid),
+    )
+    .await
+    .unwrap()
+}
+
+/// A PHC password-hash string as axum-login's examples keep it (97 bytes).
+fn password_hash() -> Vec<u8> {
+    let s = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$\
+             l0a8xV8u5xUGpa+6XWw9QJ9pNUVxJc0Wd2Pm3kn1TdU";
+    assert_eq!(s.len(), 97);
+    s.as_bytes().to_vec()
+}
+
+#[tokio::test]
+async fn records_round_trip_exactly_inline_and_out_of_line() {
+    let server = common::server();
+    let store = store(&server).await;
+    let shapes = [
+        axum_login(42, &[7u8; 32]),
+        axum_login(u64::MAX, &password_hash()),
+        data(
+            json!({"cart": [{"sku": "a-1", "qty": 2}, {"sku": "b", "qty": 1.5}], "n": -3, "x": null}),
+        ),
+        data(json!({"big": "x".repeat(5000)})),
+        HashMap::new(),
+    ];
+    for shape in shapes {
+        let mut r = record(shape.clone(), 600);
+        store.create(&mut r).await.unwrap();
+        let back = store.load(&r.id).await.unwrap().unwrap();
+        assert_eq!(back.data, shape);
+        assert_eq!(back.id, r.id);
+        // Kept to the second, as an EXAT key is.
+        assert_eq!(
+            back.expiry_date.unix_timestamp(),
+            r.expiry_date.unix_timestamp()
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_axum_login_shape_with_a_digest_stays_in_its_bucket() {
+    let server = common::server();
+    let store = store(&server).await;
+    let mut r = record(axum_login(1_000_042, &[200u8; 32]), 600);
+    store.create(&mut r).await.unwrap();
+    let value = raw_value(&server, &store, r.id).await.unwrap();
+    // 4-byte expiry, then the record: 40 bytes with a one-byte user id,
+    // four more for this one (a MessagePack uint32).
+    assert_eq!(value.len(), 4 + 44);
+    let mut raw = common::raw(&server).await;
+    let keys: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+    assert!(keys.is_empty());
+}
+
+#[tokio::test]
+async fn create_gives_a_taken_id_a_new_one_and_keeps_the_first() {
+    let server = common::server();
+    let store = store(&server).await;
+    let mut first = record(axum_login(1, &[1; 32]), 600);
+    store.create(&mut first).await.unwrap();
+    let mut second = record(axum_login(2, &[2; 32]), 600);
+    second.id = first.id;
+    store.create(&mut second).await.unwrap();
+    assert_ne!(second.id, first.id);
+    assert_eq!(
+        store.load(&first.id).await.unwrap().unwrap().data,
+        first.data
+    );
+    assert_eq!(
+        store.load(&second.id).await.unwrap().unwrap().data,
+        second.data
+    );
+}
+
+#[tokio::test]
+async fn save_never_revives_a_deleted_or_expired_session() {
+    let server = common::server();
+    let store = store(&server).await;
+    let mut deleted = record(axum_login(1, &[1; 32]), 600);
+    store.create(&mut deleted).await.unwrap();
+    store.delete(&deleted.id).await.unwrap();
+    store.save(&deleted).await.unwrap();
+    assert!(store.load(&deleted.id).await.unwrap().is_none());
+    assert_eq!(raw_value(&server, &store, deleted.id).await, None);
+
+    let mut expiring = record(axum_login(2, &[2; 32]), 2);
+    store.create(&mut expiring).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let mut later = expiring.clone();
+    later.expiry_date = OffsetDateTime::now_utc() + time::Duration::hours(1);
+    store.save(&later).await.unwrap();
+    assert!(store.load(&expiring.id).await.unwrap().is_none());
+    // Still the old expiry: the sweeper will remove it.
+    let value = raw_value(&server, &store, expiring.id).await.unwrap();
+    let at = u32::from_be_bytes(value[..4].try_into().unwrap());
+    assert_eq!(i64::from(at), expiring.expiry_date.unix_timestamp());
+    store.delete_expired().await.unwrap();
+    assert_eq!(raw_value(&server, &store, expiring.id).await, None);
+}
+
+#[tokio::test]
+async fn save_moves_records_in_and_out_of_line_and_a_past_expiry_removes() {
+    let server = common::server();
+    let store = store(&server).await;
+    let mut r = record(axum_login(1, &[1; 32]), 600);
+    store.create(&mut r).await.unwrap();
+    let mut raw = common::raw(&server).await;
+    for shape in [
+        data(json!({"big": "y".repeat(300)})),
+        axum_login(9, &[9; 32]),
+        data(json!({"big": "z".repeat(400)})),
+    ] {
+        r.data = shape.clone();
+        r.expiry_date += time::Duration::seconds(10);
+        store.save(&r).await.unwrap();
+        let back = store.load(&r.id).await.unwrap().unwrap();
+        assert_eq!(back.data, shape);
+        assert_eq!(
+            back.expiry_date.unix_timestamp(),
+            r.expiry_date.unix_timestamp()
+        );
+        let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+        assert_eq!(side.len(), usize::from(shape.contains_key("big")));
+    }
+    r.expiry_date = OffsetDateTime::now_utc() - time::Duration::seconds(5);
+    store.save(&r).await.unwrap();
+    assert!(store.load(&r.id).await.unwrap().is_none());
+    assert_eq!(raw_value(&server, &store, r.id).await, None);
+    let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+    assert!(side.is_empty(), "{side:?}");
+}
+
+#[tokio::test]
+async fn an_unchanged_save_within_the_threshold_sends_nothing() {
+    let server = common::server();
+    let store = store(&server).await.with_write_threshold(0.1);
+    let mut r = record(axum_login(1, &[1; 32]), 3600);
+    store.create(&mut r).await.unwrap();
+    let mut raw = common::raw(&server).await;
+    let loaded = store.load(&r.id).await.unwrap().unwrap();
+    let before = common::commands_processed(&mut raw).await;
+    // Same data, 60 s later of an hour: under a tenth.
+    let mut rolled = loaded.clone();
+    rolled.expiry_date += time::Duration::seconds(60);
+    store.save(&rolled).await.unwrap();
+    let after = common::commands_processed(&mut raw).await;
+    // Only the INFO call itself was counted.
+    assert_eq!(after - before, 1);
+    // Moving by more than the threshold writes.
+    rolled.expiry_date += time::Duration::seconds(600);
+    store.save(&rolled).await.unwrap();
+    let back = store.load(&r.id).await.unwrap().unwrap();
+    assert_eq!(
+        back.expiry_date.unix_timestamp(),
+        rolled.expiry_date.unix_timestamp()
+    );
+    // Changed data writes however small the move.
+    let mut changed = back.clone();
+    changed.data.insert("visits".into(), json!(1));
+    store.save(&changed).await.unwrap();
+    assert_eq!(store.load(&r.id).await.unwrap().unwrap().data, changed.data);
+    // A session deleted elsewhere is not revived by a skipped or sent save.
+    let other = store.clone();
+    other.delete(&r.id).await.unwrap();
+    store.save(&changed).await.unwrap();
+    assert!(store.load(&r.id).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_corrupt_record_is_a_decode_error_and_redis_down_a_backend_error() {
+    let server = common::server();
+    let store = store(&server).await;
+    let mut r = record(axum_login(1, &[1; 32]), 600);
+    store.create(&mut r).await.unwrap();
+    let sid = session_id(r.id.0);
+    let bucket = store.layout().buckets().bucket_of(&sid);
+    let mut raw = common::raw(&server).await;
+    let mut value = raw_value(&server, &store, r.id).await.unwrap();
+    value.truncate(4);
+    value.extend_from_slice(b"\x81\xa1");
+    let _: () = raw
+        .hset(
+            store.layout().scheme().bucket_key(bucket),
+            store.layout().buckets().field(&sid),
+            value,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.load(&r.id).await,
+        Err(StoreError::Decode(_))
+    ));
+
+    server.stop();
+    let mut other = record(axum_login(2, &[2; 32]), 600);
+    assert!(matches!(
+        store.create(&mut other).await,
+        Err(StoreError::Backend(_))
+    ));
+    assert!(matches!(
+        store.load(&r.id).await,
+        Err(StoreError::Backend(_))
+    ));
+}
+
+#[tokio::test]
+async fn the_014_traits_see_the_same_store() {
+    use tower_sessions_core_014::SessionStore as Store014;
+    use tower_sessions_core_014::session::{Id as Id014, Record as Record014};
+    let server = common::server();
+    let store = store(&server).await;
+    let mut r = Record014 {
+        id: Id014::default(),
+        data: axum_login(5, &[5; 32]),
+        expiry_date: OffsetDateTime::now_utc() + time::Duration::minutes(5),
+    };
+    Store014::create(&store, &mut r).await.unwrap();
+    let back = SessionStore::load(&store, &Id(r.id.0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.data, r.data);
+    Store014::delete(&store, &r.id).await.unwrap();
+    assert!(Store014::load(&store, &r.id).await.unwrap().is_none());
+}
