@@ -7,7 +7,8 @@
 # measures the compact layout at 1M and 100M emulated, 160- and 128-bit ids;
 # `fill` what fuller compact buckets cost in speed and server CPU;
 # `churn` the memory after sessions come and go (Redis 7.0, and 7.4.1 with
-# activedefrag). `servers` measures
+# activedefrag). `tower` the tower-sessions store beside the peer crate
+# (tower-sessions-redis-store) per session profile. `servers` measures
 # every layout at 1M on Redis 7.4.1 and Valkey 8.0.1 (built by
 # scripts/ensure-servers.sh).
 set -euo pipefail
@@ -16,7 +17,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep servers 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -30,6 +31,11 @@ for part in "${parts[@]}"; do
       $sp bench throughput --layouts packed-setex,compact --compact-bits 11,9 \
         --out analysis/runs/throughput-fill ;;
     sweep) $sp bench sweep --out analysis/runs/sweep ;;
+    tower)
+      # sessionpack's tower-sessions store beside the peer crate, built in.
+      cargo build --release --quiet --features peer-bench
+      $sp bench tower --sessions 200000 --out analysis/tower
+      cargo build --release --quiet ;;
     compact)
       for ids in 160 128; do
         $sp bench memory --sessions 1000000 --layouts compact,bucketed --bucket-bits 13,14 \

@@ -235,8 +235,12 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
     let mean = n as f64 / buckets as f64;
     let field = w.id_bytes - u64::from(bucket_bits / 8);
     let record = w.record_bytes();
+    let limits = &w.limits;
+    let out_of_line = 4 + record > limits.hash_value;
     let value = if w.attrs_bytes == 0 && (1 << 16..922_337_203).contains(&w.identity) {
         10 // one 64-bit listpack integer
+    } else if out_of_line {
+        lp_string(4 + 1) // expiry and marker
     } else {
         lp_string(4 + record)
     };
@@ -244,7 +248,6 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
     // "sp:{" + tag + "}:" + the bucket's number in the group, in hex.
     let key_len = 2 + 2 + tag + 2 + u64::from(group_shift.div_ceil(4)).max(1);
     let key = size_class(DICT_ENTRY) + sds(key_len) + ROBJ;
-    let limits = &w.limits;
     let pmf = poisson_pmf(mean);
     let per_bucket: f64 = pmf
         .iter()
@@ -252,10 +255,13 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
         .skip(1)
         .map(|(k, p)| {
             let k = k as u64;
-            let hash = if k <= limits.hash_entries && 4 + record <= limits.hash_value {
+            let hash = if k <= limits.hash_entries {
                 size_class(7 + k * (lp_string(field) + value))
             } else {
-                hashtable_bytes(k, sds(field) + sds(4 + record))
+                hashtable_bytes(
+                    k,
+                    sds(field) + sds(if out_of_line { 5 } else { 4 + record }),
+                )
             };
             p * (key + hash) as f64
         })
@@ -270,7 +276,59 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
     let table = 8.0 * table_slots(keys) as f64;
     let converted = buckets as f64 * poisson_tail(mean, limits.hash_entries);
     let total = per_bucket * buckets as f64 + index * groups as f64 + table;
-    (total / n as f64, mean, converted)
+    // A record out of line is a key of its own: "<bucket key>:o:<field
+    // hex>", its value, an expiry, and its slots in both dicts.
+    let side = if out_of_line {
+        let value = if record <= EMBSTR_MAX {
+            size_class(ROBJ + 3 + record + 1)
+        } else {
+            ROBJ + sds(record)
+        };
+        let slots = 2.0 * 8.0 * table_slots(n) as f64 / n as f64;
+        (2 * size_class(DICT_ENTRY) + sds(key_len + 3 + 2 * field) + value) as f64 + slots
+    } else {
+        0.0
+    };
+    (total / n as f64 + side, mean, converted)
+}
+
+/// The values of `hash-max-listpack-value` the advisor chooses among.
+pub const HASH_VALUE_STEPS: [u64; 6] = [64, 96, 128, 192, 256, 512];
+/// Share of records the advisor wants kept in their buckets.
+pub const INLINE_SHARE: f64 = 0.99;
+
+/// The `hash-max-listpack-value` that keeps [`INLINE_SHARE`] of records
+/// of these sizes (bytes, as encoded) in their buckets: the smallest of
+/// [`HASH_VALUE_STEPS`] at least `current` that does, else the largest
+/// step (records longer than that are better off out of line: the key
+/// each then costs is small beside the record).
+pub fn recommend_hash_value(record_sizes: &[u64], current: u64) -> u64 {
+    let mut values: Vec<u64> = record_sizes.iter().map(|r| r + 4).collect();
+    values.sort_unstable();
+    let Some(&needed) =
+        values.get(((values.len() as f64 * INLINE_SHARE).ceil() as usize).saturating_sub(1))
+    else {
+        return current;
+    };
+    HASH_VALUE_STEPS
+        .into_iter()
+        .filter(|&v| v >= current)
+        .find(|&v| v >= needed)
+        .unwrap_or(current.max(HASH_VALUE_STEPS[HASH_VALUE_STEPS.len() - 1]))
+}
+
+/// What raising `hash-max-listpack-value` to `value` does to the other
+/// hashes of the same server, in a sentence.
+pub fn hash_value_cost(value: u64, limits: &ListpackLimits) -> String {
+    format!(
+        "hash-max-listpack-value is server-wide: every HASH whose values are all at most {value} \
+         bytes (and that has at most {} entries) then stays a listpack. Such a hash takes less \
+         memory, but reading or writing one field scans it: up to {} KB for a full one, against \
+         one lookup in a hashtable. Set it in redis.conf (or CONFIG SET and CONFIG REWRITE); \
+         a hash already converted stays a hashtable until the server reloads its data",
+        limits.hash_entries,
+        limits.hash_entries * (value + 20) / 1024,
+    )
 }
 
 /// The fewest bucket bits for the compact layout that keep the mean load
@@ -458,6 +516,33 @@ pub fn recommend_bits(sessions: u64, limits: &ListpackLimits, max_converted: f64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_listpack_value_limit_is_raised_only_as_far_as_records_need() {
+        // 99% at 44 B + 4: the default fits.
+        assert_eq!(recommend_hash_value(&[44; 100], 64), 64);
+        // 109 B + 4 needs 128; one outlier in a hundred does not count.
+        let mut sizes = vec![109; 99];
+        sizes.push(5000);
+        assert_eq!(recommend_hash_value(&sizes, 64), 128);
+        // Never lowered; huge records stop at the largest step.
+        assert_eq!(recommend_hash_value(&[10; 5], 256), 256);
+        assert_eq!(recommend_hash_value(&[4000; 5], 64), 512);
+        assert_eq!(recommend_hash_value(&[], 64), 64);
+    }
+
+    #[test]
+    fn an_out_of_line_record_costs_a_key_of_its_own() {
+        let mut w = Workload::new(1_000_000);
+        w.id_bytes = 16;
+        w.identity = 0;
+        w.attrs_bytes = 108;
+        let out = predict(LayoutKind::Compact, 13, &w).bytes_per_session;
+        w.limits.hash_value = 128;
+        let inline = predict(LayoutKind::Compact, 13, &w).bytes_per_session;
+        assert!(out > inline + 80.0, "{out} vs {inline}");
+        assert!(inline < 150.0 && inline > 120.0, "{inline}");
+    }
 
     #[test]
     fn jemalloc_classes() {

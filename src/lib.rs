@@ -17,6 +17,7 @@ pub mod layout;
 pub mod limits;
 pub mod lock;
 pub mod meta;
+pub mod profile;
 pub mod record;
 mod scripts;
 pub mod server;

@@ -76,8 +76,7 @@ pub(crate) static COMPACT_REPLACE: LazyLock<Script> = script!(
     "compact_common.lua",
     "compact_replace.lua"
 );
-pub(crate) static COMPACT_SAVE: LazyLock<Script> =
-    script!("compact_common.lua", "compact_save.lua");
+pub(crate) static COMPACT_SAVE: LazyLock<Script> = script!("compact_save.lua");
 pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
     "server_clock.lua",
     "compact_common.lua",

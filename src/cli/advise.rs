@@ -35,10 +35,77 @@ pub struct AdviseArgs {
     /// Tolerated expected number of buckets that leave listpack.
     #[arg(long, default_value_t = DEFAULT_MAX_CONVERTED)]
     max_converted: f64,
+    /// Plan for session data of this shape as the tower-sessions store
+    /// keeps it (identity-only, axum-login-digest, axum-login-password-hash,
+    /// django): record sizes, the `hash-max-listpack-value` that keeps them
+    /// in their buckets, and bytes per session.
+    #[arg(long, conflicts_with = "record_bytes")]
+    profile: Option<crate::profile::Profile>,
+    /// Plan for records of these encoded sizes in bytes (a sample of the
+    /// distribution, e.g. `44,44,48,109`), as `--profile` does.
+    #[arg(long, value_delimiter = ',')]
+    record_bytes: Vec<u64>,
     /// Instead of advising, compare the model with the measured run in this
     /// `report.json` (from `sessionpack bench memory`).
     #[arg(long, value_name = "REPORT")]
     check: Option<PathBuf>,
+}
+
+/// `--profile` / `--record-bytes`: what records of these sizes cost in
+/// the compact layout at the server's `hash-max-listpack-value` and at
+/// the one the advisor recommends.
+fn plan_records(args: &AdviseArgs, limits: ListpackLimits) -> Result<()> {
+    let mut sizes = args.record_bytes.clone();
+    if let Some(profile) = args.profile {
+        for n in 0..1000 {
+            sizes.push(crate::json_map::encode(&profile.data(n))?.len() as u64);
+        }
+    }
+    sizes.sort_unstable();
+    let mean = sizes.iter().sum::<u64>() as f64 / sizes.len().max(1) as f64;
+    let p99 = sizes[((sizes.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)];
+    let recommended = advisor::recommend_hash_value(&sizes, limits.hash_value);
+    println!(
+        "{} sessions; records {:.1} bytes on average, {} at the 99th percentile (+4 bytes of expiry in the bucket)\n",
+        human_count(args.sessions),
+        mean,
+        p99
+    );
+    let mut values = vec![limits.hash_value];
+    if recommended != limits.hash_value {
+        values.push(recommended);
+    }
+    for value in values {
+        let limits = ListpackLimits {
+            hash_value: value,
+            ..limits
+        };
+        let bits = advisor::recommend_compact_bits(args.sessions, &limits, args.max_converted);
+        let w = Workload {
+            sessions: args.sessions,
+            identity: 0,
+            attrs_bytes: (mean.round() as u64).saturating_sub(1),
+            limits,
+            id_bytes: u64::from(args.id_bits / 8),
+        };
+        let p = advisor::predict(LayoutKind::Compact, bits, &w);
+        let inline = sizes.iter().filter(|&&r| r + 4 <= value).count() as f64 / sizes.len() as f64;
+        println!(
+            "hash-max-listpack-value {value}: {:.0}% of records in their buckets; compact at 2^{bits}: {:.1} bytes/session, {} in all{}",
+            100.0 * inline,
+            p.bytes_per_session,
+            mib(p.total_bytes),
+            if value == recommended {
+                " (recommended)"
+            } else {
+                ""
+            }
+        );
+    }
+    if recommended != limits.hash_value {
+        println!("\n{}.", advisor::hash_value_cost(recommended, &limits));
+    }
+    Ok(())
 }
 
 /// Parses `--id-bits`: 128 or 160.
@@ -83,6 +150,9 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
         Some(url) => ListpackLimits::read(&mut crate::connect(url).await?).await?,
         None => ListpackLimits::REDIS7_DEFAULTS,
     };
+    if args.profile.is_some() || !args.record_bytes.is_empty() {
+        return plan_records(&args, limits);
+    }
     let w = Workload {
         sessions: args.sessions,
         identity: args.identity,

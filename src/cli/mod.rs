@@ -10,6 +10,7 @@ mod bench_churn;
 mod bench_memory;
 mod bench_sweep;
 mod bench_throughput;
+mod bench_tower;
 mod demo;
 mod sweep;
 mod target;
@@ -57,6 +58,9 @@ pub enum Bench {
     /// Memory after rounds of sessions expiring, swept and replaced, beside
     /// memory after the load.
     Churn(bench_churn::ChurnArgs),
+    /// sessionpack's tower-sessions store beside the peer crate, profile by
+    /// profile: bytes, server CPU per call, calls per second.
+    Tower(bench_tower::TowerArgs),
 }
 
 /// Runs one parsed command line.
@@ -67,6 +71,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Throughput(args)) => bench_throughput::run(args).await,
         Command::Bench(Bench::Sweep(args)) => bench_sweep::run(args).await,
         Command::Bench(Bench::Churn(args)) => bench_churn::run(args).await,
+        Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
     }

@@ -7,3 +7,4 @@ pub mod memory;
 pub mod plot;
 pub mod report;
 pub mod throughput;
+pub mod tower;

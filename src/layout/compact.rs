@@ -627,9 +627,10 @@ where
         let (_, latest) = self.time_bounds().await?;
         let form = self.form(record);
         let mut inv = self.invocation(&COMPACT_SAVE, id);
-        inv.arg(form.code())
-            .arg(&*Self::payload(form, record))
+        let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
+        inv.arg(form.value(record, expires_at))
             .arg(expires_at)
+            .arg(side)
             .arg((latest + MARGIN).ceil() as u64);
         Ok(Written::from_code(self.call(id, &inv).await?))
     }

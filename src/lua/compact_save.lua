@@ -1,24 +1,34 @@
 -- Writes a live session's record and expiry together (a tower-sessions
--- save). No TIME call: the caller passes the latest the server's time can
--- be by its estimate, so a session this script judges live is live.
--- KEYS[1..3], ARGV[1..2]: see compact_common.lua
--- ARGV[3], ARGV[4]: the new form and payload (see make_value)
--- ARGV[5]: the new expiry, unix seconds
--- ARGV[6]: the caller's latest estimate of the server's time, unix seconds
+-- save). Kept short, as it runs on every save: no helpers, no TIME call
+-- (the caller passes the latest the server's time can be by its estimate,
+-- so a session judged live here is live), and the new value built by the
+-- caller. Values are as compact_common.lua describes.
+-- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET;
+-- KEYS[3]: the session's out-of-line record key
+-- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
+-- ARGV[3]: the new value; ARGV[4]: the new expiry, unix seconds
+-- ARGV[5]: the record when it goes out of line, else ''
+-- ARGV[6]: the caller's latest estimate of the server's time
 -- Returns 1 if written (or, for an expiry already past, removed), 0 if
 -- there is no live session.
-local now = tonumber(ARGV[6])
 local value = redis.call('HGET', KEYS[1], ARGV[1])
 if not value then
   return 0
 end
-local old = expiry_of(value)
+local old, was_out_of_line
+local b1, b2, b3, b4 = string.byte(value, 1, 4)
+if b1 >= 48 and b1 <= 57 then
+  old, was_out_of_line = tonumber(string.sub(value, -10)), false
+else
+  old = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  was_out_of_line = #value == 5 and string.byte(value, 5) == 193
+end
+local now = tonumber(ARGV[6])
 if old <= now then
   -- Expired: the sweeper reclaims it; a save never revives it.
   return 0
 end
-local expiry = tonumber(ARGV[5])
-local was_out_of_line = is_out_of_line(value)
+local expiry = tonumber(ARGV[4])
 if expiry <= now then
   redis.call('HDEL', KEYS[1], ARGV[1])
   if was_out_of_line then
@@ -26,12 +36,12 @@ if expiry <= now then
   end
   return 1
 end
-redis.call('HSET', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry))
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 if expiry < old then
   redis.call('ZADD', KEYS[2], 'LT', expiry, ARGV[2])
 end
-if ARGV[3] == 'o' then
-  redis.call('SET', KEYS[3], ARGV[4], 'EXAT', expiry)
+if ARGV[5] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[5], 'EXAT', expiry)
 elseif was_out_of_line then
   redis.call('DEL', KEYS[3])
 end
