@@ -335,15 +335,35 @@ pub fn hash_value_cost(value: u64, limits: &ListpackLimits) -> String {
 /// at most [`COMPACT_MAX_MEAN_FILL`] and the expected buckets over the HASH
 /// entry limit at most `max_converted`.
 pub fn recommend_compact_bits(sessions: u64, limits: &ListpackLimits, max_converted: f64) -> u8 {
+    recommend_compact_bits_filled(sessions, limits, max_converted, COMPACT_MAX_MEAN_FILL)
+}
+
+/// [`recommend_compact_bits`] with another cap on the mean load, e.g.
+/// [`TOWER_MAX_MEAN_FILL`].
+pub fn recommend_compact_bits_filled(
+    sessions: u64,
+    limits: &ListpackLimits,
+    max_converted: f64,
+    max_mean_fill: f64,
+) -> u8 {
     (MIN_BUCKET_BITS..=MAX_BUCKET_BITS)
         .find(|&bits| {
             let buckets = (1u64 << bits) as f64;
             let mean = sessions as f64 / buckets;
-            mean <= COMPACT_MAX_MEAN_FILL
+            mean <= max_mean_fill
                 && buckets * poisson_tail(mean, limits.hash_entries) <= max_converted
         })
         .unwrap_or(MAX_BUCKET_BITS)
 }
+
+/// The fullest mean bucket load the advisor plans for a tower-sessions
+/// store, whose records are tens of bytes and which writes on every
+/// create, save and delete: each write moves or copies the listpack, so
+/// smaller buckets cost the server less per write (`sessionpack bench
+/// tower`, axum-login sessions: ~24 per bucket against ~98 took a create
+/// from ~1.75x the peer crate's server CPU to ~1.35x and a delete from
+/// ~1.8x to ~1.7x) for ~4 bytes per session.
+pub const TOWER_MAX_MEAN_FILL: f64 = 32.0;
 
 /// The fullest mean bucket load the advisor plans for the compact layout.
 /// A listpack lookup scans, so fuller buckets cost server CPU on every

@@ -27,13 +27,19 @@
 //!   taken (or expired but not yet swept) gets a new random id, as the
 //!   trait asks.
 //! - `load`: one `HGET`.
-//! - `save`: one short script (`HGET`, `HSET`): writes record and expiry
-//!   only while the session is live, so a save never revives a session
-//!   that was deleted or expired. With [`TowerStore::with_write_threshold`],
+//! - `save`: one short script that writes record and expiry only while the
+//!   session is live, so a save never revives a session that was deleted
+//!   or expired. For a session this process loaded or wrote (see
+//!   [`TowerStore::with_memo_capacity`]) it is one `HSET`, taken back in
+//!   the same script if the session was deleted meanwhile; otherwise an
+//!   `HGET` that checks the stored expiry, then the `HSET`. With
+//!   [`TowerStore::with_write_threshold`],
 //!   a save whose data is unchanged since this process loaded it and whose
 //!   expiry moves by less than that fraction of the session's lifetime
 //!   sends nothing.
-//! - `delete`: one script (removes the field and any out-of-line record).
+//! - `delete`: `HDEL` of the session's field; with `DEL` of its
+//!   out-of-line record in one transaction unless this process saw the
+//!   record inline.
 //! - `delete_expired`: one sweeper pass ([`crate::sweep::Sweeper::pass`]).
 //!
 //! `cycle_id` needs nothing of the store: tower-sessions deletes the old id
@@ -57,15 +63,15 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, SessionId};
 use crate::json_map;
-use crate::layout::{Compact, CompactConfig, Expiry, Inserted, Layout, Written};
+use crate::layout::{Compact, CompactConfig, Expiry, Inserted, Layout, Seen, Written};
 use crate::sweep::{PassReport, SweepConfig, Sweeper};
 
 /// Ids tried by one `create` before it reports an error: a 128-bit random
 /// id that is taken twice in a row means a broken random source.
 const CREATE_ATTEMPTS: usize = 8;
-/// Sessions whose last load or write this process remembers for
-/// [`TowerStore::with_write_threshold`]; past it the memory starts over.
-const MEMO_CAPACITY: usize = 100_000;
+/// Sessions whose last load or write a store remembers by default (see
+/// [`TowerStore::with_memo_capacity`]).
+pub const DEFAULT_MEMO_CAPACITY: usize = 100_000;
 
 /// A tower-sessions store over a [`Compact`] layout with 128-bit ids.
 pub struct TowerStore<C> {
@@ -121,7 +127,7 @@ where
             layout,
             sweeper,
             write_threshold: 0.0,
-            memo: Arc::default(),
+            memo: Arc::new(Memo::new(DEFAULT_MEMO_CAPACITY)),
         })
     }
 
@@ -133,6 +139,19 @@ where
     /// last request implied. Default 0: every save writes.
     pub fn with_write_threshold(mut self, fraction: f64) -> Self {
         self.write_threshold = fraction.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Remembers the last load or write of up to `capacity` recent
+    /// sessions (the most recent half of them at least; default
+    /// [`DEFAULT_MEMO_CAPACITY`], about 50 bytes each). A save of a
+    /// session this process remembers is one `HSET`; of one it does not,
+    /// a read and a write (see [`Compact::save`]). A request saves what it
+    /// loaded moments before, so the default covers any process that has
+    /// fewer requests in flight. 0 remembers nothing (and so makes
+    /// [`TowerStore::with_write_threshold`] moot).
+    pub fn with_memo_capacity(mut self, capacity: usize) -> Self {
+        self.memo = Arc::new(Memo::new(capacity));
         self
     }
 
@@ -188,10 +207,17 @@ where
     ) -> Result<bool> {
         let bytes = encode(data)?;
         let at = expiry_secs(expires_at)?;
-        if self.write_threshold > 0.0 && self.memo.unchanged(id, &bytes, at, self.write_threshold) {
+        let memory = self.memo.get(id);
+        if let Some(memory) = &memory
+            && self.write_threshold > 0.0
+            && self
+                .memo
+                .unchanged(memory, &bytes, at, self.write_threshold)
+        {
             return Ok(false);
         }
-        match self.layout.save(&session_id(id), &bytes, at).await? {
+        let seen = memory.map(|m| m.seen);
+        match self.layout.save(&session_id(id), &bytes, at, seen).await? {
             Written::Done => self.memo.put(id, &bytes, at),
             Written::Missing | Written::Conflict => self.memo.forget(id),
         }
@@ -214,8 +240,12 @@ where
 
     /// Deletes a session (nothing happens if there is none).
     pub async fn delete_data(&self, id: i128) -> Result<()> {
+        let inline = self
+            .memo
+            .get(id)
+            .is_some_and(|m| self.layout.fits(m.seen.record_len));
         self.memo.forget(id);
-        self.layout.remove(&session_id(id), None).await?;
+        self.layout.delete(&session_id(id), inline).await?;
         Ok(())
     }
 
@@ -244,47 +274,79 @@ fn expiry_secs(unix: i64) -> Result<u64> {
 }
 
 /// What this process last loaded or wrote for recent sessions: a keyed
-/// digest of the record and its expiry.
-#[derive(Debug, Default)]
+/// digest of the record, its length and its expiry. Two generations: when
+/// the newer fills half the capacity it becomes the older and the old one
+/// is dropped, so the most recent sessions are always remembered.
+#[derive(Debug)]
 struct Memo {
-    seen: Mutex<HashMap<i128, (u64, u64)>>,
+    generations: Mutex<[HashMap<i128, Memory>; 2]>,
+    capacity: usize,
     hasher: std::collections::hash_map::RandomState,
 }
 
+#[derive(Clone, Copy, Debug)]
+struct Memory {
+    digest: u64,
+    seen: Seen,
+}
+
 impl Memo {
-    fn put(&self, id: i128, bytes: &[u8], expires_at: u64) {
-        let digest = self.hasher.hash_one(bytes);
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.len() >= MEMO_CAPACITY {
-            seen.clear();
+    fn new(capacity: usize) -> Self {
+        Self {
+            generations: Mutex::default(),
+            capacity,
+            hasher: Default::default(),
         }
-        seen.insert(id, (digest, expires_at));
+    }
+
+    fn put(&self, id: i128, bytes: &[u8], expires_at: u64) {
+        if self.capacity == 0 {
+            return;
+        }
+        let memory = Memory {
+            digest: self.hasher.hash_one(bytes),
+            seen: Seen {
+                expires_at,
+                record_len: bytes.len(),
+            },
+        };
+        let mut g = self
+            .generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if g[0].len() >= self.capacity.div_ceil(2) {
+            g[1] = std::mem::take(&mut g[0]);
+        }
+        g[1].remove(&id);
+        g[0].insert(id, memory);
+    }
+
+    fn get(&self, id: i128) -> Option<Memory> {
+        let g = self
+            .generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        g[0].get(&id).or_else(|| g[1].get(&id)).copied()
     }
 
     fn forget(&self, id: i128) {
-        self.seen
+        let mut g = self
+            .generations
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&id);
+            .unwrap_or_else(PoisonError::into_inner);
+        g[0].remove(&id);
+        g[1].remove(&id);
     }
 
-    /// Whether writing `bytes` with expiry `at` would change nothing but
-    /// move the expiry forward by less than `fraction` of the lifetime
-    /// left.
-    fn unchanged(&self, id: i128, bytes: &[u8], at: u64, fraction: f64) -> bool {
-        let Some((digest, stored)) = self
-            .seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .copied()
-        else {
-            return false;
-        };
+    /// Whether writing `bytes` with expiry `at` over `memory` would change
+    /// nothing but move the expiry forward by less than `fraction` of the
+    /// lifetime left.
+    fn unchanged(&self, memory: &Memory, bytes: &[u8], at: u64, fraction: f64) -> bool {
+        let stored = memory.seen.expires_at;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        digest == self.hasher.hash_one(bytes)
+        memory.digest == self.hasher.hash_one(bytes)
             && at >= stored
             && stored > now
             && ((at - stored) as f64) < fraction * at.saturating_sub(now) as f64
@@ -427,25 +489,58 @@ mod tests {
         ));
     }
 
+    fn unchanged(memo: &Memo, id: i128, bytes: &[u8], at: u64, fraction: f64) -> bool {
+        memo.get(id)
+            .is_some_and(|m| memo.unchanged(&m, bytes, at, fraction))
+    }
+
     #[test]
     fn the_memo_skips_only_unchanged_data_and_short_moves() {
-        let memo = Memo::default();
+        let memo = Memo::new(DEFAULT_MEMO_CAPACITY);
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_secs();
         memo.put(1, b"abc", now + 1000);
-        assert!(memo.unchanged(1, b"abc", now + 1050, 0.1));
-        assert!(!memo.unchanged(1, b"abc", now + 1200, 0.1), "moves too far");
-        assert!(!memo.unchanged(1, b"abd", now + 1010, 0.1), "data changed");
-        assert!(!memo.unchanged(1, b"abc", now + 900, 0.1), "moves back");
-        assert!(!memo.unchanged(2, b"abc", now + 1010, 0.1), "never seen");
+        assert!(unchanged(&memo, 1, b"abc", now + 1050, 0.1));
+        assert!(
+            !unchanged(&memo, 1, b"abc", now + 1200, 0.1),
+            "moves too far"
+        );
+        assert!(
+            !unchanged(&memo, 1, b"abd", now + 1010, 0.1),
+            "data changed"
+        );
+        assert!(!unchanged(&memo, 1, b"abc", now + 900, 0.1), "moves back");
+        assert!(!unchanged(&memo, 2, b"abc", now + 1010, 0.1), "never seen");
         memo.forget(1);
-        assert!(!memo.unchanged(1, b"abc", now + 1010, 0.1));
+        assert!(!unchanged(&memo, 1, b"abc", now + 1010, 0.1));
         memo.put(3, b"abc", now - 1);
         assert!(
-            !memo.unchanged(3, b"abc", now + 10, 1.0),
+            !unchanged(&memo, 3, b"abc", now + 10, 1.0),
             "stored one expired"
         );
+    }
+
+    #[test]
+    fn the_memo_keeps_the_most_recent_sessions() {
+        let memo = Memo::new(4);
+        for id in 1..=5 {
+            memo.put(id, b"x", 100 + id as u64);
+        }
+        // Generations of two: {1, 2} were dropped when 5 came.
+        assert!(memo.get(1).is_none() && memo.get(2).is_none());
+        for id in 3..=5 {
+            assert_eq!(memo.get(id).unwrap().seen.expires_at, 100 + id as u64);
+        }
+        // A session put again lives in the newer generation only.
+        memo.put(3, b"xy", 200);
+        assert_eq!(memo.get(3).unwrap().seen.record_len, 2);
+        memo.forget(3);
+        assert!(memo.get(3).is_none());
+
+        let none = Memo::new(0);
+        none.put(1, b"x", 100);
+        assert!(none.get(1).is_none(), "capacity 0 remembers nothing");
     }
 }

@@ -275,3 +275,126 @@ async fn the_014_traits_see_the_same_store() {
     Store014::delete(&store, &r.id).await.unwrap();
     assert!(Store014::load(&store, &r.id).await.unwrap().is_none());
 }
+
+/// Calls of `command` the server has counted (`INFO commandstats`).
+async fn calls(raw: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_save_after_a_load_is_one_write_and_still_never_revives() {
+    let server = common::server();
+    // Two processes: each store has its own memory of what it loaded.
+    let this = store(&server).await;
+    let other = store(&server).await;
+    let mut raw = common::raw(&server).await;
+    let mut r = record(axum_login(1, &[1; 32]), 3600);
+    other.create(&mut r).await.unwrap();
+    let mut loaded = this.load(&r.id).await.unwrap().unwrap();
+
+    let (hget, hset) = (calls(&mut raw, "hget").await, calls(&mut raw, "hset").await);
+    loaded.data = axum_login(2, &[2; 32]);
+    this.save(&loaded).await.unwrap();
+    assert_eq!(
+        calls(&mut raw, "hget").await,
+        hget,
+        "no read before the write"
+    );
+    assert_eq!(calls(&mut raw, "hset").await, hset + 1);
+    assert_eq!(other.load(&r.id).await.unwrap().unwrap().data, loaded.data);
+
+    // A save that moves the expiry earlier moves the bucket's index entry.
+    let sid = session_id(r.id.0);
+    let scheme = this.layout().scheme();
+    let bucket = this.layout().buckets().bucket_of(&sid);
+    let index = scheme.index_key(scheme.group_of(bucket));
+    let mut earlier = this.load(&r.id).await.unwrap().unwrap();
+    earlier.expiry_date -= time::Duration::seconds(1800);
+    this.save(&earlier).await.unwrap();
+    let score: f64 = raw.zscore(&index, scheme.member(bucket)).await.unwrap();
+    assert!(
+        score <= earlier.expiry_date.unix_timestamp() as f64,
+        "{score}"
+    );
+
+    // Deleted by the other process after this one loaded it: the save
+    // takes its own write back, and nothing is left.
+    this.load(&r.id).await.unwrap().unwrap();
+    other.delete(&r.id).await.unwrap();
+    let hdel = calls(&mut raw, "hdel").await;
+    this.save(&loaded).await.unwrap();
+    assert_eq!(
+        calls(&mut raw, "hdel").await,
+        hdel + 1,
+        "the write was taken back"
+    );
+    assert!(other.load(&r.id).await.unwrap().is_none());
+    assert_eq!(raw_value(&server, &this, r.id).await, None);
+    let keys: Vec<String> = raw.keys("sp:*").await.unwrap();
+    assert!(
+        keys.iter().all(|k| !k.contains(":o:")),
+        "no out-of-line record: {keys:?}"
+    );
+
+    // Seen inline, now out of line: the read-first script handles it.
+    let mut big = record(axum_login(3, &[3; 32]), 3600);
+    this.create(&mut big).await.unwrap();
+    let mut fat = other.load(&big.id).await.unwrap().unwrap();
+    fat.data = data(json!({"big": "q".repeat(300)}));
+    other.save(&fat).await.unwrap();
+    let mut slim = this.load(&big.id).await.unwrap().unwrap();
+    slim.data = axum_login(4, &[4; 32]);
+    this.save(&slim).await.unwrap();
+    assert_eq!(other.load(&big.id).await.unwrap().unwrap().data, slim.data);
+    let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+    assert!(side.is_empty(), "{side:?}");
+}
+
+#[tokio::test]
+async fn delete_removes_the_field_and_any_out_of_line_record() {
+    let server = common::server();
+    let this = store(&server).await;
+    let other = store(&server).await;
+    let mut raw = common::raw(&server).await;
+    let big = || data(json!({"big": "b".repeat(300)}));
+
+    // Out of line, and this process never saw it: field and record go
+    // together.
+    let mut r = record(big(), 600);
+    other.create(&mut r).await.unwrap();
+    this.delete(&r.id).await.unwrap();
+    assert_eq!(raw_value(&server, &this, r.id).await, None);
+    let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+    assert!(side.is_empty(), "{side:?}");
+
+    // Out of line, seen by this process: the same.
+    let mut r = record(big(), 600);
+    this.create(&mut r).await.unwrap();
+    this.delete(&r.id).await.unwrap();
+    assert_eq!(raw_value(&server, &this, r.id).await, None);
+    let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+    assert!(side.is_empty(), "{side:?}");
+
+    // Seen inline: one HDEL, no transaction.
+    let mut r = record(axum_login(1, &[1; 32]), 600);
+    other.create(&mut r).await.unwrap();
+    this.load(&r.id).await.unwrap().unwrap();
+    let (hdel, multi) = (
+        calls(&mut raw, "hdel").await,
+        calls(&mut raw, "multi").await,
+    );
+    this.delete(&r.id).await.unwrap();
+    assert_eq!(calls(&mut raw, "hdel").await, hdel + 1);
+    assert_eq!(calls(&mut raw, "multi").await, multi);
+    assert!(other.load(&r.id).await.unwrap().is_none());
+    // Deleting what is gone is not an error.
+    this.delete(&r.id).await.unwrap();
+}

@@ -80,7 +80,12 @@ fn plan_records(args: &AdviseArgs, limits: ListpackLimits) -> Result<()> {
             hash_value: value,
             ..limits
         };
-        let bits = advisor::recommend_compact_bits(args.sessions, &limits, args.max_converted);
+        let bits = advisor::recommend_compact_bits_filled(
+            args.sessions,
+            &limits,
+            args.max_converted,
+            advisor::TOWER_MAX_MEAN_FILL,
+        );
         let w = Workload {
             sessions: args.sessions,
             identity: 0,
@@ -102,6 +107,10 @@ fn plan_records(args: &AdviseArgs, limits: ListpackLimits) -> Result<()> {
             }
         );
     }
+    println!(
+        "\nBuckets are sized for at most {} sessions each on average: a session store that writes on every create, save and delete (tower-sessions) pays for fuller listpacks on each write.",
+        advisor::TOWER_MAX_MEAN_FILL
+    );
     if recommended != limits.hash_value {
         println!("\n{}.", advisor::hash_value_cost(recommended, &limits));
     }

@@ -14,7 +14,7 @@ use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED, Workload};
 use crate::error::{Error, Result};
 use crate::harness::info::ServerInfo;
-use crate::harness::tower::{self, DynStore, StoreRun};
+use crate::harness::tower::{self, Contender, DynStore, OPS, Plan, StoreRun};
 use crate::json_map;
 use crate::layout::LayoutKind;
 use crate::limits::ListpackLimits;
@@ -33,11 +33,14 @@ pub struct TowerArgs {
     /// Concurrent callers (tasks sharing one connection per store).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Rounds of the operations (figures are medians of the rounds).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Profiles to measure (default: all).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<Profile>,
     /// log2 of the compact layout's bucket count (default: the advisor's
-    /// pick for records of each profile's size).
+    /// pick for a tower-sessions store of this many sessions).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=24))]
     compact_bits: Option<u8>,
     /// Directory for tower.json and tower.md.
@@ -81,23 +84,46 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             target.flush().await?;
             let limits = ListpackLimits::read(&mut conn).await?;
             let bits = args.compact_bits.unwrap_or_else(|| {
-                advisor::recommend_compact_bits(args.sessions, &limits, DEFAULT_MAX_CONVERTED)
+                advisor::recommend_compact_bits_filled(
+                    args.sessions,
+                    &limits,
+                    DEFAULT_MAX_CONVERTED,
+                    advisor::TOWER_MAX_MEAN_FILL,
+                )
             });
+            // Its saves come a whole phase after its loads here, so it
+            // remembers every session (a request saves what it loaded
+            // moments before).
             let store = TowerStore::new(
                 crate::connect(&target.url).await?,
                 CompactConfig::new(bits).with_id_width(IdWidth::Bits128),
             )
             .await?
-            .with_write_threshold(WRITE_THRESHOLD);
-            let label = format!("sessionpack (compact 2^{bits})");
-            println!("{profile}: {label}, hash-max-listpack-value {value}");
-            let run = tower::run(
+            .with_write_threshold(WRITE_THRESHOLD)
+            .with_memo_capacity(2 * args.sessions as usize);
+            let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
+            let mut contenders = vec![Contender {
+                label: format!("sessionpack (compact 2^{bits})"),
+                store: Arc::new(store) as DynStore,
+                unseen: Arc::new(unseen) as DynStore,
+            }];
+            if let Some(peer) = peer_store(&target.url).await? {
+                contenders.push(Contender {
+                    label: PEER.into(),
+                    store: peer.clone(),
+                    unseen: peer,
+                });
+            }
+            println!("{profile}, hash-max-listpack-value {value}");
+            let runs = tower::run(
                 &mut conn,
-                Arc::new(store) as DynStore,
-                label,
-                profile,
-                args.sessions,
-                args.concurrency,
+                &contenders,
+                Plan {
+                    profile,
+                    sessions: args.sessions,
+                    concurrency: args.concurrency,
+                    rounds: args.rounds,
+                },
             )
             .await?;
             let workload = Workload {
@@ -109,30 +135,14 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             };
             let predicted =
                 advisor::predict(LayoutKind::Compact, bits, &workload).bytes_per_session;
-            print_run(&run, Some(predicted));
-            rows.push(Row {
-                run,
-                predicted_bytes: Some(predicted),
-            });
-        }
-        set_hash_value(&mut conn, default_value).await?;
-        if let Some(peer) = peer_store(&target.url).await? {
-            target.flush().await?;
-            println!("{profile}: {PEER}");
-            let run = tower::run(
-                &mut conn,
-                peer,
-                PEER.into(),
-                profile,
-                args.sessions,
-                args.concurrency,
-            )
-            .await?;
-            print_run(&run, None);
-            rows.push(Row {
-                run,
-                predicted_bytes: None,
-            });
+            for (i, run) in runs.into_iter().enumerate() {
+                let predicted = (i == 0).then_some(predicted);
+                print_run(&run, predicted);
+                rows.push(Row {
+                    run,
+                    predicted_bytes: predicted,
+                });
+            }
         }
     }
     target.flush().await?;
@@ -177,34 +187,54 @@ async fn set_hash_value(conn: &mut redis::aio::MultiplexedConnection, value: u64
 fn print_run(run: &StoreRun, predicted: Option<f64>) {
     let predicted = predicted.map_or(String::new(), |p| format!(" (advisor: {p:.1})"));
     println!(
-        "  {:.1} B/session{predicted}, {} keys",
-        run.bytes_per_session, run.keys
+        "  {}: {:.1} B/session{predicted}, {} keys",
+        run.store, run.bytes_per_session, run.keys
     );
     for op in &run.ops {
         println!(
-            "  {:6} {:9.0} calls/s  {:5.2} µs server CPU per call",
-            op.op, op.calls_per_sec, op.server_cpu_us
+            "    {:11} {:9.0} calls/s  {:5.2} µs server CPU per call  {}",
+            op.op,
+            op.calls_per_sec,
+            op.server_cpu_us,
+            commands(op)
         );
     }
 }
 
+/// What one call of an operation ran on the server, e.g.
+/// `hget 1.00 × 0.31 µs`.
+fn commands(op: &tower::OpRun) -> String {
+    op.commands
+        .iter()
+        .map(|c| format!("{} {:.2} × {:.2} µs", c.command, c.per_op, c.usec_per_call))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<()> {
     let command = super::bench_memory::command_line();
+    let ops = OPS.join(" / ");
     let mut md = format!(
-        "# tower-sessions stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} concurrent callers on one connection per store, every call through tower-sessions-core 0.14's `SessionStore`). Bytes per session are the growth of `used_memory` over the empty server. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer crate in the same run.\n\nsessionpack's store runs with `with_write_threshold({WRITE_THRESHOLD})`: `save` writes changed data of the same shape; `request` is a load and a save of the same data with the expiry a minute later (rolling expiry with `with_always_save(true)`), which the threshold lets sessionpack skip and the peer sends as a `SET`.\n\n| profile | store | hash-max-listpack-value | B/session (advisor) | vs peer | µs server CPU per create / load / save / request | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---:|---|---|---|\n",
+        "# tower-sessions stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} concurrent callers on one connection per store, every call through tower-sessions-core 0.14's `SessionStore`). Bytes per session are the growth of `used_memory` while each store in turn created its sessions. The operations then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer crate at the same `hash-max-listpack-value` in the same run.\n\nPer round: `create` adds a quarter as many sessions and `delete` removes them; `load` reads every session; `save` writes changed data of the same shape (another user's) to each, from the process that loaded it; `save-unseen` the same from a process that has loaded none of them (sessionpack then reads the stored expiry before writing; the peer is the same either way); `request` is a request under rolling expiry (`Expiry::OnInactivity` with `with_always_save(true)`): a load, then a save of the same data with the expiry a minute later. sessionpack's store runs with `with_write_threshold({WRITE_THRESHOLD})`, which lets it skip that save; the peer sends a `SET`. It remembers every session it loaded (`with_memo_capacity`), as its saves come a whole phase after its loads here.\n\n| profile | store | hash-max-listpack-value | B/session (advisor) | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---:|---|---|---|\n",
         server.name(),
         args.sessions,
-        args.concurrency
+        args.concurrency,
+        args.rounds,
     );
+    let peer_of = |run: &StoreRun| {
+        rows.iter()
+            .find(|r| {
+                r.run.profile == run.profile
+                    && r.run.store == PEER
+                    && r.run.hash_max_listpack_value == run.hash_max_listpack_value
+            })
+            .map(|r| &r.run)
+    };
     for row in rows {
         let run = &row.run;
-        let peer = rows
-            .iter()
-            .find(|r| r.run.profile == run.profile && r.run.store == PEER)
-            .map(|r| &r.run);
+        let peer = peer_of(run);
         let cpu = |r: &StoreRun, op: &str| r.op(op).map_or(f64::NAN, |o| o.server_cpu_us);
         let rate = |r: &StoreRun, op: &str| r.op(op).map_or(f64::NAN, |o| o.calls_per_sec);
-        const OPS: [&str; 4] = ["create", "load", "save", "request"];
         let ratios = |f: &dyn Fn(&StoreRun, &str) -> f64| match peer {
             Some(p) if p.store != run.store => OPS
                 .map(|op| format!("{:.2}", f(run, op) / f(p, op)))
@@ -228,6 +258,24 @@ fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<(
             ratios(&cpu),
             ratios(&rate),
         );
+    }
+    let _ = writeln!(
+        md,
+        "\n## What each call ran on the server\n\nFrom `INFO commandstats` over the rounds: calls of each command per operation × the server's time in it per call (a script's time includes the commands it sends, which are listed too). Commands below one call per hundred operations (the clock estimate's `TIME`) are left out.\n\n| profile | store | hash-max-listpack-value | op | commands per call |\n|---|---|---:|---|---|"
+    );
+    for row in rows {
+        let run = &row.run;
+        for op in &run.ops {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} |",
+                run.profile,
+                run.store,
+                run.hash_max_listpack_value,
+                op.op,
+                commands(op)
+            );
+        }
     }
     let limits = &server.limits;
     let _ = writeln!(

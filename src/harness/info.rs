@@ -35,6 +35,61 @@ where
     Ok(secs("used_cpu_user") + secs("used_cpu_sys"))
 }
 
+/// Calls and time per command (`INFO commandstats`). A command a script
+/// sends is counted both on its own and in the script's time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CommandStats(pub HashMap<String, (u64, u64)>);
+
+impl CommandStats {
+    /// Reads it.
+    pub async fn read<C>(conn: &mut C) -> Result<Self>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        Ok(Self::parse(
+            &redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async::<String>(conn)
+                .await?,
+        ))
+    }
+
+    /// Parses the section's text: `cmdstat_<name>:calls=N,usec=N,...`.
+    pub fn parse(text: &str) -> Self {
+        let stats = text
+            .lines()
+            .filter_map(|line| {
+                let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |key: &str| {
+                    fields
+                        .split(',')
+                        .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+                        .and_then(|v| v.parse::<u64>().ok())
+                };
+                Some((name.to_owned(), (field("calls")?, field("usec")?)))
+            })
+            .collect();
+        Self(stats)
+    }
+
+    /// What was counted since `before`, leaving out the harness's own
+    /// `info` calls: (command, calls, µs), most calls first.
+    pub fn since(&self, before: &Self) -> Vec<(String, u64, u64)> {
+        let mut out: Vec<_> = self
+            .0
+            .iter()
+            .filter(|(name, _)| name.as_str() != "info")
+            .filter_map(|(name, &(calls, usec))| {
+                let (c0, u0) = before.0.get(name).copied().unwrap_or_default();
+                let calls = calls.checked_sub(c0)?;
+                (calls > 0).then(|| (name.clone(), calls, usec.saturating_sub(u0)))
+            })
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+}
+
 /// The server a run measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServerInfo {
@@ -206,5 +261,25 @@ where
             return Ok(false);
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CommandStats;
+
+    #[test]
+    fn reads_calls_and_time_and_takes_differences() {
+        let before = CommandStats::parse(
+            "# Commandstats\r\ncmdstat_get:calls=10,usec=20,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\ncmdstat_info:calls=3,usec=90,usec_per_call=30.00\r\n",
+        );
+        let after = CommandStats::parse(
+            "# Commandstats\r\ncmdstat_get:calls=15,usec=31,usec_per_call=2.07\r\ncmdstat_hset:calls=4,usec=8,usec_per_call=2.00\r\ncmdstat_info:calls=5,usec=150,usec_per_call=30.00\r\ncmdstat_broken:calls=x\r\n",
+        );
+        assert_eq!(after.0.len(), 3, "the malformed line is skipped");
+        assert_eq!(
+            after.since(&before),
+            vec![("get".to_owned(), 5, 11), ("hset".to_owned(), 4, 8)]
+        );
     }
 }

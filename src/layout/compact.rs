@@ -39,8 +39,8 @@ use crate::limits::ListpackLimits;
 use crate::meta::{FORMAT_VERSION, StoreMeta};
 use crate::record;
 use crate::scripts::{
-    self, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE, COMPACT_TOUCH,
-    PIPELINE_CHUNK,
+    self, COMPACT_INSERT, COMPACT_OVERWRITE, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE,
+    COMPACT_TOUCH, PIPELINE_CHUNK,
 };
 
 /// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
@@ -104,6 +104,16 @@ impl CompactConfig {
 }
 
 /// How a stored value is written: see the module docs.
+/// What a process last read or wrote for a session, which lets
+/// [`Compact::save`] skip reading the stored value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The session's expiry then, unix seconds.
+    pub expires_at: u64,
+    /// Its record's length then, in bytes.
+    pub record_len: usize,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Form {
     /// `identity * 10^10 + expiry`, one listpack integer.
@@ -428,6 +438,12 @@ where
         self.form_inline(record)
     }
 
+    /// Whether a record of `len` bytes is kept inline (without noting it
+    /// for the out-of-line warning).
+    pub fn fits(&self, len: usize) -> bool {
+        ((len + EXPIRY_BYTES) as u64) <= self.limits.hash_value
+    }
+
     /// The form of a record known to fit the listpack.
     fn form_inline(&self, record: &[u8]) -> Form {
         match record::split(record) {
@@ -616,23 +632,92 @@ where
     }
 
     /// Writes a live session's record and expiry together, as a
-    /// tower-sessions `save` does: one script (`HGET`, `HSET`, and `ZADD LT`
-    /// only when the expiry moves earlier), with no `TIME` call. A session
-    /// that is gone, or in its last second by the server's clock, is left
-    /// alone ([`Written::Missing`]): a save never revives one. An expiry
-    /// already past removes the session.
-    pub async fn save(&self, id: &SessionId, record: &[u8], expires_at: u64) -> Result<Written> {
+    /// tower-sessions `save` does, with no `TIME` call. A session that is
+    /// gone, or in its last second by the server's clock, is left alone
+    /// ([`Written::Missing`]): a save never revives one. An expiry already
+    /// past removes the session.
+    ///
+    /// With `seen` (what this process last read or wrote for the session)
+    /// showing an expiry past the latest the server's time can be, and old
+    /// and new records both inline, the save is one `HSET` in a script
+    /// that takes the field back out if the session was deleted meanwhile
+    /// (the common case: a request saves what it loaded). Otherwise the
+    /// script reads the stored value first (`HGET`, `HSET`). Either adds
+    /// `ZADD LT` only when the expiry moves earlier. `seen` is trusted for
+    /// the expiry: a session another process moved to an earlier expiry,
+    /// which then passed before this save, is written as if live.
+    pub async fn save(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expires_at: u64,
+        seen: Option<Seen>,
+    ) -> Result<Written> {
         Expiry::At(expires_at).check()?;
         id.check_width(self.buckets().id_width())?;
         let (_, latest) = self.time_bounds().await?;
+        let now = (latest + MARGIN).ceil() as u64;
         let form = self.form(record);
+        if let Some(seen) = seen {
+            let vouched = seen.expires_at > now
+                && expires_at > now
+                && form != Form::OutOfLine
+                && self.fits(seen.record_len);
+            if vouched {
+                let k = self.keys(id);
+                let earlier = if expires_at < seen.expires_at {
+                    expires_at.to_string()
+                } else {
+                    String::new()
+                };
+                let mut inv = COMPACT_OVERWRITE.prepare_invoke();
+                inv.key(&k.bucket)
+                    .key(&k.index)
+                    .arg(&k.field)
+                    .arg(k.member)
+                    .arg(form.value(record, expires_at))
+                    .arg(earlier);
+                return Ok(Written::from_code(self.call(id, &inv).await?));
+            }
+        }
         let mut inv = self.invocation(&COMPACT_SAVE, id);
         let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
         inv.arg(form.value(record, expires_at))
             .arg(expires_at)
             .arg(side)
-            .arg((latest + MARGIN).ceil() as u64);
+            .arg(now);
         Ok(Written::from_code(self.call(id, &inv).await?))
+    }
+
+    /// Removes a session, live or expired, with plain commands (as a
+    /// tower-sessions `delete` does): `HDEL` of its field, and in the same
+    /// transaction `DEL` of its out-of-line record unless `seen_inline`
+    /// (the caller saw the record inline moments before; one another
+    /// process moved out of line since is then left to its key's own
+    /// expiry, the session's). The index entry stays a lower bound; the
+    /// sweeper rescores it. Returns whether there was a field to remove.
+    pub async fn delete(&self, id: &SessionId, seen_inline: bool) -> Result<bool> {
+        id.check_width(self.buckets().id_width())?;
+        let k = self.keys(id);
+        let mut conn = self.conn.clone();
+        let removed: i64 = if seen_inline {
+            redis::cmd("HDEL")
+                .arg(&k.bucket)
+                .arg(&k.field)
+                .query_async(&mut conn)
+                .await
+        } else {
+            redis::pipe()
+                .atomic()
+                .hdel(&k.bucket, &k.field)
+                .del(self.scheme.out_of_line_key(k.bucket_no, &k.field))
+                .ignore()
+                .query_async::<(i64,)>(&mut conn)
+                .await
+                .map(|(n,)| n)
+        }
+        .map_err(self.error(id))?;
+        Ok(removed > 0)
     }
 
     /// The session a value read for `id` holds, if it is live at `now`

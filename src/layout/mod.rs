@@ -28,7 +28,7 @@ pub mod key_per_session;
 pub use any::{AnyLayout, LayoutKind};
 pub use book_login_hash::BookLoginHash;
 pub use bucketed::{Bucketed, BucketedConfig};
-pub use compact::{Compact, CompactConfig};
+pub use compact::{Compact, CompactConfig, Seen};
 pub use indexed::{HashZset, KeyScheme, Keys};
 pub use key_per_session::{Encoding, KeyPerSession};
 
