@@ -7,6 +7,8 @@ pub mod buckets;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod clock;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 pub mod connect;
 pub mod error;
 #[cfg(feature = "cli")]

@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
+#[cfg(feature = "cluster")]
+mod cluster;
+#[cfg(feature = "cluster")]
+pub use cluster::{LocalCluster, NODE_TIMEOUT, REDIS_CLI_ENV, Role};
+
 /// Environment variable naming the `redis-server` binary to run.
 pub const REDIS_SERVER_ENV: &str = "SESSIONPACK_REDIS_SERVER";
 

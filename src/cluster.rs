@@ -1,0 +1,181 @@
+//! Redis Cluster connections (feature `cluster`).
+//!
+//! Every key sessionpack writes for one bucket shares the bucket's hash
+//! tag, so every script and every transaction runs in one slot. What spans
+//! slots are plain pipelines over many buckets (bulk loads and inserts, the
+//! sweeper's reads): the cluster client refuses those, so [`Cluster`]
+//! splits a pipeline by slot, sends the parts at once (to whichever
+//! primaries hold them) and puts the replies back in order. Redirections
+//! (`MOVED`, `ASK`), `TRYAGAIN` and reconnection after a failover are the
+//! cluster client's; scripts are loaded on every primary (`SCRIPT LOAD` is
+//! routed to all of them).
+//!
+//! ```no_run
+//! # async fn run() -> sessionpack::Result<()> {
+//! use sessionpack::{Compact, CompactConfig};
+//!
+//! let conn = sessionpack::cluster::connect(&["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"]).await?;
+//! let layout = Compact::new(conn, CompactConfig::new(14)).await?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::error::Result;
+
+/// Attempts the cluster client makes for one request (redirections and
+/// reconnections included) before it reports an error.
+pub const RETRIES: u32 = 6;
+
+/// A connection to a Redis Cluster that sends pipelines spanning slots
+/// (see the module docs). Cheap to clone; clones share the connections.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: ClusterConnection,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").finish_non_exhaustive()
+    }
+}
+
+/// Connects to the cluster that `seeds` (`redis://host:port/` URLs of some
+/// of its nodes) belong to, with the request path's timeouts
+/// ([`crate::connect::request_path_config`]).
+pub async fn connect(seeds: &[impl AsRef<str>]) -> Result<Cluster> {
+    let client = redis::cluster::ClusterClientBuilder::new(seeds.iter().map(|s| s.as_ref()))
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .retries(RETRIES)
+        .build()?;
+    Ok(Cluster {
+        inner: client.get_async_connection().await?,
+    })
+}
+
+impl Cluster {
+    /// The cluster client underneath.
+    pub fn inner(&self) -> &ClusterConnection {
+        &self.inner
+    }
+}
+
+/// The slot of the first key `cmd` names, for the commands sessionpack
+/// sends; `None` for commands with no key (`TIME`, `PING`).
+fn slot_of(cmd: &Cmd) -> Option<Slot> {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => b,
+            _ => &b""[..],
+        })
+        .collect();
+    let name = args.first()?.to_ascii_uppercase();
+    let at = match name.as_slice() {
+        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {
+            let keys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+            (keys > 0).then_some(3)?
+        }
+        b"OBJECT" | b"MEMORY" => 2,
+        b"TIME" | b"PING" | b"INFO" | b"SCRIPT" | b"CONFIG" | b"DBSIZE" | b"MULTI" | b"EXEC"
+        | b"CLUSTER" | b"WAIT" => return None,
+        _ => 1,
+    };
+    args.get(at).map(Slot::for_key)
+}
+
+impl redis::aio::ConnectionLike for Cluster {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let slots: Vec<Option<Slot>> = pipeline.cmd_iter().map(slot_of).collect();
+            let first = slots.iter().flatten().next().copied();
+            let one_slot = slots.iter().flatten().all(|s| Some(*s) == first);
+            // A transaction is one slot by construction; so may a plain
+            // pipeline be. Either goes as it is.
+            if pipeline.is_transaction() || one_slot {
+                return self
+                    .inner
+                    .req_packed_commands(pipeline, offset, count)
+                    .await;
+            }
+            // Commands with no key go with the first part.
+            let mut parts: Vec<(Pipeline, Vec<usize>)> = Vec::new();
+            let mut part_of: HashMap<Slot, usize> = HashMap::new();
+            for (i, (cmd, slot)) in pipeline.cmd_iter().zip(&slots).enumerate() {
+                let slot = slot
+                    .or(first)
+                    .expect("a pipeline of several slots has a key");
+                let p = *part_of.entry(slot).or_insert_with(|| {
+                    parts.push((Pipeline::new(), Vec::new()));
+                    parts.len() - 1
+                });
+                parts[p].0.add_command(cmd.clone());
+                parts[p].1.push(i);
+            }
+            let replies = futures_util::future::try_join_all(parts.iter().map(|(part, _)| {
+                let mut conn = self.inner.clone();
+                async move { conn.req_packed_commands(part, 0, part.len()).await }
+            }))
+            .await?;
+            let mut out = vec![Value::Nil; slots.len()];
+            for ((_, positions), values) in parts.iter().zip(replies) {
+                for (&i, v) in positions.iter().zip(values) {
+                    out[i] = v;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_key_of_each_kind_of_command() {
+        let slot = |c: &Cmd| slot_of(c);
+        let key = Slot::for_key("sp:{12}:3");
+        assert_eq!(
+            slot(redis::cmd("HGET").arg("sp:{12}:3").arg("f")),
+            Some(key)
+        );
+        assert_eq!(
+            slot(
+                redis::cmd("EVALSHA")
+                    .arg("abc")
+                    .arg(2)
+                    .arg("sp:{12}:3")
+                    .arg("x")
+            ),
+            Some(key)
+        );
+        assert_eq!(slot(redis::cmd("EVALSHA").arg("abc").arg(0).arg("x")), None);
+        assert_eq!(
+            slot(redis::cmd("OBJECT").arg("ENCODING").arg("sp:{12}:3")),
+            Some(key)
+        );
+        assert_eq!(slot(&redis::cmd("TIME")), None);
+        // The hash tag decides: keys of one bucket share a slot.
+        assert_eq!(Slot::for_key("sp:{12}:i"), key);
+    }
+}
