@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Makes sure redis-server and redis-benchmark are on PATH and the plots' font
+# Makes sure redis-server, redis-cli (which creates the tests' clusters) and
+# redis-benchmark are on PATH and the plots' font
 # is installed, from Debian's redis-server, redis-tools and fonts-dejavu-core
 # packages when they are missing.
 set -euo pipefail
 font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
-if command -v redis-server >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1 && [ -f "$font" ]; then
+if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 \
+  && command -v redis-benchmark >/dev/null 2>&1 && [ -f "$font" ]; then
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

@@ -20,7 +20,9 @@
 //! ```
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use redis::aio::ConnectionLike as _;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
@@ -64,11 +66,61 @@ impl Cluster {
     pub fn inner(&self) -> &ClusterConnection {
         &self.inner
     }
+
+    /// Sends a transaction (one slot by construction). The cluster client
+    /// follows redirections for single commands but not for the commands
+    /// queued in a `MULTI`: after a failover or a slot move their replies
+    /// are `MOVED`/`ASK` and `EXEC` aborts, having run nothing. Then a plain
+    /// read of the slot's key lets the client follow the redirection (and
+    /// learn the new owner), and the transaction is sent again, backing
+    /// off, up to [`RETRIES`] times.
+    async fn transaction(
+        &mut self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+        slot: Option<Slot>,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let key = pipeline.cmd_iter().find_map(first_key);
+        let mut delay = Duration::from_millis(10);
+        let mut attempt = 1;
+        loop {
+            match self
+                .inner
+                .req_packed_commands(pipeline, offset, count)
+                .await
+            {
+                Err(e) if attempt < RETRIES && slot.is_some() && redirected(&e) => {
+                    if let Some(key) = &key {
+                        let _ = self
+                            .inner
+                            .req_packed_command(redis::cmd("EXISTS").arg(key))
+                            .await;
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_millis(500));
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
 }
 
-/// The slot of the first key `cmd` names, for the commands sessionpack
-/// sends; `None` for commands with no key (`TIME`, `PING`).
-fn slot_of(cmd: &Cmd) -> Option<Slot> {
+/// Whether `e` (or a command inside an aborted transaction) is a
+/// redirection or a "try again": the same call succeeds once the cluster
+/// has settled a failover or a slot move.
+fn redirected(e: &redis::RedisError) -> bool {
+    const CODES: [&str; 4] = ["MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"];
+    e.code().is_some_and(|c| CODES.contains(&c))
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, se)| CODES.contains(&se.code())))
+}
+
+/// The first key `cmd` names, for the commands sessionpack sends; `None`
+/// for commands with no key (`TIME`, `PING`).
+fn first_key(cmd: &Cmd) -> Option<Vec<u8>> {
     let args: Vec<&[u8]> = cmd
         .args_iter()
         .map(|a| match a {
@@ -76,6 +128,16 @@ fn slot_of(cmd: &Cmd) -> Option<Slot> {
             _ => &b""[..],
         })
         .collect();
+    key_at(&args).map(|i| args[i].to_vec())
+}
+
+/// The slot of the first key `cmd` names (see [`first_key`]).
+fn slot_of(cmd: &Cmd) -> Option<Slot> {
+    first_key(cmd).map(Slot::for_key)
+}
+
+/// Where the first key is among a command's arguments (its name first).
+fn key_at(args: &[&[u8]]) -> Option<usize> {
     let name = args.first()?.to_ascii_uppercase();
     let at = match name.as_slice() {
         b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {
@@ -87,7 +149,7 @@ fn slot_of(cmd: &Cmd) -> Option<Slot> {
         | b"CLUSTER" | b"WAIT" => return None,
         _ => 1,
     };
-    args.get(at).map(Slot::for_key)
+    (at < args.len()).then_some(at)
 }
 
 impl redis::aio::ConnectionLike for Cluster {
@@ -105,9 +167,10 @@ impl redis::aio::ConnectionLike for Cluster {
             let slots: Vec<Option<Slot>> = pipeline.cmd_iter().map(slot_of).collect();
             let first = slots.iter().flatten().next().copied();
             let one_slot = slots.iter().flatten().all(|s| Some(*s) == first);
-            // A transaction is one slot by construction; so may a plain
-            // pipeline be. Either goes as it is.
-            if pipeline.is_transaction() || one_slot {
+            if pipeline.is_transaction() {
+                return self.transaction(pipeline, offset, count, first).await;
+            }
+            if one_slot {
                 return self
                     .inner
                     .req_packed_commands(pipeline, offset, count)

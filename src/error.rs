@@ -88,6 +88,12 @@ pub enum Error {
     #[error("redis unavailable: {0}")]
     Unavailable(#[source] redis::RedisError),
 
+    /// A write made on the primary that fewer replicas than asked
+    /// confirmed in time ([`crate::wait::WaitForReplicas`]): it may or may
+    /// not survive a failover.
+    #[error("write not confirmed by enough replicas: {0}")]
+    NotReplicated(#[source] redis::RedisError),
+
     /// Any other error reported by Redis or the client.
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
@@ -148,13 +154,22 @@ impl Error {
                 detail: err.to_string(),
             };
         }
+        if err.kind() == redis::ErrorKind::Client
+            && err.to_string().contains(crate::wait::NOT_REPLICATED)
+        {
+            return Self::NotReplicated(err);
+        }
+        let transient = |code: &str| TRANSIENT_CODES.contains(&code);
         if err.is_io_error()
             || err.is_connection_refusal()
             || err.is_connection_dropped()
             || err.is_timeout()
+            || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+            || err.code().is_some_and(transient)
             || err
-                .code()
-                .is_some_and(|code| TRANSIENT_CODES.contains(&code))
+                .clone()
+                .into_server_errors()
+                .is_some_and(|errors| errors.iter().any(|(_, e)| transient(e.code())))
         {
             return Self::Unavailable(err);
         }
@@ -165,9 +180,13 @@ impl Error {
 /// Server error codes that mean "not now" rather than "never": the same
 /// call succeeds once the server has loaded its data, finished a script,
 /// (on a cluster) settled a failover or a slot migration, or (for writes)
-/// freed memory under `maxmemory` or saved its snapshot again.
+/// freed memory under `maxmemory` or saved its snapshot again. A
+/// redirection reaches the caller only from inside a transaction the
+/// cluster client could not resend in time.
 const TRANSIENT_CODES: &[&str] = &[
     "LOADING",
+    "MOVED",
+    "ASK",
     "BUSY",
     "MASTERDOWN",
     "CLUSTERDOWN",

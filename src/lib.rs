@@ -27,6 +27,7 @@ pub mod store;
 pub mod sweep;
 #[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
 pub mod tower;
+pub mod wait;
 
 pub use buckets::Buckets;
 pub use connect::connect;

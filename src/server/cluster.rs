@@ -50,9 +50,7 @@ impl LocalCluster {
             })
             .collect::<Result<Vec<_>>>()?;
         let cluster = Self { nodes };
-        let binary = std::env::var_os(REDIS_CLI_ENV)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("redis-cli"));
+        let binary = redis_cli();
         let output = Command::new(&binary)
             .arg("--cluster")
             .arg("create")
@@ -69,12 +67,7 @@ impl LocalCluster {
         if !output.status.success() {
             return Err(Error::Config(format!(
                 "redis-cli --cluster create failed: {}",
-                String::from_utf8_lossy(&output.stdout)
-                    .lines()
-                    .chain(String::from_utf8_lossy(&output.stderr).lines())
-                    .filter(|l| l.contains("ERR") || l.contains("rror"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                tail(&output)
             )));
         }
         cluster.wait_until_ready(READY_TIMEOUT)?;
@@ -118,6 +111,93 @@ impl LocalCluster {
             .collect()
     }
 
+    /// `node`'s id in the cluster (`CLUSTER MYID`).
+    pub fn node_id(&self, node: &LocalServer) -> Result<String> {
+        let mut conn = node.client()?.get_connection()?;
+        Ok(redis::cmd("CLUSTER").arg("MYID").query(&mut conn)?)
+    }
+
+    /// The slot ranges `node` serves now (`CLUSTER SLOTS` as it sees
+    /// them), inclusive.
+    pub fn slot_ranges(&self, node: &LocalServer) -> Result<Vec<(u16, u16)>> {
+        let mut conn = node.client()?.get_connection()?;
+        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
+        let port = redis::Value::Int(i64::from(node.port()));
+        Ok(ranges
+            .into_iter()
+            .filter_map(|range| {
+                let redis::Value::Array(parts) = range else {
+                    return None;
+                };
+                match (parts.first(), parts.get(1), parts.get(2)) {
+                    (
+                        Some(redis::Value::Int(lo)),
+                        Some(redis::Value::Int(hi)),
+                        Some(redis::Value::Array(owner)),
+                    ) if owner.get(1) == Some(&port) => {
+                        Some((u16::try_from(*lo).ok()?, u16::try_from(*hi).ok()?))
+                    }
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+
+    /// How many slots `node` serves now.
+    pub fn slots_of(&self, node: &LocalServer) -> Result<u64> {
+        Ok(self
+            .slot_ranges(node)?
+            .iter()
+            .map(|&(lo, hi)| u64::from(hi - lo) + 1)
+            .sum())
+    }
+
+    /// The slot `key` hashes to (`CLUSTER KEYSLOT`).
+    pub fn key_slot(&self, key: &str) -> Result<u16> {
+        let mut conn = self.nodes[0].client()?.get_connection()?;
+        Ok(redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut conn)?)
+    }
+
+    /// Moves `slots` slots, with their keys, from the primary `from` to
+    /// the primary `to` (`redis-cli --cluster reshard`), while the cluster
+    /// serves traffic; returns once the cluster is settled.
+    pub fn reshard(&self, from: &LocalServer, to: &LocalServer, slots: u64) -> Result<()> {
+        let output = Command::new(redis_cli())
+            .arg("--cluster")
+            .arg("reshard")
+            .arg(format!("127.0.0.1:{}", from.port()))
+            .args(["--cluster-from", &self.node_id(from)?])
+            .args(["--cluster-to", &self.node_id(to)?])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Error::Config(format!("cannot run redis-cli: {e}")))?;
+        if !output.status.success() {
+            return Err(Error::Config(format!(
+                "redis-cli --cluster reshard failed: {}",
+                tail(&output)
+            )));
+        }
+        self.wait_until_ready(READY_TIMEOUT)
+    }
+
+    /// Waits until every replica has everything its primary wrote.
+    pub fn wait_in_sync(&self, max: Duration) -> Result<()> {
+        let deadline = Instant::now() + max;
+        while !self.nodes.iter().all(replicas_caught_up) {
+            if Instant::now() > deadline {
+                return Err(Error::Config(format!(
+                    "the local cluster's replicas did not catch up within {max:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     /// Waits until every running node reports the cluster up with every
     /// slot assigned, and every running replica's link to its primary up.
     pub fn wait_until_ready(&self, max: Duration) -> Result<()> {
@@ -134,6 +214,55 @@ impl LocalCluster {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// The last lines a command printed, for an error message.
+fn tail(output: &std::process::Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+/// The `redis-cli` to run.
+fn redis_cli() -> PathBuf {
+    std::env::var_os(REDIS_CLI_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-cli"))
+}
+
+/// Whether every replica of the primary `node` has everything it wrote
+/// (`INFO replication`: each replica's offset is the primary's); true for
+/// a replica or a node that does not answer.
+fn replicas_caught_up(node: &LocalServer) -> bool {
+    let Ok(mut conn) = node.client().and_then(|c| Ok(c.get_connection()?)) else {
+        return true;
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .unwrap_or_default();
+    if !info.contains("role:master") {
+        return true;
+    }
+    let field = |line: &str, key: &str| {
+        line.split(',')
+            .find_map(|f| f.strip_prefix(key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let Some(offset) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    else {
+        return false;
+    };
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains(":ip="))
+        .all(|l| field(l, "offset=") == Some(offset))
 }
 
 /// Whether `node` sees the cluster up and, as a replica, is in sync.

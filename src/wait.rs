@@ -1,0 +1,207 @@
+//! Writes that survive a failover: [`WaitForReplicas`] follows every write
+//! with `WAIT`.
+//!
+//! Redis replicates asynchronously: a primary acknowledges a write before
+//! its replicas have it, so a primary that dies in that moment takes the
+//! write with it, and the replica that takes over never saw it (a session
+//! created then is gone; one destroyed then comes back). `WAIT n timeout`
+//! blocks the caller until `n` replicas have everything the connection
+//! wrote, or the timeout passes. It does not make Redis strongly
+//! consistent (a write that times out may still be lost, and one that
+//! reached a replica may be lost if another replica wins the election),
+//! but a write it confirms survives the failover of its primary to a
+//! replica that confirmed it.
+//!
+//! The cost is a round trip per write, and the replicas' lag added to
+//! every write's latency; on a cluster, `WAIT` goes to every primary (the
+//! cluster client routes it so). Reads are sent as they are.
+//!
+//! ```no_run
+//! # async fn run() -> sessionpack::Result<()> {
+//! use std::time::Duration;
+//! use sessionpack::wait::WaitForReplicas;
+//!
+//! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
+//! let conn = WaitForReplicas::new(conn, 1, Duration::from_millis(100));
+//! let layout = sessionpack::Compact::new(conn, sessionpack::CompactConfig::new(14)).await?;
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+
+/// Where an error says a write was not confirmed by enough replicas.
+pub(crate) const NOT_REPLICATED: &str = "WAIT: fewer replicas than asked confirmed the write";
+
+/// A connection whose writes each wait for `replicas` replicas (see the
+/// module docs). A write that fewer replicas confirm within the timeout
+/// is reported as [`crate::Error::NotReplicated`]: it was made on the
+/// primary, and may or may not survive a failover.
+#[derive(Clone, Debug)]
+pub struct WaitForReplicas<C> {
+    inner: C,
+    replicas: u32,
+    timeout: Duration,
+}
+
+impl<C> WaitForReplicas<C> {
+    /// Wraps `conn`: each write waits for `replicas` replicas, up to
+    /// `timeout` (at least a millisecond: `WAIT` with 0 would block for
+    /// ever).
+    pub fn new(conn: C, replicas: u32, timeout: Duration) -> Self {
+        Self {
+            inner: conn,
+            replicas,
+            timeout: timeout.max(Duration::from_millis(1)),
+        }
+    }
+
+    /// The connection underneath.
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+}
+
+/// Whether `cmd` may write. Commands not known to only read count as
+/// writes.
+fn writes(cmd: &Cmd) -> bool {
+    const READS: &[&[u8]] = &[
+        b"GET",
+        b"MGET",
+        b"HGET",
+        b"HMGET",
+        b"HGETALL",
+        b"HLEN",
+        b"HKEYS",
+        b"HVALS",
+        b"HEXISTS",
+        b"HSTRLEN",
+        b"HSCAN",
+        b"ZSCORE",
+        b"ZRANGE",
+        b"ZRANGEBYSCORE",
+        b"ZCARD",
+        b"ZCOUNT",
+        b"ZSCAN",
+        b"EXISTS",
+        b"TYPE",
+        b"TTL",
+        b"PTTL",
+        b"EXPIRETIME",
+        b"PEXPIRETIME",
+        b"STRLEN",
+        b"TIME",
+        b"PING",
+        b"INFO",
+        b"CONFIG",
+        b"DBSIZE",
+        b"SCAN",
+        b"KEYS",
+        b"OBJECT",
+        b"MEMORY",
+        b"SCRIPT",
+        b"CLUSTER",
+        b"WAIT",
+    ];
+    match cmd.args_iter().next() {
+        Some(redis::Arg::Simple(name)) => !READS.iter().any(|r| r.eq_ignore_ascii_case(name)),
+        _ => true,
+    }
+}
+
+impl<C> WaitForReplicas<C>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    fn wait_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.replicas).arg(self.timeout.as_millis() as u64);
+        cmd
+    }
+
+    /// Sends `WAIT` and checks its reply.
+    async fn wait(&mut self) -> redis::RedisResult<()> {
+        let reply = self.inner.req_packed_command(&self.wait_cmd()).await?;
+        self.check(&reply)
+    }
+
+    /// Checks a reply to `WAIT`.
+    fn check(&self, reply: &Value) -> redis::RedisResult<()> {
+        let confirmed: i64 = redis::from_redis_value_ref(reply)?;
+        if confirmed < i64::from(self.replicas) {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                NOT_REPLICATED,
+                format!("{confirmed} of {} replicas", self.replicas),
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl<C> redis::aio::ConnectionLike for WaitForReplicas<C>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            if !writes(cmd) {
+                return self.inner.req_packed_command(cmd).await;
+            }
+            // One pipeline: the WAIT reaches the node and the connection
+            // the write did.
+            let mut pipe = redis::pipe();
+            pipe.add_command(cmd.clone()).add_command(self.wait_cmd());
+            let mut replies = self.inner.req_packed_commands(&pipe, 0, 2).await?;
+            let wait = replies.pop().unwrap_or(Value::Nil);
+            let reply = replies.pop().unwrap_or(Value::Nil);
+            if let Value::ServerError(e) = &reply {
+                return Err(e.clone().into());
+            }
+            self.check(&wait)?;
+            Ok(reply)
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            // A pipeline (a transaction, or writes to many slots) is
+            // followed by its own WAIT: on a cluster the client sends that
+            // to every primary. Were the connection re-established in
+            // between, the WAIT would see none of the pipeline's writes.
+            let replies = self
+                .inner
+                .req_packed_commands(pipeline, offset, count)
+                .await?;
+            if pipeline.cmd_iter().any(writes) {
+                self.wait().await?;
+            }
+            Ok(replies)
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::writes;
+
+    #[test]
+    fn only_known_reads_skip_the_wait() {
+        assert!(!writes(redis::cmd("HGET").arg("k").arg("f")));
+        assert!(!writes(redis::cmd("get").arg("k")));
+        assert!(writes(redis::cmd("HSET").arg("k").arg("f").arg("v")));
+        assert!(writes(redis::cmd("EVALSHA").arg("abc").arg(1).arg("k")));
+        assert!(writes(redis::cmd("MULTI").arg("x")));
+        assert!(writes(&redis::cmd("SOMETHINGNEW")));
+    }
+}

@@ -1,0 +1,354 @@
+//! Faults on a real local Redis Cluster: a primary killed mid-traffic.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sessionpack::cluster;
+use sessionpack::server::{LocalCluster, Role};
+use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::{Compact, CompactConfig, Error, SessionId, Store};
+
+const TTL: Duration = Duration::from_secs(600);
+
+/// What the traffic saw.
+#[derive(Debug, Default)]
+struct Traffic {
+    /// Sessions whose create was acknowledged, in order.
+    acked: Vec<SessionId>,
+    /// Calls that failed, all with a transient error.
+    failed: u64,
+    /// Loads of an acknowledged session that found nothing while the
+    /// cluster was up.
+    missing: u64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_mid_traffic_fails_over_and_calls_recover() {
+    let c = LocalCluster::start(3, 1).expect("a local cluster");
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    let layout = Compact::new(conn, CompactConfig::new(13)).await.unwrap();
+    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(TTL);
+    let mut before = Vec::new();
+    for i in 0..600 {
+        before.push(store.create(i, ()).await.unwrap().id);
+    }
+    tokio::task::block_in_place(|| c.wait_in_sync(Duration::from_secs(10))).unwrap();
+    let sweeper = Sweeper::new(
+        layout.clone(),
+        SweepConfig::default().with_interval(Duration::from_millis(200)),
+    )
+    .spawn();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = tokio::spawn({
+        let (store, stop) = (store.clone(), stop.clone());
+        async move {
+            let mut t = Traffic::default();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                match store.create(n, ()).await {
+                    Ok(s) => t.acked.push(s.id),
+                    Err(Error::Unavailable(_)) => t.failed += 1,
+                    Err(e) => panic!("create: not a transient error: {e:?}"),
+                }
+                let Some(id) = t.acked.get(n as usize % t.acked.len().max(1)).copied() else {
+                    continue;
+                };
+                match store.load(&id).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => t.missing += 1,
+                    Err(Error::Unavailable(_)) => t.failed += 1,
+                    Err(e) => panic!("load: not a transient error: {e:?}"),
+                }
+                tokio::task::yield_now().await;
+            }
+            t
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let victim = c.primaries()[0];
+    let port = victim.port();
+    let replica = c
+        .nodes()
+        .iter()
+        .find(|n| c.role(n) == Some(Role::Replica(port)))
+        .expect("the victim's replica");
+    victim.stop();
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(30);
+    while c.role(replica) != Some(Role::Primary) {
+        assert!(Instant::now() < deadline, "the replica never took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let promoted = killed.elapsed();
+    tokio::task::block_in_place(|| c.wait_until_ready(Duration::from_secs(30))).unwrap();
+
+    // Calls succeed again on the same connection, with no restart.
+    let mut recovered = None;
+    for _ in 0..200 {
+        match store.create(1, ()).await {
+            Ok(s) => {
+                recovered = Some(s);
+                break;
+            }
+            Err(Error::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("not a transient error: {e:?}"),
+        }
+    }
+    let recovered = recovered.expect("calls succeed after the takeover");
+    assert!(store.load(&recovered.id).await.unwrap().is_some());
+    let stats_at_takeover = sweeper.stats();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let t = traffic.await.unwrap();
+
+    // What was replicated before the kill is all there.
+    let loaded = store.load_many(&before).await.unwrap();
+    assert!(
+        loaded.iter().all(Option::is_some),
+        "a replicated session was lost"
+    );
+    // Acknowledged writes lost by asynchronous replication: the last ones
+    // the victim acknowledged before it died, if any.
+    let after = store.load_many(&t.acked).await.unwrap();
+    let lost = after.iter().filter(|s| s.is_none()).count();
+    println!(
+        "takeover after {promoted:?}; {} creates acknowledged, {} lost on failover ({} loads missed one), {} calls failed with a transient error",
+        t.acked.len(),
+        lost,
+        t.missing,
+        t.failed
+    );
+    assert!(t.failed > 0, "the takeover window was seen");
+    assert!(
+        t.acked.len() > lost + 100,
+        "traffic went on: {} acked, {lost} lost",
+        t.acked.len()
+    );
+
+    // The sweeper kept going: passes completed after the takeover.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stats = sweeper.shutdown().await;
+    assert!(
+        stats.passes > stats_at_takeover.passes,
+        "no sweeper pass after the takeover: {stats:?}"
+    );
+
+    // The killed node comes back as a replica of the new primary.
+    victim.resume().unwrap();
+    tokio::task::block_in_place(|| c.wait_until_ready(Duration::from_secs(30))).unwrap();
+    assert_eq!(c.role(victim), Some(Role::Replica(replica.port())));
+}
+
+/// What the traffic knows of the sessions it made.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Live for certain: created, rotated to, or touched, and not ended.
+    live: Vec<SessionId>,
+    /// Ended for certain: destroyed, or rotated away from.
+    dead: Vec<SessionId>,
+    /// A call on them failed with a transient error: either state.
+    uncertain: Vec<SessionId>,
+    /// Calls that failed with a transient error.
+    failed: u64,
+    /// Sessions the traffic found gone while they were live (lost).
+    lost: Vec<SessionId>,
+}
+
+/// Creates, loads, touches, destroys and rotates sessions (every seventh
+/// with a record too long for its bucket) until `stop`.
+async fn churn<L: sessionpack::Layout>(
+    store: Store<L, String>,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) -> Ledger {
+    let mut l = Ledger::default();
+    let mut n = seed;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let attrs = if n.is_multiple_of(7) {
+            "o".repeat(300)
+        } else {
+            String::new()
+        };
+        match store.create(n, attrs).await {
+            Ok(s) => l.live.push(s.id),
+            Err(Error::Unavailable(_)) => l.failed += 1,
+            Err(e) => panic!("create: {e:?}"),
+        }
+        if l.live.is_empty() {
+            continue;
+        }
+        let pick = (n as usize * 7919) % l.live.len();
+        let id = l.live[pick];
+        let outcome = match n % 10 {
+            0 | 1 => store.destroy(&id).await.map(|gone| {
+                if gone {
+                    l.dead.push(l.live.swap_remove(pick));
+                } else {
+                    l.lost.push(id);
+                }
+            }),
+            2 => store.rotate(&id).await.map(|to| match to {
+                Some(to) => {
+                    l.dead.push(std::mem::replace(&mut l.live[pick], to));
+                }
+                None => l.lost.push(id),
+            }),
+            3..=5 => store.touch(&id).await.map(|at| {
+                if at.is_none() {
+                    l.lost.push(id);
+                }
+            }),
+            _ => store.load(&id).await.map(|s| {
+                if s.is_none() {
+                    l.lost.push(id);
+                }
+            }),
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(Error::Unavailable(_)) => {
+                l.failed += 1;
+                l.uncertain.push(l.live.swap_remove(pick));
+            }
+            Err(e) => panic!("call: {e:?}"),
+        }
+    }
+    l
+}
+
+/// Every bucket's fields have an index entry at or below their earliest
+/// expiry, and every out-of-line record key its marker in its bucket.
+/// Returns the sessions held.
+async fn audit_compact(c: &LocalCluster, layout: &Compact<cluster::Cluster>) -> u64 {
+    use redis::AsyncCommands;
+    let mut conn = layout.connection().clone();
+    let scheme = layout.scheme();
+    let mut sessions = 0;
+    for bucket in 0..layout.buckets().count() {
+        let fields: Vec<(Vec<u8>, Vec<u8>)> =
+            conn.hgetall(scheme.bucket_key(bucket)).await.unwrap();
+        if fields.is_empty() {
+            continue;
+        }
+        sessions += fields.len() as u64;
+        let earliest = fields
+            .iter()
+            .map(|(_, v)| match v.first() {
+                Some(b'0'..=b'9') => {
+                    std::str::from_utf8(v).unwrap().parse::<u64>().unwrap() % 10_000_000_000
+                }
+                _ => u64::from(u32::from_be_bytes(v[..4].try_into().unwrap())),
+            })
+            .min()
+            .unwrap();
+        let index = scheme.index_key(scheme.group_of(bucket));
+        let score: Option<f64> = conn.zscore(&index, scheme.member(bucket)).await.unwrap();
+        let score =
+            score.unwrap_or_else(|| panic!("bucket {bucket} has sessions and no index entry"));
+        assert!(
+            score <= earliest as f64,
+            "bucket {bucket}: index {score} > earliest {earliest}"
+        );
+    }
+    for node in c.primaries() {
+        let mut raw = common::raw(node).await;
+        let keys: Vec<String> = raw.keys("sp:{*}:*:o:*").await.unwrap();
+        for key in keys {
+            let (bucket_key, field_hex) = key.rsplit_once(":o:").unwrap();
+            let field = hex::decode(field_hex).unwrap();
+            let value: Option<Vec<u8>> = conn.hget(bucket_key, &field).await.unwrap();
+            assert!(
+                value.is_some_and(|v| v.last() == Some(&0xc1)),
+                "{key} has no marker in its bucket"
+            );
+        }
+    }
+    sessions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_moved_under_traffic_lose_and_revive_nothing_and_leave_no_orphan() {
+    let c = LocalCluster::start(3, 0).expect("a local cluster");
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    let layout = Compact::new(conn, CompactConfig::new(13)).await.unwrap();
+    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(TTL);
+    let sweeper = Sweeper::new(
+        layout.clone(),
+        SweepConfig::default().with_interval(Duration::from_millis(300)),
+    )
+    .spawn();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|w| tokio::spawn(churn(store.clone(), stop.clone(), w * 1_000_000)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Half the slots of one primary to a second, then as many of the
+    // second's to the third (a primary left with no slot would turn into a
+    // replica).
+    let primaries = c.primaries();
+    let (a, b, third) = (primaries[0], primaries[1], primaries[2]);
+    let half = c.slots_of(a).unwrap() / 2;
+    let held = c.slots_of(b).unwrap();
+    let scheme = layout.scheme();
+    let group_slots: Vec<u16> = (0..scheme.groups())
+        .map(|g| c.key_slot(&scheme.index_key(g)).unwrap())
+        .collect();
+    // How many groups' slots a node serves.
+    let groups_on = |node| {
+        let ranges = c.slot_ranges(node).unwrap();
+        group_slots
+            .iter()
+            .filter(|&&s| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&s)))
+            .count()
+    };
+    let (on_a, on_third) = (groups_on(a), groups_on(third));
+    tokio::task::block_in_place(|| c.reshard(a, b, half)).unwrap();
+    assert_eq!(c.slots_of(b).unwrap(), held + half);
+    tokio::task::block_in_place(|| c.reshard(b, third, half)).unwrap();
+    assert!(groups_on(a) < on_a, "buckets moved off the first primary");
+    assert!(groups_on(third) > on_third, "buckets moved onto the third");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut ledgers = Vec::new();
+    for w in workers {
+        ledgers.push(w.await.unwrap());
+    }
+    sweeper.shutdown().await;
+
+    let live: Vec<SessionId> = ledgers.iter().flat_map(|l| l.live.clone()).collect();
+    let dead: Vec<SessionId> = ledgers.iter().flat_map(|l| l.dead.clone()).collect();
+    let lost: Vec<SessionId> = ledgers.iter().flat_map(|l| l.lost.clone()).collect();
+    let failed: u64 = ledgers.iter().map(|l| l.failed).sum();
+    println!(
+        "{} live, {} ended, {} uncertain, {failed} calls failed with a transient error",
+        live.len(),
+        dead.len(),
+        ledgers.iter().map(|l| l.uncertain.len()).sum::<usize>()
+    );
+    assert!(
+        lost.is_empty(),
+        "{} live sessions were found gone",
+        lost.len()
+    );
+    assert!(live.len() > 100 && dead.len() > 50, "traffic went on");
+    let loaded = store.load_many(&live).await.unwrap();
+    assert!(
+        loaded.iter().all(Option::is_some),
+        "a live session was lost"
+    );
+    let loaded = store.load_many(&dead).await.unwrap();
+    assert!(
+        loaded.iter().all(Option::is_none),
+        "an ended session came back"
+    );
+    let held = audit_compact(&c, &layout).await;
+    assert!(held >= live.len() as u64);
+}
