@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sessionpack::cluster;
 use sessionpack::server::{LocalCluster, Role};
 use sessionpack::sweep::{SweepConfig, Sweeper};
-use sessionpack::{Compact, CompactConfig, Error, SessionId, Store};
+use sessionpack::{Bucketed, BucketedConfig, Compact, CompactConfig, Error, SessionId, Store};
 
 const TTL: Duration = Duration::from_secs(600);
 
@@ -20,27 +20,54 @@ struct Traffic {
     acked: Vec<SessionId>,
     /// Calls that failed, all with a transient error.
     failed: u64,
+    /// The longest a create took (the cluster client waits out part of a
+    /// takeover before it reports an error).
+    longest: Duration,
     /// Loads of an acknowledged session that found nothing while the
     /// cluster was up.
     missing: u64,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_primary_killed_mid_traffic_fails_over_and_calls_recover() {
+async fn compact_primary_killed_mid_traffic_fails_over_and_calls_recover() {
     let c = LocalCluster::start(3, 1).expect("a local cluster");
     let conn = cluster::connect(&c.urls()).await.unwrap();
     let layout = Compact::new(conn, CompactConfig::new(13)).await.unwrap();
-    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(TTL);
+    failover_under_traffic(&c, Store::new(layout.clone()).with_ttl(TTL), || {
+        sweeping(layout)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucketed_primary_killed_mid_traffic_fails_over_and_calls_recover() {
+    let c = LocalCluster::start(3, 1).expect("a local cluster");
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    let layout = Bucketed::new(conn, BucketedConfig::new(8)).await.unwrap();
+    failover_under_traffic(&c, Store::new(layout.clone()).with_ttl(TTL), || {
+        sweeping(layout)
+    })
+    .await;
+}
+
+/// Kills a primary while a task creates and loads sessions and the
+/// sweeper runs; checks the replica takes over, calls fail only with a
+/// transient error and then succeed on the same connection, nothing
+/// replicated is lost, the sweeper passes after the takeover, and the
+/// killed node rejoins as a replica.
+async fn failover_under_traffic<L>(
+    c: &LocalCluster,
+    store: Store<L, ()>,
+    sweeper: impl FnOnce() -> sessionpack::sweep::SweeperHandle,
+) where
+    L: sessionpack::Layout + Clone + 'static,
+{
     let mut before = Vec::new();
     for i in 0..600 {
         before.push(store.create(i, ()).await.unwrap().id);
     }
     tokio::task::block_in_place(|| c.wait_in_sync(Duration::from_secs(10))).unwrap();
-    let sweeper = Sweeper::new(
-        layout.clone(),
-        SweepConfig::default().with_interval(Duration::from_millis(200)),
-    )
-    .spawn();
+    let sweeper = sweeper();
 
     let stop = Arc::new(AtomicBool::new(false));
     let traffic = tokio::spawn({
@@ -50,7 +77,10 @@ async fn a_primary_killed_mid_traffic_fails_over_and_calls_recover() {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
-                match store.create(n, ()).await {
+                let started = Instant::now();
+                let created = store.create(n, ()).await;
+                t.longest = t.longest.max(started.elapsed());
+                match created {
                     Ok(s) => t.acked.push(s.id),
                     Err(Error::Unavailable(_)) => t.failed += 1,
                     Err(e) => panic!("create: not a transient error: {e:?}"),
@@ -118,13 +148,21 @@ async fn a_primary_killed_mid_traffic_fails_over_and_calls_recover() {
     let after = store.load_many(&t.acked).await.unwrap();
     let lost = after.iter().filter(|s| s.is_none()).count();
     println!(
-        "takeover after {promoted:?}; {} creates acknowledged, {} lost on failover ({} loads missed one), {} calls failed with a transient error",
+        "takeover after {promoted:?}; {} creates acknowledged, {} lost on failover ({} loads missed one), {} calls failed with a transient error, the longest create took {:?}",
         t.acked.len(),
         lost,
         t.missing,
-        t.failed
+        t.failed,
+        t.longest
     );
-    assert!(t.failed > 0, "the takeover window was seen");
+    // The traffic met the dead primary: calls failed, or waited through
+    // the node timeout.
+    assert!(
+        t.failed > 0 || t.longest >= Duration::from_secs(1),
+        "the takeover window was not seen: {} failed, the longest create {:?}",
+        t.failed,
+        t.longest
+    );
     assert!(
         t.acked.len() > lost + 100,
         "traffic went on: {} acked, {lost} lost",
@@ -273,48 +311,46 @@ async fn audit_compact(c: &LocalCluster, layout: &Compact<cluster::Cluster>) -> 
     sessions
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slots_moved_under_traffic_lose_and_revive_nothing_and_leave_no_orphan() {
-    let c = LocalCluster::start(3, 0).expect("a local cluster");
-    let conn = cluster::connect(&c.urls()).await.unwrap();
-    let layout = Compact::new(conn, CompactConfig::new(13)).await.unwrap();
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(TTL);
-    let sweeper = Sweeper::new(
-        layout.clone(),
-        SweepConfig::default().with_interval(Duration::from_millis(300)),
-    )
-    .spawn();
+/// Moves slots holding some of `tags` (keys whose slots place the
+/// layout's buckets) twice while two tasks churn sessions on `store` and
+/// its sweeper runs: half the slots of one primary to a second, then as
+/// many of the second's to the third (a primary left with no slot would
+/// turn into a replica). Then checks that no live session was lost and no
+/// ended one came back, and returns the live sessions.
+async fn reshard_under_traffic<L>(
+    c: &LocalCluster,
+    store: Store<L, String>,
+    sweeper: sessionpack::sweep::SweeperHandle,
+    tags: &[String],
+) -> Vec<SessionId>
+where
+    L: sessionpack::Layout + Clone + 'static,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..2)
         .map(|w| tokio::spawn(churn(store.clone(), stop.clone(), w * 1_000_000)))
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    // Half the slots of one primary to a second, then as many of the
-    // second's to the third (a primary left with no slot would turn into a
-    // replica).
     let primaries = c.primaries();
     let (a, b, third) = (primaries[0], primaries[1], primaries[2]);
     let half = c.slots_of(a).unwrap() / 2;
     let held = c.slots_of(b).unwrap();
-    let scheme = layout.scheme();
-    let group_slots: Vec<u16> = (0..scheme.groups())
-        .map(|g| c.key_slot(&scheme.index_key(g)).unwrap())
-        .collect();
-    // How many groups' slots a node serves.
-    let groups_on = |node| {
+    let tag_slots: Vec<u16> = tags.iter().map(|t| c.key_slot(t).unwrap()).collect();
+    // How many of the tags' slots a node serves.
+    let tags_on = |node| {
         let ranges = c.slot_ranges(node).unwrap();
-        group_slots
+        tag_slots
             .iter()
             .filter(|&&s| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&s)))
             .count()
     };
-    let (on_a, on_third) = (groups_on(a), groups_on(third));
+    let (on_a, on_third) = (tags_on(a), tags_on(third));
     tokio::task::block_in_place(|| c.reshard(a, b, half)).unwrap();
     assert_eq!(c.slots_of(b).unwrap(), held + half);
     tokio::task::block_in_place(|| c.reshard(b, third, half)).unwrap();
-    assert!(groups_on(a) < on_a, "buckets moved off the first primary");
-    assert!(groups_on(third) > on_third, "buckets moved onto the third");
+    assert!(tags_on(a) < on_a, "buckets moved off the first primary");
+    assert!(tags_on(third) > on_third, "buckets moved onto the third");
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
     let mut ledgers = Vec::new();
@@ -349,6 +385,73 @@ async fn slots_moved_under_traffic_lose_and_revive_nothing_and_leave_no_orphan()
         loaded.iter().all(Option::is_none),
         "an ended session came back"
     );
+    live
+}
+
+fn sweeping(
+    layout: impl Into<sessionpack::sweep::SweepTarget<cluster::Cluster>>,
+) -> sessionpack::sweep::SweeperHandle {
+    Sweeper::new(
+        layout,
+        SweepConfig::default().with_interval(Duration::from_millis(300)),
+    )
+    .spawn()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_slots_moved_under_traffic_lose_and_revive_nothing_and_leave_no_orphan() {
+    let c = LocalCluster::start(3, 0).expect("a local cluster");
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    let layout = Compact::new(conn, CompactConfig::new(13)).await.unwrap();
+    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(TTL);
+    let scheme = layout.scheme();
+    let tags: Vec<String> = (0..scheme.groups()).map(|g| scheme.index_key(g)).collect();
+    let live = reshard_under_traffic(&c, store, sweeping(layout.clone()), &tags).await;
     let held = audit_compact(&c, &layout).await;
     assert!(held >= live.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucketed_slots_moved_under_traffic_lose_and_revive_nothing_and_leave_no_orphan() {
+    let c = LocalCluster::start(3, 0).expect("a local cluster");
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    let layout = Bucketed::new(conn, BucketedConfig::new(8)).await.unwrap();
+    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(TTL);
+    let b = layout.buckets().clone();
+    let tags: Vec<String> = (0..b.count()).map(|n| b.hash_key(n)).collect();
+    let live = reshard_under_traffic(&c, store, sweeping(layout.clone()), &tags).await;
+    let held = audit_bucketed(&c, &layout).await;
+    assert!(held >= live.len() as u64);
+}
+
+/// Every bucket's HASH fields and ZSET members are the same ids, and every
+/// out-of-line record key has its marker. Returns the sessions held.
+async fn audit_bucketed(c: &LocalCluster, layout: &Bucketed<cluster::Cluster>) -> u64 {
+    use redis::AsyncCommands;
+    use std::collections::HashSet;
+    let mut conn = layout.connection().clone();
+    let b = layout.buckets();
+    let mut sessions = 0;
+    for bucket in 0..b.count() {
+        let fields: HashSet<Vec<u8>> = conn.hkeys(b.hash_key(bucket)).await.unwrap();
+        let members: HashSet<Vec<u8>> = conn.zrange(b.zset_key(bucket), 0, -1).await.unwrap();
+        assert_eq!(
+            fields, members,
+            "bucket {bucket}: fields and expiries differ"
+        );
+        sessions += fields.len() as u64;
+    }
+    for node in c.primaries() {
+        let mut raw = common::raw(node).await;
+        let keys: Vec<String> = raw.keys("sp:{*}:o:*").await.unwrap();
+        for key in keys {
+            let (head, field_hex) = key.rsplit_once(":o:").unwrap();
+            let tag = &head[head.find('{').unwrap() + 1..head.find('}').unwrap()];
+            let bucket = u32::from_str_radix(tag, 16).unwrap();
+            let field = hex::decode(field_hex).unwrap();
+            let marker: Option<Vec<u8>> = conn.hget(b.hash_key(bucket), &field).await.unwrap();
+            assert_eq!(marker.as_deref(), Some(&[0xc1][..]), "{key} has no marker");
+        }
+    }
+    sessions
 }
