@@ -10,14 +10,15 @@
 # activedefrag). `tower` the tower-sessions store beside the peer crate
 # (tower-sessions-redis-store) per session profile. `servers` measures
 # every layout at 1M on Redis 7.4.1 and Valkey 8.0.1 (built by
-# scripts/ensure-servers.sh).
+# scripts/ensure-servers.sh). `cluster` every layout at 1M on a local Redis
+# Cluster of three primaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -31,6 +32,9 @@ for part in "${parts[@]}"; do
       $sp bench throughput --layouts packed-setex,compact --compact-bits 11,9 \
         --out analysis/runs/throughput-fill ;;
     sweep) $sp bench sweep --out analysis/runs/sweep ;;
+    cluster)
+      # Every layout on a local Redis Cluster of three primaries (summed).
+      $sp bench memory --sessions 1000000 --cluster 3 --out analysis/runs/cluster-1m ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench

@@ -143,6 +143,7 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         sessions,
         steps: 4,
         runs,
+        cluster_primaries: None,
     };
     let dir = tempfile::tempdir().unwrap();
     report::write_all(&report, dir.path()).unwrap();
@@ -197,4 +198,37 @@ async fn throughput_measures_every_operation() {
     );
     let set = throughput::redis_benchmark_set(server.port(), 4, 1, 5000).unwrap();
     assert!(set > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_benchmark_sums_a_clusters_primaries() {
+    let cluster = sessionpack::server::LocalCluster::start(3, 0).expect("a local cluster");
+    let primaries: Vec<String> = cluster.primaries().iter().map(|n| n.url()).collect();
+    let sessions = 20_000;
+    for s in [
+        spec(LayoutKind::Compact, Some(13), None),
+        spec(LayoutKind::PackedSetex, None, None),
+    ] {
+        let run = memory::run_cluster(&primaries, s, sessions, 2, 3600, &mut ())
+            .await
+            .unwrap();
+        let p = run.last().unwrap();
+        assert_eq!(p.sessions, sessions);
+        // Keys are counted on every primary: every bucket that holds a
+        // session (and its group's index), or every session's own key.
+        let mut keys = 0;
+        let mut holding = 0;
+        for url in &primaries {
+            let mut conn = connect(url).await.unwrap();
+            let n: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+            keys += n;
+            holding += u64::from(n > 0);
+        }
+        assert_eq!(p.sample.keys, keys, "{}", run.label);
+        assert_eq!(holding, 3, "{}: every primary holds keys", run.label);
+        assert!(p.bytes_per_session > 20.0 && p.bytes_per_session < 400.0);
+        if s.layout == LayoutKind::PackedSetex {
+            assert_eq!(keys, sessions, "a key per session");
+        }
+    }
 }

@@ -157,6 +157,25 @@ pub struct MemorySample {
 }
 
 impl MemorySample {
+    /// Several servers' figures as one: sizes and keys added, the ratios
+    /// recomputed over the sums (the allocator's weighted by memory).
+    pub fn sum(samples: &[Self]) -> Self {
+        let used: u64 = samples.iter().map(|s| s.used_memory).sum();
+        let rss: u64 = samples.iter().map(|s| s.used_memory_rss).sum();
+        let weighted: f64 = samples
+            .iter()
+            .map(|s| s.allocator_frag_ratio * s.used_memory as f64)
+            .sum();
+        Self {
+            used_memory: used,
+            used_memory_rss: rss,
+            mem_fragmentation_ratio: rss as f64 / used.max(1) as f64,
+            allocator_frag_ratio: weighted / used.max(1) as f64,
+            mem_clients_normal: samples.iter().map(|s| s.mem_clients_normal).sum(),
+            keys: samples.iter().map(|s| s.keys).sum(),
+        }
+    }
+
     /// Reads it.
     pub async fn read<C>(conn: &mut C) -> Result<Self>
     where

@@ -168,16 +168,84 @@ pub async fn run(
     ttl_secs: u64,
     progress: &mut dyn Progress,
 ) -> Result<RunResult> {
-    let mut conn = crate::connect::connect(url).await?;
-    let _: () = redis::cmd("FLUSHALL")
-        .arg("SYNC")
-        .query_async(&mut conn)
-        .await?;
-    // Let the allocator hand freed pages back so RSS starts low.
-    let _: redis::RedisResult<()> = redis::cmd("MEMORY")
-        .arg("PURGE")
-        .query_async(&mut conn)
-        .await;
+    let nodes = Nodes::connect(&[url.to_owned()]).await?;
+    let conn = crate::connect::connect(url).await?;
+    run_on(conn, nodes, spec, sessions, steps, ttl_secs, progress).await
+}
+
+/// [`run`] on a Redis Cluster whose primaries are `primaries`: memory is
+/// the sum over them.
+#[cfg(feature = "cluster")]
+pub async fn run_cluster(
+    primaries: &[String],
+    spec: RunSpec,
+    sessions: u64,
+    steps: u32,
+    ttl_secs: u64,
+    progress: &mut dyn Progress,
+) -> Result<RunResult> {
+    let nodes = Nodes::connect(primaries).await?;
+    let conn = crate::cluster::connect(primaries).await?;
+    run_on(conn, nodes, spec, sessions, steps, ttl_secs, progress).await
+}
+
+/// The servers whose memory a run reads: one, or a cluster's primaries,
+/// each through its own connection.
+struct Nodes(Vec<ConnectionManager>);
+
+impl Nodes {
+    async fn connect(urls: &[String]) -> Result<Self> {
+        let mut conns = Vec::with_capacity(urls.len());
+        for url in urls {
+            conns.push(crate::connect::connect(url).await?);
+        }
+        Ok(Self(conns))
+    }
+
+    /// Empties every node and lets its allocator hand freed pages back, so
+    /// RSS starts low.
+    async fn flush(&mut self) -> Result<()> {
+        for conn in &mut self.0 {
+            let _: () = redis::cmd("FLUSHALL").arg("SYNC").query_async(conn).await?;
+            let _: redis::RedisResult<()> =
+                redis::cmd("MEMORY").arg("PURGE").query_async(conn).await;
+        }
+        Ok(())
+    }
+
+    /// The nodes' figures, summed.
+    async fn sample(&mut self) -> Result<MemorySample> {
+        let mut samples = Vec::with_capacity(self.0.len());
+        for conn in &mut self.0 {
+            samples.push(MemorySample::read(conn).await?);
+        }
+        Ok(MemorySample::sum(&samples))
+    }
+
+    /// Waits for every node's rehashing (see [`wait_for_rehash`]).
+    async fn settle(&mut self, max: Duration) -> Result<bool> {
+        let mut settled = true;
+        for conn in &mut self.0 {
+            settled &= wait_for_rehash(conn, max).await?;
+        }
+        Ok(settled)
+    }
+}
+
+async fn run_on<C>(
+    conn: C,
+    mut nodes: Nodes,
+    spec: RunSpec,
+    sessions: u64,
+    steps: u32,
+    ttl_secs: u64,
+    progress: &mut dyn Progress,
+) -> Result<RunResult>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    nodes.flush().await?;
+    let mut conn = conn;
     let bits = spec.bucket_bits.unwrap_or(16);
     let width = IdWidth::from_bits(spec.id_bits)
         .ok_or_else(|| Error::Config(format!("ids have 128 or 160 bits, not {}", spec.id_bits)))?;
@@ -185,7 +253,7 @@ pub async fn run(
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The empty store, opened: what opening costs (its metadata key, the
     // configuration reads) is the store's, not the sessions'.
-    let empty = MemorySample::read(&mut conn).await?;
+    let empty = nodes.sample().await?;
     let buckets = match &layout {
         AnyLayout::Bucketed(b) => Some(b.buckets().clone()),
         AnyLayout::Compact(c) => Some(c.buckets().clone()),
@@ -224,8 +292,8 @@ pub async fn run(
         // A dict that just doubled holds both tables until incremental
         // rehashing ends, which the server's cron finishes while idle.
         // Sample the steady state, not that transient.
-        let settled = wait_for_rehash(&mut conn, SETTLE_MAX).await?;
-        let sample = MemorySample::read(&mut conn).await?;
+        let settled = nodes.settle(SETTLE_MAX).await?;
+        let sample = nodes.sample().await?;
         let census = match (&layout, &buckets) {
             (AnyLayout::Bucketed(_), Some(b)) => {
                 let last = step == u64::from(steps);
@@ -287,7 +355,10 @@ fn make_batch(
         .collect()
 }
 
-async fn encodings(conn: &mut ConnectionManager, keys: &[String]) -> Result<Vec<Option<String>>> {
+async fn encodings<C>(conn: &mut C, keys: &[String]) -> Result<Vec<Option<String>>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
     let mut out = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(4096) {
         let mut pipe = redis::pipe();
@@ -304,8 +375,8 @@ async fn encodings(conn: &mut ConnectionManager, keys: &[String]) -> Result<Vec<
 /// a random sample scaled up when there are many and this is not the last
 /// step. `keys` names a bucket's HASH and, for the bucketed layout, its
 /// ZSET.
-async fn bucket_census(
-    conn: &mut ConnectionManager,
+async fn bucket_census<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
     keys_of: &dyn Fn(u32) -> Vec<String>,
     used: u32,
     full: bool,
@@ -352,7 +423,11 @@ async fn bucket_census(
     })
 }
 
-async fn book_census(conn: &mut ConnectionManager, login: &str, recent: &str) -> Result<Census> {
+async fn book_census<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    login: &str,
+    recent: &str,
+) -> Result<Census> {
     let found = encodings(conn, &[login.to_owned(), recent.to_owned()]).await?;
     let h = found[0].as_deref().is_some_and(|e| e != "listpack");
     let z = found[1].as_deref().is_some_and(|e| e != "listpack");
@@ -380,4 +455,8 @@ pub struct MemoryReport {
     pub steps: u32,
     /// The runs.
     pub runs: Vec<RunResult>,
+    /// Primaries of the Redis Cluster measured (their figures summed), or
+    /// `None` for one server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_primaries: Option<usize>,
 }

@@ -101,6 +101,12 @@ pub fn summary(report: &MemoryReport) -> String {
         report.server.limits.source,
         report.steps,
     );
+    if let Some(n) = report.cluster_primaries {
+        let _ = writeln!(
+            s,
+            "A Redis Cluster of {n} primaries started for the run (no replicas): figures are summed over the primaries.\n"
+        );
+    }
     s += &table(report);
     s
 }
