@@ -7,8 +7,9 @@
 //! splits a pipeline by slot, sends the parts at once (to whichever
 //! primaries hold them) and puts the replies back in order. Redirections
 //! (`MOVED`, `ASK`), `TRYAGAIN` and reconnection after a failover are the
-//! cluster client's; scripts are loaded on every primary (`SCRIPT LOAD` is
-//! routed to all of them).
+//! cluster client's, except for the commands queued in a transaction, which
+//! [`Cluster`] resends itself; scripts are loaded on every primary
+//! (`SCRIPT LOAD` is routed to all of them).
 //!
 //! ```no_run
 //! # async fn run() -> sessionpack::Result<()> {
