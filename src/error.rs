@@ -85,7 +85,7 @@ pub enum Error {
     /// (`CLUSTERDOWN`, `TRYAGAIN`, `READONLY`), or it refuses writes for
     /// now (`OOM` at `maxmemory` with `noeviction`, `MISCONF` while it cannot
     /// save). The operation may be retried once Redis is back.
-    #[error("redis unavailable: {0}")]
+    #[error("redis unavailable: {}", summary(.0))]
     Unavailable(#[source] redis::RedisError),
 
     /// A write made on the primary that fewer replicas than asked
@@ -95,7 +95,7 @@ pub enum Error {
     NotReplicated(#[source] redis::RedisError),
 
     /// Any other error reported by Redis or the client.
-    #[error("redis error: {0}")]
+    #[error("redis error: {}", summary(.0))]
     Redis(#[source] redis::RedisError),
 
     /// An optimistic read-modify-write lost the race this many times in a
@@ -174,6 +174,28 @@ impl Error {
             return Self::Unavailable(err);
         }
         Self::Redis(err)
+    }
+}
+
+/// A Redis error as text, with a failed pipeline's errors summed up: a
+/// bulk call over thousands of sessions would otherwise print one line
+/// per command.
+fn summary(err: &redis::RedisError) -> String {
+    const SHOWN: usize = 3;
+    match err.clone().into_server_errors() {
+        Some(errors) if errors.len() > SHOWN => {
+            let first: Vec<String> = errors
+                .iter()
+                .take(SHOWN)
+                .map(|(i, e)| format!("command {i}: {e}"))
+                .collect();
+            format!(
+                "{} commands failed; {}; ...",
+                errors.len(),
+                first.join("; ")
+            )
+        }
+        _ => err.to_string(),
     }
 }
 

@@ -192,3 +192,25 @@ async fn the_tower_sessions_store_works_on_a_cluster() {
         assert!(store.load(&r.id).await.unwrap().is_some());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_books_design_is_refused_by_a_cluster_with_a_short_error() {
+    // Its scripts name a `login:` HASH and a `recent:` ZSET with no common
+    // hash tag: two slots.
+    let c = start();
+    let layout = sessionpack::layout::BookLoginHash::book(conn(&c).await, "sp");
+    let store: Store<_, ()> = Store::new(layout).with_ttl(Duration::from_secs(600));
+    let batch: Vec<(u64, ())> = (0..500).map(|i| (i, ())).collect();
+    match store.create_many(&batch).await {
+        Err(e @ sessionpack::Error::Redis(_)) => {
+            let text = e.to_string();
+            assert!(text.contains("500 commands failed"), "{text}");
+            assert!(
+                text.len() < 1000,
+                "one line per command: {} bytes",
+                text.len()
+            );
+        }
+        other => panic!("expected a Redis error, got {other:?}"),
+    }
+}
