@@ -80,30 +80,30 @@ impl Cluster {
         pipeline: &Pipeline,
         offset: usize,
         count: usize,
-        slot: Option<Slot>,
     ) -> redis::RedisResult<Vec<Value>> {
-        let key = pipeline.cmd_iter().find_map(first_key);
         let mut delay = Duration::from_millis(10);
         let mut attempt = 1;
         loop {
-            match self
+            let sent = self
                 .inner
                 .req_packed_commands(pipeline, offset, count)
-                .await
-            {
-                Err(e) if attempt < RETRIES && slot.is_some() && redirected(&e) => {
-                    if let Some(key) = &key {
-                        let _ = self
-                            .inner
-                            .req_packed_command(redis::cmd("EXISTS").arg(key))
-                            .await;
-                    }
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(500));
-                    attempt += 1;
+                .await;
+            let key = match &sent {
+                Err(e) if attempt < RETRIES && redirected(e) => {
+                    pipeline.cmd_iter().find_map(key_of)
                 }
-                other => return other,
-            }
+                _ => None,
+            };
+            let Some(key) = key else {
+                return sent;
+            };
+            let _ = self
+                .inner
+                .req_packed_command(redis::cmd("EXISTS").arg(key))
+                .await;
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+            attempt += 1;
         }
     }
 }
@@ -120,37 +120,43 @@ fn redirected(e: &redis::RedisError) -> bool {
 }
 
 /// The first key `cmd` names, for the commands sessionpack sends; `None`
-/// for commands with no key (`TIME`, `PING`).
-fn first_key(cmd: &Cmd) -> Option<Vec<u8>> {
-    let args: Vec<&[u8]> = cmd
-        .args_iter()
-        .map(|a| match a {
-            redis::Arg::Simple(b) => b,
-            _ => &b""[..],
-        })
-        .collect();
-    key_at(&args).map(|i| args[i].to_vec())
-}
-
-/// The slot of the first key `cmd` names (see [`first_key`]).
-fn slot_of(cmd: &Cmd) -> Option<Slot> {
-    first_key(cmd).map(Slot::for_key)
-}
-
-/// Where the first key is among a command's arguments (its name first).
-fn key_at(args: &[&[u8]]) -> Option<usize> {
-    let name = args.first()?.to_ascii_uppercase();
-    let at = match name.as_slice() {
-        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {
-            let keys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
-            (keys > 0).then_some(3)?
-        }
-        b"OBJECT" | b"MEMORY" => 2,
-        b"TIME" | b"PING" | b"INFO" | b"SCRIPT" | b"CONFIG" | b"DBSIZE" | b"MULTI" | b"EXEC"
-        | b"CLUSTER" | b"WAIT" => return None,
-        _ => 1,
+/// for commands with no key (`TIME`, `PING`). Runs on every command a
+/// pipeline holds, so it allocates nothing.
+fn key_of(cmd: &Cmd) -> Option<&[u8]> {
+    const SCRIPTS: [&[u8]; 6] = [
+        b"EVAL",
+        b"EVALSHA",
+        b"EVAL_RO",
+        b"EVALSHA_RO",
+        b"FCALL",
+        b"FCALL_RO",
+    ];
+    const KEYLESS: [&[u8]; 10] = [
+        b"TIME", b"PING", b"INFO", b"SCRIPT", b"CONFIG", b"DBSIZE", b"MULTI", b"EXEC", b"CLUSTER",
+        b"WAIT",
+    ];
+    let arg = |i: usize| match cmd.args_iter().nth(i)? {
+        redis::Arg::Simple(b) => Some(b),
+        _ => None,
     };
-    (at < args.len()).then_some(at)
+    let name = arg(0)?;
+    let is = |names: &[&[u8]]| names.iter().any(|n| name.eq_ignore_ascii_case(n));
+    let at = if is(&SCRIPTS) {
+        let keys: usize = std::str::from_utf8(arg(2)?).ok()?.parse().ok()?;
+        (keys > 0).then_some(3)?
+    } else if is(&[b"OBJECT", b"MEMORY"]) {
+        2
+    } else if is(&KEYLESS) {
+        return None;
+    } else {
+        1
+    };
+    arg(at)
+}
+
+/// The slot of the first key `cmd` names (see [`key_of`]).
+fn slot_of(cmd: &Cmd) -> Option<Slot> {
+    key_of(cmd).map(Slot::for_key)
 }
 
 impl redis::aio::ConnectionLike for Cluster {
@@ -165,12 +171,12 @@ impl redis::aio::ConnectionLike for Cluster {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            if pipeline.is_transaction() {
+                return self.transaction(pipeline, offset, count).await;
+            }
             let slots: Vec<Option<Slot>> = pipeline.cmd_iter().map(slot_of).collect();
             let first = slots.iter().flatten().next().copied();
             let one_slot = slots.iter().flatten().all(|s| Some(*s) == first);
-            if pipeline.is_transaction() {
-                return self.transaction(pipeline, offset, count, first).await;
-            }
             if one_slot {
                 return self
                     .inner

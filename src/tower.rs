@@ -219,7 +219,9 @@ where
         let seen = memory.map(|m| m.seen);
         match self.layout.save(&session_id(id), &bytes, at, seen).await? {
             Written::Done => self.memo.put(id, &bytes, at),
-            Written::Missing | Written::Conflict => self.memo.forget(id),
+            Written::Missing | Written::Conflict => {
+                self.memo.take(id);
+            }
         }
         Ok(true)
     }
@@ -242,9 +244,8 @@ where
     pub async fn delete_data(&self, id: i128) -> Result<()> {
         let inline = self
             .memo
-            .get(id)
+            .take(id)
             .is_some_and(|m| self.layout.fits(m.seen.record_len));
-        self.memo.forget(id);
         self.layout.delete(&session_id(id), inline).await?;
         Ok(())
     }
@@ -329,13 +330,15 @@ impl Memo {
         g[0].get(&id).or_else(|| g[1].get(&id)).copied()
     }
 
-    fn forget(&self, id: i128) {
+    /// Forgets `id`, returning what was remembered of it.
+    fn take(&self, id: i128) -> Option<Memory> {
         let mut g = self
             .generations
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        g[0].remove(&id);
-        g[1].remove(&id);
+        let newer = g[0].remove(&id);
+        let older = g[1].remove(&id);
+        newer.or(older)
     }
 
     /// Whether writing `bytes` with expiry `at` over `memory` would change
@@ -513,7 +516,7 @@ mod tests {
         );
         assert!(!unchanged(&memo, 1, b"abc", now + 900, 0.1), "moves back");
         assert!(!unchanged(&memo, 2, b"abc", now + 1010, 0.1), "never seen");
-        memo.forget(1);
+        memo.take(1);
         assert!(!unchanged(&memo, 1, b"abc", now + 1010, 0.1));
         memo.put(3, b"abc", now - 1);
         assert!(
@@ -536,7 +539,7 @@ mod tests {
         // A session put again lives in the newer generation only.
         memo.put(3, b"xy", 200);
         assert_eq!(memo.get(3).unwrap().seen.record_len, 2);
-        memo.forget(3);
+        assert_eq!(memo.take(3).unwrap().seen.record_len, 2);
         assert!(memo.get(3).is_none());
 
         let none = Memo::new(0);

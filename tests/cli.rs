@@ -191,13 +191,7 @@ async fn two_sweep_daemons_share_one_store() {
         })
         .sum();
     assert_eq!(total, 3000, "every expired session reclaimed exactly once");
-    assert!(
-        long.load_many(&alive)
-            .await
-            .unwrap()
-            .iter()
-            .all(Option::is_some)
-    );
+    assert_eq!(common::found(&long, &alive).await, alive.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,15 +138,14 @@ async fn failover_under_traffic<L>(
     let t = traffic.await.unwrap();
 
     // What was replicated before the kill is all there.
-    let loaded = store.load_many(&before).await.unwrap();
-    assert!(
-        loaded.iter().all(Option::is_some),
+    assert_eq!(
+        common::found(&store, &before).await,
+        before.len(),
         "a replicated session was lost"
     );
     // Acknowledged writes lost by asynchronous replication: the last ones
     // the victim acknowledged before it died, if any.
-    let after = store.load_many(&t.acked).await.unwrap();
-    let lost = after.iter().filter(|s| s.is_none()).count();
+    let lost = t.acked.len() - common::found(&store, &t.acked).await;
     println!(
         "takeover after {promoted:?}; {} creates acknowledged, {} lost on failover ({} loads missed one), {} calls failed with a transient error, the longest create took {:?}",
         t.acked.len(),
@@ -375,14 +374,14 @@ where
         lost.len()
     );
     assert!(live.len() > 100 && dead.len() > 50, "traffic went on");
-    let loaded = store.load_many(&live).await.unwrap();
-    assert!(
-        loaded.iter().all(Option::is_some),
+    assert_eq!(
+        common::found(&store, &live).await,
+        live.len(),
         "a live session was lost"
     );
-    let loaded = store.load_many(&dead).await.unwrap();
-    assert!(
-        loaded.iter().all(Option::is_none),
+    assert_eq!(
+        common::found(&store, &dead).await,
+        0,
         "an ended session came back"
     );
     live

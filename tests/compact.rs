@@ -139,13 +139,7 @@ async fn the_sweeper_visits_only_the_buckets_its_index_names() {
     assert_eq!(report.reclaimed, 300);
     // Only the 16 buckets holding short-lived sessions were visited.
     assert_eq!(report.buckets as usize, doomed_buckets.len());
-    assert!(
-        long.load_many(&alive)
-            .await
-            .unwrap()
-            .iter()
-            .all(Option::is_some)
-    );
+    assert_eq!(common::found(&long, &alive).await, alive.len());
     // The index now holds each bucket's true earliest expiry.
     let mut raw = common::raw(&server).await;
     let (buckets, index) = inspect(&mut raw, &layout).await;
@@ -210,13 +204,7 @@ async fn a_lost_or_stale_index_entry_never_leaves_a_session_unswept() {
         index.len(),
         "the first pass restored the index"
     );
-    assert!(
-        live.load_many(&kept)
-            .await
-            .unwrap()
-            .iter()
-            .all(Option::is_some)
-    );
+    assert_eq!(common::found(&live, &kept).await, kept.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,27 +280,9 @@ async fn touches_racing_sweeps_and_destroys_lose_nothing_and_revive_nothing() {
     let destroyed = destroying.await.unwrap();
     assert_eq!(revived, 0);
     assert!(alive.len() >= 2500, "only {} kept alive", alive.len());
-    assert!(
-        long.load_many(&alive)
-            .await
-            .unwrap()
-            .iter()
-            .all(Option::is_some)
-    );
-    assert!(
-        long.load_many(&doomed)
-            .await
-            .unwrap()
-            .iter()
-            .all(Option::is_none)
-    );
-    assert!(
-        long.load_many(&destroyed)
-            .await
-            .unwrap()
-            .iter()
-            .all(Option::is_none)
-    );
+    assert_eq!(common::found(&long, &alive).await, alive.len());
+    assert_eq!(common::found(&long, &doomed).await, 0);
+    assert_eq!(common::found(&long, &destroyed).await, 0);
     // A full sweep now leaves exactly the kept sessions.
     Sweeper::new(layout.clone(), SweepConfig::default())
         .sweep_range_full(0..1)
@@ -419,15 +389,11 @@ async fn the_cap_is_exact_with_four_sweepers_and_one_expiry_second() {
     let config = SweepConfig::default()
         .with_segments(2)
         .with_max_sessions(5000);
-    let mut passes = Vec::new();
-    for _ in 0..4 {
-        let s = Sweeper::new(layout.clone(), config.clone());
-        passes.push(tokio::spawn(async move { s.pass().await.unwrap() }));
-    }
-    let mut evicted = 0;
-    for p in passes {
-        evicted += p.await.unwrap().evicted;
-    }
+    let evicted: u64 = common::concurrent_passes(layout.clone(), config, 4)
+        .await
+        .iter()
+        .map(|r| r.evicted)
+        .sum();
     let mut raw = common::raw(&server).await;
     assert_eq!(
         sessions_held(&mut raw, &layout).await,

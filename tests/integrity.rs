@@ -394,15 +394,11 @@ async fn the_cap_is_exact_with_four_sweepers_and_one_expiry_second() {
     let config = SweepConfig::default()
         .with_segments(8)
         .with_max_sessions(5000);
-    let mut passes = Vec::new();
-    for _ in 0..4 {
-        let s = Sweeper::new(layout.clone(), config.clone());
-        passes.push(tokio::spawn(async move { s.pass().await.unwrap() }));
-    }
-    let mut evicted = 0;
-    for p in passes {
-        evicted += p.await.unwrap().evicted;
-    }
+    let evicted: u64 = common::concurrent_passes(layout.clone(), config.clone(), 4)
+        .await
+        .iter()
+        .map(|r| r.evicted)
+        .sum();
     let mut raw = common::raw(&server).await;
     let audit = common::audit(&mut raw, layout.buckets()).await;
     assert_eq!(audit.sessions, 5000, "evicted {evicted}");

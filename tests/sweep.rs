@@ -183,15 +183,7 @@ async fn several_sweepers_share_the_work_once_per_interval() {
         let config = SweepConfig::default()
             .with_segments(32)
             .with_interval(Duration::from_secs(30));
-        let mut passes = Vec::new();
-        for _ in 0..sweepers {
-            let s = Sweeper::new(layout.clone(), config.clone());
-            passes.push(tokio::spawn(async move { s.pass().await.unwrap() }));
-        }
-        let mut reports = Vec::new();
-        for p in passes {
-            reports.push(p.await.unwrap());
-        }
+        let reports = common::concurrent_passes(layout.clone(), config.clone(), sweepers).await;
         let swept: u32 = reports.iter().map(|r| r.segments_swept).sum();
         let skipped: u32 = reports.iter().map(|r| r.segments_skipped).sum();
         let buckets: u64 = reports.iter().map(|r| r.buckets).sum();

@@ -276,19 +276,6 @@ async fn the_014_traits_see_the_same_store() {
     assert!(Store014::load(&store, &r.id).await.unwrap().is_none());
 }
 
-/// Calls of `command` the server has counted (`INFO commandstats`).
-async fn calls(raw: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
-    let text: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(raw)
-        .await
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
 #[tokio::test]
 async fn a_save_after_a_load_is_one_write_and_still_never_revives() {
     let server = common::server();
@@ -300,15 +287,18 @@ async fn a_save_after_a_load_is_one_write_and_still_never_revives() {
     other.create(&mut r).await.unwrap();
     let mut loaded = this.load(&r.id).await.unwrap().unwrap();
 
-    let (hget, hset) = (calls(&mut raw, "hget").await, calls(&mut raw, "hset").await);
+    let (hget, hset) = (
+        common::calls(&mut raw, "hget").await,
+        common::calls(&mut raw, "hset").await,
+    );
     loaded.data = axum_login(2, &[2; 32]);
     this.save(&loaded).await.unwrap();
     assert_eq!(
-        calls(&mut raw, "hget").await,
+        common::calls(&mut raw, "hget").await,
         hget,
         "no read before the write"
     );
-    assert_eq!(calls(&mut raw, "hset").await, hset + 1);
+    assert_eq!(common::calls(&mut raw, "hset").await, hset + 1);
     assert_eq!(other.load(&r.id).await.unwrap().unwrap().data, loaded.data);
 
     // A save that moves the expiry earlier moves the bucket's index entry.
@@ -329,10 +319,10 @@ async fn a_save_after_a_load_is_one_write_and_still_never_revives() {
     // takes its own write back, and nothing is left.
     this.load(&r.id).await.unwrap().unwrap();
     other.delete(&r.id).await.unwrap();
-    let hdel = calls(&mut raw, "hdel").await;
+    let hdel = common::calls(&mut raw, "hdel").await;
     this.save(&loaded).await.unwrap();
     assert_eq!(
-        calls(&mut raw, "hdel").await,
+        common::calls(&mut raw, "hdel").await,
         hdel + 1,
         "the write was taken back"
     );
@@ -388,12 +378,12 @@ async fn delete_removes_the_field_and_any_out_of_line_record() {
     other.create(&mut r).await.unwrap();
     this.load(&r.id).await.unwrap().unwrap();
     let (hdel, multi) = (
-        calls(&mut raw, "hdel").await,
-        calls(&mut raw, "multi").await,
+        common::calls(&mut raw, "hdel").await,
+        common::calls(&mut raw, "multi").await,
     );
     this.delete(&r.id).await.unwrap();
-    assert_eq!(calls(&mut raw, "hdel").await, hdel + 1);
-    assert_eq!(calls(&mut raw, "multi").await, multi);
+    assert_eq!(common::calls(&mut raw, "hdel").await, hdel + 1);
+    assert_eq!(common::calls(&mut raw, "multi").await, multi);
     assert!(other.load(&r.id).await.unwrap().is_none());
     // Deleting what is gone is not an error.
     this.delete(&r.id).await.unwrap();

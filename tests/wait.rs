@@ -8,19 +8,6 @@ use sessionpack::server::LocalServer;
 use sessionpack::wait::WaitForReplicas;
 use sessionpack::{Compact, CompactConfig, Error, Store};
 
-/// Calls of `command` the server has counted (`INFO commandstats`).
-fn calls(server: &LocalServer, command: &str) -> u64 {
-    let mut conn = server.client().unwrap().get_connection().unwrap();
-    let text: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut conn)
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
 fn in_sync(replica: &LocalServer) -> bool {
     let mut conn = replica.client().unwrap().get_connection().unwrap();
     let info: String = redis::cmd("INFO")
@@ -40,6 +27,7 @@ async fn writes_wait_for_the_replica_and_say_when_it_did_not_confirm() {
         assert!(Instant::now() < deadline, "the replica never synced");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let mut raw = common::raw(&primary).await;
     let conn = WaitForReplicas::new(
         common::manager(&primary).await,
         1,
@@ -48,18 +36,22 @@ async fn writes_wait_for_the_replica_and_say_when_it_did_not_confirm() {
     let layout = Compact::new(conn, CompactConfig::new(6)).await.unwrap();
     let store: Store<_, String> = Store::new(layout).with_ttl(Duration::from_secs(600));
 
-    let waits = calls(&primary, "wait");
+    let waits = common::calls(&mut raw, "wait").await;
     let kept = store.create(1, "a".into()).await.unwrap();
     let doomed = store.create(2, "b".into()).await.unwrap();
-    assert_eq!(calls(&primary, "wait"), waits + 2, "each create waited");
+    assert_eq!(
+        common::calls(&mut raw, "wait").await,
+        waits + 2,
+        "each create waited"
+    );
     // A write confirmed by the replica is on the replica.
     let mut on_replica = replica.client().unwrap().get_connection().unwrap();
     let keys: u64 = redis::cmd("DBSIZE").query(&mut on_replica).unwrap();
     assert!(keys >= 2, "the replica holds the buckets");
     // Reads do not wait.
-    let waits = calls(&primary, "wait");
+    let waits = common::calls(&mut raw, "wait").await;
     assert!(store.load(&kept.id).await.unwrap().is_some());
-    assert_eq!(calls(&primary, "wait"), waits);
+    assert_eq!(common::calls(&mut raw, "wait").await, waits);
 
     // With the replica gone, a write is made but reported unconfirmed.
     replica.stop();

@@ -46,6 +46,57 @@ pub async fn bucketed(server: &LocalServer, bits: u8) -> Bucketed<ConnectionMana
         .expect("bucketed layout")
 }
 
+/// Calls of `command` the server has counted (`INFO commandstats`).
+pub async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// How many of `ids` load through `store` (are live sessions).
+pub async fn found<L, A>(store: &sessionpack::Store<L, A>, ids: &[sessionpack::SessionId]) -> usize
+where
+    L: sessionpack::Layout,
+    A: serde::Serialize + serde::de::DeserializeOwned + Send + Sync,
+{
+    store
+        .load_many(ids)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|s| s.is_some())
+        .count()
+}
+
+/// One pass each of `sweepers` sweepers over `layout`, run at once; their
+/// reports.
+pub async fn concurrent_passes<T>(
+    layout: T,
+    config: sessionpack::sweep::SweepConfig,
+    sweepers: usize,
+) -> Vec<sessionpack::sweep::PassReport>
+where
+    T: Into<sessionpack::sweep::SweepTarget<ConnectionManager>> + Clone,
+{
+    let passes: Vec<_> = (0..sweepers)
+        .map(|_| {
+            let s = sessionpack::sweep::Sweeper::new(layout.clone(), config.clone());
+            tokio::spawn(async move { s.pass().await.unwrap() })
+        })
+        .collect();
+    let mut reports = Vec::new();
+    for p in passes {
+        reports.push(p.await.unwrap());
+    }
+    reports
+}
+
 /// `INFO stats` field `total_commands_processed`.
 pub async fn commands_processed(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
