@@ -11,14 +11,15 @@
 # (tower-sessions-redis-store) per session profile. `servers` measures
 # every layout at 1M on Redis 7.4.1 and Valkey 8.0.1 (built by
 # scripts/ensure-servers.sh). `cluster` every layout at 1M on a local Redis
-# Cluster of three primaries.
+# Cluster of three primaries; `cluster-throughput` their speed and server
+# CPU per primary on one with a replica each, with and without WAIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -35,6 +36,12 @@ for part in "${parts[@]}"; do
     cluster)
       # Every layout on a local Redis Cluster of three primaries (summed).
       $sp bench memory --sessions 1000000 --cluster 3 --out analysis/runs/cluster-1m ;;
+    cluster-throughput)
+      # Three primaries with a replica each; every layout also with each
+      # write waiting for its replica. Compact at 2^11 (16 hash tags, the
+      # advisor's pick for 100k sessions) and 2^14 (128 tags).
+      $sp bench throughput --cluster 3 --replicas 1 --wait-replicas 1 --sessions 50000 \
+        --compact-bits 11,14 --out analysis/runs/cluster-throughput ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench

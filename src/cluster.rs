@@ -62,6 +62,44 @@ pub async fn connect(seeds: &[impl AsRef<str>]) -> Result<Cluster> {
     })
 }
 
+/// The `redis://host:port/` URLs of the cluster's primaries that serve
+/// slots, as the node at `seed` sees them (`CLUSTER NODES`): where to read
+/// per-node figures (`INFO`, `DBSIZE`) that a cluster connection would send
+/// to one node only.
+pub async fn primaries(seed: &str) -> Result<Vec<String>> {
+    let mut conn = crate::connect::connect(seed).await?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await?;
+    let primaries = parse_primaries(&nodes);
+    if primaries.is_empty() {
+        return Err(crate::Error::Config(format!(
+            "{seed} reports no primary serving slots; is it a cluster node?"
+        )));
+    }
+    Ok(primaries)
+}
+
+/// The primaries serving slots in a `CLUSTER NODES` reply: lines
+/// `<id> <ip:port@cport[,hostname]> <flags> <primary> <ping> <pong>
+/// <epoch> <link> <slot>...`, flags `master` and not `fail`.
+fn parse_primaries(nodes: &str) -> Vec<String> {
+    let mut out: Vec<String> = nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?.split(',').collect::<Vec<_>>();
+            let serving = fields.len() > 8;
+            (flags.contains(&"master") && !flags.contains(&"fail") && serving).then_some(())?;
+            let addr = fields[1].split(['@', ',']).next()?;
+            Some(format!("redis://{addr}/"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 impl Cluster {
     /// The cluster client underneath.
     pub fn inner(&self) -> &ClusterConnection {
@@ -220,6 +258,21 @@ impl redis::aio::ConnectionLike for Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lists_the_primaries_that_serve_slots() {
+        let nodes = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7002@17002,host.example master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7004@17004 slave a1 0 1 1 connected
+d4 127.0.0.1:7003@17003 master,fail - 0 1 3 disconnected 10923-16383
+e5 127.0.0.1:7005@17005 master - 0 1 4 connected
+";
+        assert_eq!(
+            parse_primaries(nodes),
+            ["redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/"]
+        );
+    }
 
     #[test]
     fn finds_the_key_of_each_kind_of_command() {

@@ -267,3 +267,166 @@ async fn the_sweep_daemon_sweeps_a_compact_store_by_its_metadata() {
     assert!(text.contains("sweeping 512 buckets"), "{text}");
     assert!(text.contains("700 reclaimed"), "{text}");
 }
+
+/// The daemon and the advisor take a named cluster; the daemon reclaims
+/// expired sessions from buckets on every primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_and_the_advisor_take_a_cluster() {
+    let cluster = sessionpack::server::LocalCluster::start(3, 0).expect("a local cluster");
+    let seed = cluster.primaries()[2].url();
+    let conn = sessionpack::cluster::connect(&[seed.as_str()])
+        .await
+        .unwrap();
+    let layout = sessionpack::Compact::new(conn, sessionpack::CompactConfig::new(9))
+        .await
+        .unwrap();
+    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..900).map(|i| (i, ())).collect();
+    short.create_many(&batch).await.unwrap();
+    let alive = Store::<_, ()>::new(layout)
+        .create_many(&batch[..50])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let text = stdout(&sessionpack(&[
+        "sweep",
+        "--cluster-url",
+        &seed,
+        "--passes",
+        "1",
+    ]));
+    assert!(
+        text.contains("sweeping 512 buckets of sp on a cluster of 3 primaries"),
+        "{text}"
+    );
+    assert!(text.contains("900 reclaimed"), "{text}");
+    let left: Store<_, ()> = Store::new(
+        sessionpack::Compact::new(
+            sessionpack::cluster::connect(&[seed.as_str()])
+                .await
+                .unwrap(),
+            sessionpack::CompactConfig::new(9),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(common::found(&left, &alive).await, 50);
+
+    // Naming both a server and a cluster is refused before anything runs.
+    let out = sessionpack(&["sweep", "--redis-url", &seed, "--cluster-url", &seed]);
+    assert!(!out.status.success());
+
+    let text = stdout(&sessionpack(&[
+        "advise",
+        "--cluster-url",
+        &seed,
+        "--sessions",
+        "1000000",
+    ]));
+    assert!(text.contains("from Server"), "{text}");
+    // A primary configured differently from the others is named.
+    let odd = &cluster.primaries()[1];
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hash-max-listpack-value")
+        .arg("128")
+        .query(&mut odd.client().unwrap().get_connection().unwrap())
+        .unwrap();
+    let out = sessionpack(&["advise", "--cluster-url", &seed]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("disagree") && err.contains(&odd.url()),
+        "{err}"
+    );
+}
+
+/// `bench throughput` on a cluster it starts, with replicas and the cost
+/// of waiting for them.
+#[test]
+fn bench_throughput_reports_per_primary_work_and_the_cost_of_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "throughput",
+        "--cluster",
+        "3",
+        "--replicas",
+        "1",
+        "--wait-replicas",
+        "1",
+        "--sessions",
+        "2000",
+        "--clients",
+        "4",
+        "--rounds",
+        "1",
+        "--layouts",
+        "packed-setex,compact",
+        // 32 groups of 128 buckets: 32 hash tags, some on every primary.
+        "--compact-bits",
+        "12",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]));
+    assert!(text.contains("compact 2^"), "{text}");
+    let md = std::fs::read_to_string(dir.path().join("throughput.md")).unwrap();
+    assert!(md.contains("a cluster of 3 primaries"), "{md}");
+    assert!(md.contains("server CPU µs/op per primary"), "{md}");
+    assert!(md.contains("keys per primary"), "{md}");
+    assert!(md.contains("| compact 2^"), "{md}");
+    assert!(md.contains("with WAIT"), "{md}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("throughput.json")).unwrap())
+            .unwrap();
+    let rates = report["rates"].as_array().unwrap();
+    // Each layout measured with and without WAIT, 5 operations each.
+    assert_eq!(rates.len(), 2 * 2 * 5, "{md}");
+    assert!(
+        rates
+            .iter()
+            .any(|r| r["layout"].as_str().unwrap().ends_with("+ WAIT 1"))
+    );
+    for r in rates {
+        assert_eq!(r["node_cpu_us"].as_array().unwrap().len(), 3, "{r}");
+    }
+    let spread = report["spread"].as_array().unwrap();
+    assert_eq!(spread.len(), 2);
+    for s in spread {
+        let keys: Vec<u64> = s["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_u64().unwrap())
+            .collect();
+        assert!(keys.iter().all(|&k| k > 0), "{s}");
+    }
+
+    // Waiting for replicas a cluster without them does not have is refused.
+    let out = sessionpack(&[
+        "bench",
+        "throughput",
+        "--cluster",
+        "3",
+        "--wait-replicas",
+        "1",
+        "--sessions",
+        "2000",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--replicas 1"));
+}
+
+/// Benchmarks that compare with something a cluster cannot run say so.
+#[test]
+fn benchmarks_that_need_one_server_refuse_a_cluster() {
+    let out = sessionpack(&["bench", "sweep", "--cluster", "3", "--sessions", "1000"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bench sweep runs on one server"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

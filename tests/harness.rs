@@ -6,8 +6,10 @@
 mod common;
 
 use sessionpack::advisor::{self, Workload};
+use sessionpack::connect::Endpoint;
 use sessionpack::harness::info::ServerInfo;
 use sessionpack::harness::memory::{self, FIRST_IDENTITY, MemoryReport, RunSpec};
+use sessionpack::harness::nodes::Nodes;
 use sessionpack::harness::{plot, report, throughput};
 use sessionpack::layout::LayoutKind;
 use sessionpack::{Store, connect};
@@ -44,9 +46,16 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
     let mut runs = Vec::new();
     for s in specs {
         runs.push(
-            memory::run(&url, s, sessions, 4, 3600, &mut ())
-                .await
-                .unwrap(),
+            memory::run(
+                &Endpoint::Server(url.clone()),
+                s,
+                sessions,
+                4,
+                3600,
+                &mut (),
+            )
+            .await
+            .unwrap(),
         );
     }
     let server_info = ServerInfo::read(&mut connect(&url).await.unwrap())
@@ -174,9 +183,9 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
 async fn throughput_measures_every_operation() {
     let server = common::server();
     let conn = connect(&server.url()).await.unwrap();
-    let mut probe = conn.clone();
+    let mut nodes = Nodes::connect(&[server.url()]).await.unwrap();
     let layout = LayoutKind::Compact.open(conn, 8).await.unwrap();
-    let rates = throughput::measure("compact 2^8", Store::new(layout), 4, 2000, &mut probe)
+    let rates = throughput::measure("compact 2^8", Store::new(layout), 4, 2000, &mut nodes)
         .await
         .unwrap();
     let ops: Vec<_> = rates.iter().map(|r| r.op).collect();
@@ -196,7 +205,7 @@ async fn throughput_measures_every_operation() {
             .all(|r| r.server_cpu_us > 0.0 && r.server_cpu_us < 10_000.0),
         "{rates:?}"
     );
-    let set = throughput::redis_benchmark_set(server.port(), 4, 1, 5000).unwrap();
+    let set = throughput::redis_benchmark_set(server.port(), false, 4, 1, 5000).unwrap();
     assert!(set > 0.0);
 }
 
@@ -204,12 +213,19 @@ async fn throughput_measures_every_operation() {
 async fn the_memory_benchmark_sums_a_clusters_primaries() {
     let cluster = sessionpack::server::LocalCluster::start(3, 0).expect("a local cluster");
     let primaries: Vec<String> = cluster.primaries().iter().map(|n| n.url()).collect();
+    // One seed is enough: the primaries are found from it.
+    let endpoint = Endpoint::Cluster(vec![primaries[1].clone()]);
+    let mut found = endpoint.primaries().await.unwrap();
+    found.sort();
+    let mut expected = primaries.clone();
+    expected.sort();
+    assert_eq!(found, expected);
     let sessions = 20_000;
     for s in [
         spec(LayoutKind::Compact, Some(13), None),
         spec(LayoutKind::PackedSetex, None, None),
     ] {
-        let run = memory::run_cluster(&primaries, s, sessions, 2, 3600, &mut ())
+        let run = memory::run(&endpoint, s, sessions, 2, 3600, &mut ())
             .await
             .unwrap();
         let p = run.last().unwrap();
@@ -231,4 +247,34 @@ async fn the_memory_benchmark_sums_a_clusters_primaries() {
             assert_eq!(keys, sessions, "a key per session");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throughput_on_a_cluster_reads_every_primarys_work() {
+    let cluster = sessionpack::server::LocalCluster::start(3, 0).expect("a local cluster");
+    let primaries: Vec<String> = cluster.primaries().iter().map(|n| n.url()).collect();
+    let endpoint = Endpoint::Cluster(primaries.clone());
+    let mut nodes = Nodes::connect(&primaries).await.unwrap();
+    let layout = LayoutKind::Compact
+        .open(endpoint.connect().await.unwrap(), 10)
+        .await
+        .unwrap();
+    let rates = throughput::measure("compact 2^10", Store::new(layout), 4, 3000, &mut nodes)
+        .await
+        .unwrap();
+    for r in &rates {
+        assert_eq!(r.node_cpu_us.len(), 3, "{r:?}");
+        // Every primary holds some of the 1,024 buckets, so every one
+        // works for every operation; the total is the primaries' sum.
+        assert!(r.node_commands.iter().all(|&c| c > 0.0), "{r:?}");
+        let sum: f64 = r.node_cpu_us.iter().sum();
+        assert!((sum - r.server_cpu_us).abs() < 1e-6, "{r:?}");
+        // One session's call is one command or a handful, whichever node
+        // runs it.
+        let commands: f64 = r.node_commands.iter().sum();
+        assert!(commands > 0.5 && commands < 20.0, "{r:?}");
+    }
+    let set =
+        throughput::redis_benchmark_set(cluster.primaries()[0].port(), true, 4, 1, 3000).unwrap();
+    assert!(set > 0.0);
 }

@@ -17,8 +17,12 @@ pub struct AdviseArgs {
     #[arg(long, default_value_t = 10_000_000)]
     sessions: u64,
     /// Read the listpack limits from this server (default: Redis 7's).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "cluster_url")]
     redis_url: Option<String>,
+    /// Read the listpack limits from the primaries of the Redis Cluster
+    /// this node belongs to (they must agree).
+    #[arg(long, value_name = "URL")]
+    cluster_url: Option<String>,
     /// A typical identity value (its size sets the record's).
     #[arg(long, default_value_t = DEFAULT_IDENTITY)]
     identity: u64,
@@ -117,6 +121,29 @@ fn plan_records(args: &AdviseArgs, limits: ListpackLimits) -> Result<()> {
     Ok(())
 }
 
+/// The listpack limits every primary of the cluster `seed` belongs to
+/// runs with; an error names the first that differs, since buckets on it
+/// would be encoded differently from the advice.
+async fn cluster_limits(seed: &str) -> Result<ListpackLimits> {
+    let primaries = crate::cluster::primaries(seed).await?;
+    let mut first: Option<(String, ListpackLimits)> = None;
+    for url in primaries {
+        let limits = ListpackLimits::read(&mut crate::connect(&url).await?).await?;
+        match &first {
+            None => first = Some((url, limits)),
+            Some((at, seen)) if *seen != limits => {
+                return Err(Error::Config(format!(
+                    "the primaries disagree on listpack limits: {at} has {seen:?}, {url} has {limits:?}"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    first
+        .map(|(_, l)| l)
+        .ok_or_else(|| Error::Config(format!("{seed} reports no primaries")))
+}
+
 /// Parses `--id-bits`: 128 or 160.
 pub(super) fn id_bits(text: &str) -> std::result::Result<u16, String> {
     match text.parse::<u16>() {
@@ -155,9 +182,10 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
     if let Some(report) = &args.check {
         return check(report);
     }
-    let limits = match &args.redis_url {
-        Some(url) => ListpackLimits::read(&mut crate::connect(url).await?).await?,
-        None => ListpackLimits::REDIS7_DEFAULTS,
+    let limits = match (&args.redis_url, &args.cluster_url) {
+        (Some(url), _) => ListpackLimits::read(&mut crate::connect(url).await?).await?,
+        (None, Some(seed)) => cluster_limits(seed).await?,
+        (None, None) => ListpackLimits::REDIS7_DEFAULTS,
     };
     if args.profile.is_some() || !args.record_bytes.is_empty() {
         return plan_records(&args, limits);

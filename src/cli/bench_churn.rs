@@ -33,7 +33,7 @@ pub struct ChurnArgs {
 }
 
 pub(super) async fn run(args: ChurnArgs) -> Result<()> {
-    let target = args.target.connect().await?;
+    let (target, url) = args.target.connect_server("bench churn").await?;
     let layouts = if args.layouts.is_empty() {
         LAYOUTS.to_vec()
     } else {
@@ -47,7 +47,7 @@ pub(super) async fn run(args: ChurnArgs) -> Result<()> {
             local.restart()?;
         }
         target.flush().await?;
-        let mut conn = crate::connect(&target.url).await?;
+        let mut conn = crate::connect(&url).await?;
         let info = ServerInfo::read(&mut conn).await?;
         let pick = match kind {
             LayoutKind::Compact => advisor::recommend_compact_bits,

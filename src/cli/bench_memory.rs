@@ -136,11 +136,11 @@ fn plan(args: &MemoryArgs, server: &ServerInfo) -> Vec<RunSpec> {
 pub(super) async fn run(args: MemoryArgs) -> Result<()> {
     let target = args.target.connect().await?;
     target.flush().await?;
-    let mut conn = crate::connect(&target.url).await?;
+    let mut conn = crate::connect(&target.primaries[0]).await?;
     let server = ServerInfo::read(&mut conn).await?;
     drop(conn);
     let mut runs = plan(&args, &server);
-    if target.cluster.is_some() && runs.iter().any(|r| r.layout == LayoutKind::BookLoginHash) {
+    if target.is_cluster() && runs.iter().any(|r| r.layout == LayoutKind::BookLoginHash) {
         // Its scripts name a `login:` HASH and a `recent:` ZSET with no
         // common hash tag: two slots, which a cluster refuses.
         println!("book-login-hash is not measured: the book's design cannot run on a cluster");
@@ -175,30 +175,17 @@ pub(super) async fn run(args: MemoryArgs) -> Result<()> {
         if let (true, Some(local)) = (i > 0, &target.local) {
             local.restart()?;
         }
-        results.push(match target.primaries() {
-            Some(primaries) => {
-                memory::run_cluster(
-                    &primaries,
-                    spec,
-                    args.sessions,
-                    args.steps,
-                    args.ttl_secs,
-                    &mut bars,
-                )
-                .await?
-            }
-            None => {
-                memory::run(
-                    &target.url,
-                    spec,
-                    args.sessions,
-                    args.steps,
-                    args.ttl_secs,
-                    &mut bars,
-                )
-                .await?
-            }
-        });
+        results.push(
+            memory::run(
+                &target.endpoint,
+                spec,
+                args.sessions,
+                args.steps,
+                args.ttl_secs,
+                &mut bars,
+            )
+            .await?,
+        );
     }
     let report = MemoryReport {
         command: command_line(),
@@ -207,7 +194,7 @@ pub(super) async fn run(args: MemoryArgs) -> Result<()> {
         sessions: args.sessions,
         steps: args.steps,
         runs: results,
-        cluster_primaries: target.primaries().map(|p| p.len()),
+        cluster_primaries: target.is_cluster().then_some(target.primaries.len()),
     };
     report::write_all(&report, &args.out)?;
     plot::write_all(&report, &args.out)?;

@@ -89,9 +89,10 @@ async fn load<L: crate::Layout>(layout: &L, expired: u64, live: u64) -> Result<(
 }
 
 pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
-    let target = args.target.connect().await?;
+    // It compares with the book's design, which a cluster cannot run.
+    let (target, url) = args.target.connect_server("bench sweep").await?;
     target.flush().await?;
-    let mut conn = crate::connect(&target.url).await?;
+    let mut conn = crate::connect(&url).await?;
     let server = ServerInfo::read(&mut conn).await?;
     let bits = advisor::recommend_bits(args.sessions, &server.limits, DEFAULT_MAX_CONVERTED);
 

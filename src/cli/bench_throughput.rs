@@ -1,5 +1,7 @@
 //! `sessionpack bench throughput`: sessions per second per layout and
-//! operation, as ratios to `redis-benchmark` and to packed-setex.
+//! operation, as ratios to `redis-benchmark` and to packed-setex, with
+//! server CPU per operation (per primary on a cluster) and, optionally,
+//! what waiting for replicas costs.
 
 use std::path::PathBuf;
 
@@ -8,10 +10,12 @@ use clap::Args;
 use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
 use crate::error::{Error, Result};
-use crate::harness::info::ServerInfo;
-use crate::harness::throughput::{self, BATCH, SetBaseline, ThroughputReport};
+use crate::harness::info::{ServerInfo, info};
+use crate::harness::nodes::Nodes;
+use crate::harness::throughput::{self, BATCH, SetBaseline, Spread, ThroughputReport};
 use crate::layout::LayoutKind;
 use crate::store::Store;
+use crate::wait::WaitForReplicas;
 
 /// Arguments of `sessionpack bench throughput`.
 #[derive(Debug, Args)]
@@ -36,27 +40,52 @@ pub struct ThroughputArgs {
     /// fuller buckets cost (default: the advisor's pick).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=24))]
     compact_bits: Vec<u8>,
+    /// Also measure every layout with each write followed by `WAIT` for
+    /// this many replicas (a server with replicas, or `--cluster N
+    /// --replicas M`), to see what writes that survive a failover cost.
+    #[arg(long, value_name = "REPLICAS", value_parser = clap::value_parser!(u32).range(1..=8))]
+    wait_replicas: Option<u32>,
     /// Directory for throughput.json and throughput.md.
     #[arg(long, default_value = "results/throughput")]
     out: PathBuf,
 }
 
+/// How long a benchmark write waits for its replicas before it is
+/// reported as not replicated (and the run fails).
+const WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
     let target = args.target.connect().await?;
     target.flush().await?;
-    let port: u16 = target
-        .url
+    let first = &target.primaries[0];
+    let port: u16 = first
         .rsplit(':')
         .next()
         .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .ok_or_else(|| Error::Config(format!("cannot find a port in {}", target.url)))?;
-    let mut conn = crate::connect(&target.url).await?;
-    let server = ServerInfo::read(&mut conn).await?;
-    let layouts = if args.layouts.is_empty() {
+        .ok_or_else(|| Error::Config(format!("cannot find a port in {first}")))?;
+    let mut nodes = Nodes::connect(&target.primaries).await?;
+    let server = ServerInfo::read(&mut crate::connect(first).await?).await?;
+    if let Some(n) = args.wait_replicas {
+        check_replicas(&target.primaries, n).await?;
+    }
+    let conn = target.conn().await?;
+    let cluster = target.is_cluster();
+    let layouts = if args.layouts.is_empty() && cluster {
+        println!("book-login-hash is not measured: the book's design cannot run on a cluster");
+        LayoutKind::ALL
+            .into_iter()
+            .filter(|&l| l != LayoutKind::BookLoginHash)
+            .collect()
+    } else if args.layouts.is_empty() {
         LayoutKind::ALL.to_vec()
     } else {
         args.layouts.clone()
     };
+    if cluster && layouts.contains(&LayoutKind::BookLoginHash) {
+        return Err(Error::Config(
+            "book-login-hash cannot run on a cluster (its scripts name keys of two slots); pass --layouts without it".into(),
+        ));
+    }
     let requests = (args.sessions as u64).max(10_000);
     // Each layout holds 2 x sessions at the end (batch + single creates).
     let bits = advisor::recommend_bits(
@@ -70,17 +99,20 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         DEFAULT_MAX_CONVERTED,
     );
     let mut all_rates = Vec::new();
+    let mut spread = Vec::new();
     let (mut singles, mut pipelined) = (Vec::new(), Vec::new());
     for round in 1..=args.rounds {
-        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        nodes.flush().await?;
         singles.push(throughput::redis_benchmark_set(
             port,
+            cluster,
             args.clients,
             1,
             requests,
         )?);
         pipelined.push(throughput::redis_benchmark_set(
             port,
+            cluster,
             2,
             BATCH,
             requests * 4,
@@ -97,32 +129,68 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
                 _ => vec![(layout, bits)],
             })
             .collect();
-        for &(layout, bits) in &runs {
+        let waits = std::iter::once(None).chain(args.wait_replicas.map(Some));
+        let runs: Vec<(LayoutKind, u8, Option<u32>)> = waits
+            .flat_map(|w| runs.iter().map(move |&(l, b)| (l, b, w)))
+            .collect();
+        spread.clear();
+        for &(layout, bits, wait) in &runs {
             // Only what this run wrote is there: the target was checked above.
-            let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
-            let opened = layout.open(conn.clone(), bits).await?;
+            nodes.flush().await?;
+            let empty = nodes.samples().await?;
             let label = if layout.is_bucketed() {
                 format!("{layout} 2^{bits}")
             } else {
                 layout.name().to_owned()
             };
-            let measured = throughput::measure(
-                &label,
-                Store::new(opened),
-                args.clients,
-                args.sessions,
-                &mut conn,
-            )
-            .await?;
+            let measured = match wait {
+                None => {
+                    let opened = layout.open(conn.clone(), bits).await?;
+                    throughput::measure(
+                        &label,
+                        Store::new(opened),
+                        args.clients,
+                        args.sessions,
+                        &mut nodes,
+                    )
+                    .await?
+                }
+                Some(n) => {
+                    let waiting = WaitForReplicas::new(conn.clone(), n, WAIT_TIMEOUT);
+                    let opened = layout.open(waiting, bits).await?;
+                    let label = throughput::wait_label(&label, n);
+                    throughput::measure(
+                        &label,
+                        Store::new(opened),
+                        args.clients,
+                        args.sessions,
+                        &mut nodes,
+                    )
+                    .await?
+                }
+            };
             for r in &measured {
                 println!(
-                    "round {round}: {:24} {:16} {:>9.0}/s",
+                    "round {round}: {:32} {:16} {:>9.0}/s",
                     r.layout,
                     r.op.name(),
                     r.ops_per_sec
                 );
             }
             all_rates.extend(measured);
+            if wait.is_none() {
+                spread.push(Spread {
+                    layout: label,
+                    keys: nodes.samples().await?.iter().map(|s| s.keys).collect(),
+                    used_memory: nodes
+                        .samples()
+                        .await?
+                        .iter()
+                        .zip(&empty)
+                        .map(|(s, e)| s.used_memory.saturating_sub(e.used_memory))
+                        .collect(),
+                });
+            }
         }
     }
     let median = |mut v: Vec<f64>| {
@@ -143,25 +211,70 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         rates: throughput::medians(&all_rates),
         all_rates,
         layouts,
+        primaries: if cluster {
+            target.primaries.clone()
+        } else {
+            Vec::new()
+        },
+        spread: if cluster { spread } else { Vec::new() },
+        wait_replicas: args.wait_replicas,
     };
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| Error::Config(e.to_string()))?;
+    let on = if cluster {
+        format!(
+            "a cluster of {} primaries, redis-benchmark with `--cluster`",
+            report.primaries.len()
+        )
+    } else {
+        "one server".to_owned()
+    };
     let md = format!(
-        "# Throughput\n\nProduced by `{}` ({}, {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined. Server CPU is the `INFO cpu` (user + sys) delta over each operation's run, per session.\n\n{}",
+        "# Throughput\n\nProduced by `{}` ({}, {on}; {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined. Server CPU is the `INFO cpu` (user + sys) delta over each operation's run, per session{}.\n\n{}\n{}\n{}",
         report.command,
         report.redis_version,
         report.clients,
         report.rounds,
         report.set_baseline.single,
         report.set_baseline.pipelined,
-        report.table()
+        if cluster {
+            ", summed over the primaries"
+        } else {
+            ""
+        },
+        report.table(),
+        report.cluster_tables(),
+        report.wait_table(),
     );
     for (name, text) in [("throughput.json", json), ("throughput.md", md)] {
         let path = args.out.join(name);
         std::fs::write(&path, text)
             .map_err(|e| Error::Config(format!("cannot write {}: {e}", path.display())))?;
     }
-    println!("\n{}", report.table());
+    println!(
+        "\n{}\n{}\n{}",
+        report.table(),
+        report.cluster_tables(),
+        report.wait_table()
+    );
+    Ok(())
+}
+
+/// Refuses `--wait-replicas n` when a primary has fewer than `n` replicas
+/// connected: every write would time out.
+async fn check_replicas(primaries: &[String], n: u32) -> Result<()> {
+    for url in primaries {
+        let replication = info(&mut crate::connect(url).await?, "replication").await?;
+        let connected: u32 = replication
+            .get("connected_slaves")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if connected < n {
+            return Err(Error::Config(format!(
+                "--wait-replicas {n}: {url} has {connected} replicas connected (start a cluster with --replicas {n})"
+            )));
+        }
+    }
     Ok(())
 }

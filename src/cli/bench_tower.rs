@@ -56,9 +56,10 @@ struct Row {
 }
 
 pub(super) async fn run(args: TowerArgs) -> Result<()> {
-    let target = args.target.connect().await?;
+    // The peer crate's store is set up for one server.
+    let (target, url) = args.target.connect_server("bench tower").await?;
     target.flush().await?;
-    let mut conn = redis::Client::open(target.url.as_str())?
+    let mut conn = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
     let server = ServerInfo::read(&mut conn).await?;
@@ -95,7 +96,7 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             // remembers every session (a request saves what it loaded
             // moments before).
             let store = TowerStore::new(
-                crate::connect(&target.url).await?,
+                crate::connect(&url).await?,
                 CompactConfig::new(bits).with_id_width(IdWidth::Bits128),
             )
             .await?
@@ -107,7 +108,7 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                 store: Arc::new(store) as DynStore,
                 unseen: Arc::new(unseen) as DynStore,
             }];
-            if let Some(peer) = peer_store(&target.url).await? {
+            if let Some(peer) = peer_store(&url).await? {
                 contenders.push(Contender {
                     label: PEER.into(),
                     store: peer.clone(),

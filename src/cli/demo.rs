@@ -33,13 +33,13 @@ async fn used_memory(conn: &mut redis::aio::ConnectionManager) -> Result<u64> {
 }
 
 pub(super) async fn run(args: DemoArgs) -> Result<()> {
-    let target = args.target.connect().await?;
+    let (target, url) = args.target.connect_server("demo").await?;
     target.flush().await?;
-    let mut conn = crate::connect(&target.url).await?;
+    let mut conn = crate::connect(&url).await?;
     let layout = Compact::new(conn.clone(), CompactConfig::new(args.bucket_bits)).await?;
     println!(
         "server {} with {} compact buckets; listpack limits {:?}",
-        target.url,
+        url,
         layout.buckets().count(),
         layout.limits()
     );

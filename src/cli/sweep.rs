@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::buckets::DEFAULT_NAMESPACE;
+use crate::connect::Endpoint;
 use crate::error::{Error, Result};
 use crate::meta::StoreMeta;
 use crate::sweep::{DEFAULT_SEGMENTS, SweepConfig, SweepTarget, Sweeper};
@@ -12,10 +13,14 @@ use crate::{Bucketed, BucketedConfig, Compact, CompactConfig, IdWidth};
 
 /// Arguments of `sessionpack sweep`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("server").required(true).args(["redis_url", "cluster_url"])))]
 pub struct SweepArgs {
     /// The store's server.
     #[arg(long, value_name = "URL")]
-    redis_url: String,
+    redis_url: Option<String>,
+    /// A node of the store's Redis Cluster (repeat to name more seeds).
+    #[arg(long, value_name = "URL")]
+    cluster_url: Vec<String>,
     /// The store's key namespace.
     #[arg(long, default_value = DEFAULT_NAMESPACE)]
     namespace: String,
@@ -38,7 +43,11 @@ pub struct SweepArgs {
 }
 
 pub(super) async fn run(args: SweepArgs) -> Result<()> {
-    let conn = crate::connect(&args.redis_url).await?;
+    let endpoint = match &args.redis_url {
+        Some(url) => Endpoint::Server(url.clone()),
+        None => Endpoint::Cluster(args.cluster_url.clone()),
+    };
+    let conn = endpoint.connect().await?;
     let meta = StoreMeta::read(&conn, &args.namespace).await?;
     let bucket_bits = match (args.bucket_bits, &meta) {
         (Some(bits), _) => bits,
@@ -78,9 +87,17 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
         .with_run_at_start(true);
     config.max_sessions = args.max_sessions;
     println!(
-        "sweeping {} buckets of {} every {:?} in {} segments{}",
+        "sweeping {} buckets of {}{} every {:?} in {} segments{}",
         buckets,
         args.namespace,
+        if endpoint.is_cluster() {
+            format!(
+                " on a cluster of {} primaries",
+                endpoint.primaries().await?.len()
+            )
+        } else {
+            String::new()
+        },
         config.interval,
         config.segments,
         args.max_sessions

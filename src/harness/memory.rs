@@ -5,11 +5,12 @@
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 
-use super::info::{MemorySample, ServerInfo, wait_for_rehash};
+use super::info::{MemorySample, ServerInfo};
+use super::nodes::Nodes;
 use crate::buckets::Buckets;
+use crate::connect::Endpoint;
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, SessionId};
 use crate::layout::{AnyLayout, Layout, LayoutKind};
@@ -158,78 +159,20 @@ impl Progress for () {
     fn finish(&mut self, _: &RunResult) {}
 }
 
-/// Loads `sessions` sessions for `spec` into an emptied server in `steps`
-/// steps, measuring after each.
+/// Loads `sessions` sessions for `spec` into an emptied server (or
+/// cluster) in `steps` steps, measuring after each; on a cluster, memory is
+/// the sum over its primaries.
 pub async fn run(
-    url: &str,
+    endpoint: &Endpoint,
     spec: RunSpec,
     sessions: u64,
     steps: u32,
     ttl_secs: u64,
     progress: &mut dyn Progress,
 ) -> Result<RunResult> {
-    let nodes = Nodes::connect(&[url.to_owned()]).await?;
-    let conn = crate::connect::connect(url).await?;
+    let nodes = Nodes::connect(&endpoint.primaries().await?).await?;
+    let conn = endpoint.connect().await?;
     run_on(conn, nodes, spec, sessions, steps, ttl_secs, progress).await
-}
-
-/// [`run`] on a Redis Cluster whose primaries are `primaries`: memory is
-/// the sum over them.
-#[cfg(feature = "cluster")]
-pub async fn run_cluster(
-    primaries: &[String],
-    spec: RunSpec,
-    sessions: u64,
-    steps: u32,
-    ttl_secs: u64,
-    progress: &mut dyn Progress,
-) -> Result<RunResult> {
-    let nodes = Nodes::connect(primaries).await?;
-    let conn = crate::cluster::connect(primaries).await?;
-    run_on(conn, nodes, spec, sessions, steps, ttl_secs, progress).await
-}
-
-/// The servers whose memory a run reads: one, or a cluster's primaries,
-/// each through its own connection.
-struct Nodes(Vec<ConnectionManager>);
-
-impl Nodes {
-    async fn connect(urls: &[String]) -> Result<Self> {
-        let mut conns = Vec::with_capacity(urls.len());
-        for url in urls {
-            conns.push(crate::connect::connect(url).await?);
-        }
-        Ok(Self(conns))
-    }
-
-    /// Empties every node and lets its allocator hand freed pages back, so
-    /// RSS starts low.
-    async fn flush(&mut self) -> Result<()> {
-        for conn in &mut self.0 {
-            let _: () = redis::cmd("FLUSHALL").arg("SYNC").query_async(conn).await?;
-            let _: redis::RedisResult<()> =
-                redis::cmd("MEMORY").arg("PURGE").query_async(conn).await;
-        }
-        Ok(())
-    }
-
-    /// The nodes' figures, summed.
-    async fn sample(&mut self) -> Result<MemorySample> {
-        let mut samples = Vec::with_capacity(self.0.len());
-        for conn in &mut self.0 {
-            samples.push(MemorySample::read(conn).await?);
-        }
-        Ok(MemorySample::sum(&samples))
-    }
-
-    /// Waits for every node's rehashing (see [`wait_for_rehash`]).
-    async fn settle(&mut self, max: Duration) -> Result<bool> {
-        let mut settled = true;
-        for conn in &mut self.0 {
-            settled &= wait_for_rehash(conn, max).await?;
-        }
-        Ok(settled)
-    }
 }
 
 async fn run_on<C>(

@@ -4,6 +4,7 @@
 pub mod churn;
 pub mod info;
 pub mod memory;
+pub mod nodes;
 pub mod plot;
 pub mod report;
 pub mod throughput;

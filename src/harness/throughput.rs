@@ -1,12 +1,13 @@
 //! The throughput benchmark: operations per second per layout on one
-//! server, beside `redis-benchmark`'s plain SET on the same server in the
-//! same run, so every figure is also a ratio.
+//! server or a cluster, beside `redis-benchmark`'s plain SET on the same
+//! servers in the same run, so every figure is also a ratio; server CPU and
+//! commands per operation, per primary on a cluster.
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::info::server_cpu_secs;
+use super::nodes::{Nodes, Work, work_since};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::layout::{Layout, LayoutKind};
@@ -68,9 +69,16 @@ pub struct Rate {
     /// Sessions per second.
     pub ops_per_sec: f64,
     /// Redis server CPU (user + sys, `INFO cpu` delta) per session, in
-    /// microseconds.
+    /// microseconds; on a cluster, summed over the primaries.
     #[serde(default)]
     pub server_cpu_us: f64,
+    /// Each primary's share of `server_cpu_us`, in microseconds per
+    /// session (one entry on a single server).
+    #[serde(default)]
+    pub node_cpu_us: Vec<f64>,
+    /// Commands each primary processed per session.
+    #[serde(default)]
+    pub node_commands: Vec<f64>,
 }
 
 /// `redis-benchmark -t set` on the same server: one request at a time per
@@ -83,9 +91,11 @@ pub struct SetBaseline {
     pub pipelined: f64,
 }
 
-/// Runs `redis-benchmark -t set` against `port`.
+/// Runs `redis-benchmark -t set` against `port` (with `--cluster`, the
+/// cluster that node belongs to).
 pub fn redis_benchmark_set(
     port: u16,
+    cluster: bool,
     clients: usize,
     pipeline: usize,
     requests: u64,
@@ -109,6 +119,7 @@ pub fn redis_benchmark_set(
             &requests.to_string(),
         ])
         .args(["-r", "1000000", "-d", "8"])
+        .args(cluster.then_some("--cluster"))
         .output()
         .map_err(|e| {
             Error::Config(format!(
@@ -127,34 +138,34 @@ pub fn redis_benchmark_set(
 
 /// Measures `ops` on one layout: `clients` concurrent callers for single
 /// operations, each batch call for batched ones, `sessions` sessions per op.
-/// `probe` is a separate connection to the same server, for `INFO cpu`.
-pub async fn measure<L, P>(
+/// `nodes` are the servers holding the data (a cluster's primaries), read
+/// for CPU time and commands processed.
+pub async fn measure<L>(
     label: &str,
     store: Store<L, ()>,
     clients: usize,
     sessions: usize,
-    probe: &mut P,
+    nodes: &mut Nodes,
 ) -> Result<Vec<Rate>>
 where
     L: Layout + 'static,
-    P: redis::aio::ConnectionLike + Send,
 {
     let store = std::sync::Arc::new(store);
     let mut rates = Vec::new();
     let identities: Vec<(u64, ())> = (0..sessions as u64).map(|i| (1 << 20 | i, ())).collect();
 
     // Batched create also seeds the sessions the other operations use.
-    let cpu = server_cpu_secs(probe).await?;
+    let work = nodes.work().await?;
     let started = Instant::now();
     let mut ids = Vec::with_capacity(sessions);
     for chunk in identities.chunks(BATCH) {
         ids.extend(store.create_many(chunk).await?);
     }
     let took = started.elapsed();
-    let cpu = server_cpu_secs(probe).await? - cpu;
-    rates.push(rate(label, Op::CreateBatch, sessions, took, cpu));
+    let work = work_since(&nodes.work().await?, &work);
+    rates.push(rate(label, Op::CreateBatch, sessions, took, &work));
 
-    let cpu = server_cpu_secs(probe).await?;
+    let work = nodes.work().await?;
     let started = Instant::now();
     for chunk in ids.chunks(BATCH) {
         let found = store.load_many(chunk).await?;
@@ -165,11 +176,11 @@ where
         }
     }
     let took = started.elapsed();
-    let cpu = server_cpu_secs(probe).await? - cpu;
-    rates.push(rate(label, Op::LoadBatch, sessions, took, cpu));
+    let work = work_since(&nodes.work().await?, &work);
+    rates.push(rate(label, Op::LoadBatch, sessions, took, &work));
 
     for op in [Op::Create, Op::Load, Op::Touch] {
-        let cpu = server_cpu_secs(probe).await?;
+        let work = nodes.work().await?;
         let started = Instant::now();
         let per_client = sessions / clients;
         let mut tasks = tokio::task::JoinSet::new();
@@ -196,18 +207,21 @@ where
             done.map_err(|e| Error::Config(format!("benchmark task failed: {e}")))??;
         }
         let took = started.elapsed();
-        let cpu = server_cpu_secs(probe).await? - cpu;
-        rates.push(rate(label, op, per_client * clients, took, cpu));
+        let work = work_since(&nodes.work().await?, &work);
+        rates.push(rate(label, op, per_client * clients, took, &work));
     }
     Ok(rates)
 }
 
-fn rate(label: &str, op: Op, n: usize, took: Duration, cpu_secs: f64) -> Rate {
+fn rate(label: &str, op: Op, n: usize, took: Duration, work: &[Work]) -> Rate {
+    let per = |x: f64| x / n.max(1) as f64;
     Rate {
         layout: label.to_owned(),
         op,
         ops_per_sec: n as f64 / took.as_secs_f64().max(1e-9),
-        server_cpu_us: cpu_secs * 1e6 / n.max(1) as f64,
+        server_cpu_us: per(work.iter().map(|w| w.cpu_secs).sum::<f64>() * 1e6),
+        node_cpu_us: work.iter().map(|w| per(w.cpu_secs * 1e6)).collect(),
+        node_commands: work.iter().map(|w| per(w.commands as f64)).collect(),
     }
 }
 
@@ -219,32 +233,38 @@ pub fn medians(all: &[Rate]) -> Vec<Rate> {
         if out.iter().any(|o| o.layout == r.layout && o.op == r.op) {
             continue;
         }
-        let mut v: Vec<f64> = all
+        let same: Vec<&Rate> = all
             .iter()
             .filter(|o| o.layout == r.layout && o.op == r.op)
-            .map(|o| o.ops_per_sec)
             .collect();
-        v.sort_by(f64::total_cmp);
-        let mut cpu: Vec<f64> = all
-            .iter()
-            .filter(|o| o.layout == r.layout && o.op == r.op)
-            .map(|o| o.server_cpu_us)
-            .collect();
-        cpu.sort_by(f64::total_cmp);
+        let median = |f: &dyn Fn(&Rate) -> Option<f64>| {
+            let mut v: Vec<f64> = same.iter().filter_map(|o| f(o)).collect();
+            v.sort_by(f64::total_cmp);
+            median_of(&v)
+        };
+        let per_node = |f: &dyn Fn(&Rate) -> &Vec<f64>| {
+            (0..f(r).len())
+                .map(|i| median(&|o| f(o).get(i).copied()))
+                .collect()
+        };
         out.push(Rate {
             layout: r.layout.clone(),
             op: r.op,
-            ops_per_sec: median_of(&v),
-            server_cpu_us: median_of(&cpu),
+            ops_per_sec: median(&|o| Some(o.ops_per_sec)),
+            server_cpu_us: median(&|o| Some(o.server_cpu_us)),
+            node_cpu_us: per_node(&|o| &o.node_cpu_us),
+            node_commands: per_node(&|o| &o.node_commands),
         });
     }
     out
 }
 
-/// The median of sorted values.
+/// The median of sorted values (0 for none).
 fn median_of(v: &[f64]) -> f64 {
     let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
+    if v.is_empty() {
+        0.0
+    } else if v.len() % 2 == 1 {
         v[mid]
     } else {
         (v[mid - 1] + v[mid]) / 2.0
@@ -273,6 +293,49 @@ pub struct ThroughputReport {
     pub all_rates: Vec<Rate>,
     /// The layouts, in order.
     pub layouts: Vec<LayoutKind>,
+    /// The servers holding the data: one, or a cluster's primaries.
+    #[serde(default)]
+    pub primaries: Vec<String>,
+    /// How each layout's data spread over the primaries (last round).
+    #[serde(default)]
+    pub spread: Vec<Spread>,
+    /// Replicas each write waited for, in the rows labelled with
+    /// [`wait_label`].
+    #[serde(default)]
+    pub wait_replicas: Option<u32>,
+}
+
+/// How one layout's keys and memory spread over a cluster's primaries,
+/// read after its operations ran.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Spread {
+    /// The layout's label.
+    pub layout: String,
+    /// Keys on each primary (`DBSIZE`): buckets x 2 for the bucketed
+    /// layouts, sessions for key-per-session.
+    pub keys: Vec<u64>,
+    /// Each primary's `used_memory` less what it used empty.
+    pub used_memory: Vec<u64>,
+}
+
+/// The label of `label`'s rows measured with every write waiting for
+/// `replicas` replicas (`WAIT`).
+pub fn wait_label(label: &str, replicas: u32) -> String {
+    format!("{label} + WAIT {replicas}")
+}
+
+/// How uneven `v` is: its largest value over its mean (1.00 = even).
+pub fn max_over_mean(v: &[f64]) -> f64 {
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let max = v.iter().copied().fold(0.0, f64::max);
+    if mean > 0.0 { max / mean } else { 1.0 }
+}
+
+fn list(v: &[f64], digits: usize) -> String {
+    v.iter()
+        .map(|x| format!("{x:.digits$}"))
+        .collect::<Vec<_>>()
+        .join(" / ")
 }
 
 impl ThroughputReport {
@@ -290,10 +353,18 @@ impl ThroughputReport {
             } else {
                 self.set_baseline.single
             };
+            // Rows that waited for replicas compare with packed-setex's
+            // that did.
+            let packed_label = match self.wait_replicas {
+                Some(n) if r.layout.ends_with(&wait_label("", n)) => {
+                    wait_label(LayoutKind::PackedSetex.name(), n)
+                }
+                _ => LayoutKind::PackedSetex.name().to_owned(),
+            };
             let packed = self
                 .rates
                 .iter()
-                .find(|p| p.op == r.op && p.layout == LayoutKind::PackedSetex.name());
+                .find(|p| p.op == r.op && p.layout == packed_label);
             let speed = packed
                 .map(|p| format!("{:.2}x", r.ops_per_sec / p.ops_per_sec))
                 .unwrap_or_default();
@@ -310,6 +381,94 @@ impl ThroughputReport {
                 speed,
                 r.server_cpu_us,
                 cpu
+            );
+        }
+        s
+    }
+
+    /// On a cluster, a markdown table of each operation's server CPU and
+    /// commands per primary, and one of each layout's keys and memory per
+    /// primary; empty on one server.
+    pub fn cluster_tables(&self) -> String {
+        use std::fmt::Write as _;
+        if self.primaries.len() < 2 {
+            return String::new();
+        }
+        let mut s = format!(
+            "Per primary ({}), in that order:\n\n| layout | operation | server CPU µs/op per primary | CPU max/mean | commands/op per primary |\n|---|---|---|---:|---|\n",
+            self.primaries.join(", ")
+        );
+        for r in &self.rates {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.2} | {} |",
+                r.layout,
+                r.op.name(),
+                list(&r.node_cpu_us, 2),
+                max_over_mean(&r.node_cpu_us),
+                list(&r.node_commands, 2),
+            );
+        }
+        s += "\n| layout | keys per primary | keys max/mean | used_memory MiB per primary | memory max/mean |\n|---|---|---:|---|---:|\n";
+        for sp in &self.spread {
+            let keys: Vec<f64> = sp.keys.iter().map(|&k| k as f64).collect();
+            let mem: Vec<f64> = sp
+                .used_memory
+                .iter()
+                .map(|&m| m as f64 / (1024.0 * 1024.0))
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.2} | {} | {:.2} |",
+                sp.layout,
+                list(&keys, 0),
+                max_over_mean(&keys),
+                list(&mem, 1),
+                max_over_mean(&mem),
+            );
+        }
+        s
+    }
+
+    /// With `--wait-replicas`, a markdown table of what waiting costs each
+    /// layout and operation: rate and server CPU with `WAIT` over without,
+    /// and the mean time one caller waits per operation.
+    pub fn wait_table(&self) -> String {
+        use std::fmt::Write as _;
+        let Some(n) = self.wait_replicas else {
+            return String::new();
+        };
+        let mut s = format!(
+            "Every write followed by `WAIT {n}` against the same layout without it (mean time per call = callers / rate for one-at-a-time operations, the batch's for batches):\n\n| layout | operation | sessions/s without | with WAIT | rate with/without | ms per call without | with WAIT | server CPU with/without |\n|---|---|---:|---:|---:|---:|---:|---:|\n"
+        );
+        for r in &self.rates {
+            let Some(w) = self
+                .rates
+                .iter()
+                .find(|w| w.op == r.op && w.layout == wait_label(&r.layout, n))
+            else {
+                continue;
+            };
+            let per_call = |rate: &Rate| {
+                // Sessions one call carries, over the rate one caller sees.
+                let sessions = if r.op.is_batched() {
+                    BATCH as f64
+                } else {
+                    self.clients as f64
+                };
+                1e3 * sessions / rate.ops_per_sec.max(1e-9)
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {:.0} | {:.2}x | {:.3} | {:.3} | {:.2}x |",
+                r.layout,
+                r.op.name(),
+                r.ops_per_sec,
+                w.ops_per_sec,
+                w.ops_per_sec / r.ops_per_sec.max(1e-9),
+                per_call(r),
+                per_call(w),
+                w.server_cpu_us / r.server_cpu_us.max(1e-9),
             );
         }
         s
