@@ -324,6 +324,13 @@ async fn the_sweep_daemon_and_the_advisor_take_a_cluster() {
         "1000000",
     ]));
     assert!(text.contains("from Server"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "On a cluster of 3 primaries (as {seed} reports its slots)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("| compact | 2^"), "{text}");
     // A primary configured differently from the others is named.
     let odd = &cluster.primaries()[1];
     let _: () = redis::cmd("CONFIG")

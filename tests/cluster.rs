@@ -214,3 +214,125 @@ async fn the_books_design_is_refused_by_a_cluster_with_a_short_error() {
         other => panic!("expected a Redis error, got {other:?}"),
     }
 }
+
+/// Sessions held: every bucket's fields, read through the cluster.
+async fn fields_held(conn: &Cluster, keys: impl Iterator<Item = String>) -> u64 {
+    let mut pipe = redis::pipe();
+    for key in keys {
+        pipe.hlen(key);
+    }
+    let lens: Vec<u64> = pipe.query_async(&mut conn.clone()).await.unwrap();
+    lens.iter().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_and_the_segment_leases_hold_on_a_cluster() {
+    let c = start();
+    let conn = conn(&c).await;
+    // 32 hash tags for the compact layout's 2^12 buckets; 2^9 bucketed
+    // buckets, one tag each: both spread over every primary.
+    let compact = Compact::new(conn.clone(), CompactConfig::new(12).with_namespace("c"))
+        .await
+        .unwrap();
+    let bucketed = Bucketed::new(conn.clone(), BucketedConfig::new(9).with_namespace("b"))
+        .await
+        .unwrap();
+    let batch: Vec<(u64, ())> = (0..8000).map(|i| (i, ())).collect();
+    Store::new(compact.clone())
+        .create_many(&batch)
+        .await
+        .unwrap();
+    Store::new(bucketed.clone())
+        .create_many(&batch)
+        .await
+        .unwrap();
+    // Four sweepers at once share two segments and one cap lease each.
+    let config = SweepConfig::default()
+        .with_segments(2)
+        .with_max_sessions(5000);
+    let evicted = |reports: Vec<sessionpack::sweep::PassReport>| -> u64 {
+        reports.iter().map(|r| r.evicted).sum()
+    };
+    let compact_evicted =
+        evicted(common::concurrent_passes(compact.clone(), config.clone(), 4).await);
+    let bucketed_evicted = evicted(common::concurrent_passes(bucketed.clone(), config, 4).await);
+    let scheme = compact.scheme().clone();
+    assert_eq!(
+        fields_held(
+            &conn,
+            (0..compact.buckets().count()).map(|b| scheme.bucket_key(b))
+        )
+        .await,
+        5000
+    );
+    assert_eq!(compact_evicted, 3000);
+    let buckets = bucketed.buckets().clone();
+    assert_eq!(
+        fields_held(&conn, (0..buckets.count()).map(|b| buckets.hash_key(b))).await,
+        5000
+    );
+    assert_eq!(bucketed_evicted, 3000);
+    // Every bucket's HASH and ZSET name the same sessions (each primary
+    // audits the buckets it holds).
+    let mut sessions = 0;
+    for node in c.primaries() {
+        let audit = common::audit(&mut common::raw(node).await, &buckets).await;
+        assert_eq!(
+            (audit.fields_without_expiry, audit.expiries_without_field),
+            (0, 0),
+            "{audit:?}"
+        );
+        sessions += audit.sessions;
+    }
+    assert_eq!(sessions, 5000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_and_hash_tags_are_placed_as_the_cluster_places_them() {
+    use sessionpack::cluster::slots;
+    let c = start();
+    let seed = c.primaries()[0].url();
+    // A new cluster's primaries hold the ranges the advisor assumes.
+    let ranges = slots::primary_ranges(&seed).await.unwrap();
+    let mut held: Vec<Vec<std::ops::RangeInclusive<u16>>> =
+        ranges.iter().map(|(_, r)| r.clone()).collect();
+    held.sort_by_key(|r| *r[0].start());
+    let even: Vec<Vec<std::ops::RangeInclusive<u16>>> =
+        slots::even_ranges(3).into_iter().map(|r| vec![r]).collect();
+    assert_eq!(held, even);
+    for (url, r) in &ranges {
+        let node = c.primaries().into_iter().find(|n| n.url() == *url).unwrap();
+        let mine: Vec<(u16, u16)> = r.iter().map(|r| (*r.start(), *r.end())).collect();
+        assert_eq!(c.slot_ranges(node).unwrap(), mine);
+    }
+    // Key slots are the server's, for sessionpack's keys and others.
+    let layout = Compact::new(conn(&c).await, CompactConfig::new(12))
+        .await
+        .unwrap();
+    let scheme = layout.scheme().clone();
+    for key in (0..scheme.groups())
+        .map(|g| scheme.index_key(g))
+        .chain(["foo", "a{}", "{}b{c}", "{user1000}.x"].map(String::from))
+    {
+        assert_eq!(
+            slots::key_slot(key.as_bytes()),
+            c.key_slot(&key).unwrap(),
+            "{key}"
+        );
+    }
+    // The tags each primary serves are the groups whose keys it holds.
+    let store: Store<_, ()> = Store::new(layout.clone());
+    let batch: Vec<(u64, ())> = (0..20_000).map(|i| (i, ())).collect();
+    store.create_many(&batch).await.unwrap();
+    let tags: Vec<String> = (0..scheme.groups()).map(|g| scheme.tag(g)).collect();
+    let predicted = slots::tags_per_primary(
+        tags,
+        &ranges.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
+    );
+    for ((url, _), groups) in ranges.iter().zip(predicted) {
+        let node = c.primaries().into_iter().find(|n| n.url() == *url).unwrap();
+        let mut raw = common::raw(node).await;
+        let index_keys: Vec<String> = raw.keys("sp:*:i").await.unwrap();
+        assert_eq!(index_keys.len() as u64, groups, "{url}");
+    }
+}

@@ -4,10 +4,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::Buckets;
 use crate::advisor::{self, DEFAULT_IDENTITY, DEFAULT_MAX_CONVERTED, Prediction, Workload};
+use crate::cluster::slots;
 use crate::error::{Error, Result};
 use crate::harness::memory::{FIRST_IDENTITY, MemoryReport, human_count};
 use crate::layout::LayoutKind;
+use crate::layout::compact::GroupedBuckets;
 use crate::limits::ListpackLimits;
 
 /// Arguments of `sessionpack advise`.
@@ -20,9 +23,15 @@ pub struct AdviseArgs {
     #[arg(long, value_name = "URL", conflicts_with = "cluster_url")]
     redis_url: Option<String>,
     /// Read the listpack limits from the primaries of the Redis Cluster
-    /// this node belongs to (they must agree).
+    /// this node belongs to (they must agree), and show how the picks'
+    /// hash tags spread over its primaries' slots.
     #[arg(long, value_name = "URL")]
     cluster_url: Option<String>,
+    /// Show how the picks' hash tags would spread over a new cluster of
+    /// this many primaries (slots split as `redis-cli --cluster create`
+    /// does).
+    #[arg(long, conflicts_with = "cluster_url", value_parser = clap::value_parser!(u16).range(1..=1000))]
+    primaries: Option<u16>,
     /// A typical identity value (its size sets the record's).
     #[arg(long, default_value_t = DEFAULT_IDENTITY)]
     identity: u64,
@@ -260,6 +269,98 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
             best
         };
         println!("{}", row(&advisor::predict(layout, bits, &w)));
+    }
+    let ranges = match (&args.cluster_url, args.primaries) {
+        (Some(seed), _) => Some((
+            format!("as {seed} reports its slots"),
+            crate::cluster::slots::primary_ranges(seed)
+                .await?
+                .into_iter()
+                .map(|(_, r)| r)
+                .collect::<Vec<_>>(),
+        )),
+        (None, Some(n)) => Some((
+            "slots split evenly, as `redis-cli --cluster create` does".to_owned(),
+            slots::even_ranges(usize::from(n))
+                .into_iter()
+                .map(|r| vec![r])
+                .collect(),
+        )),
+        (None, None) => None,
+    };
+    if let Some((how, ranges)) = ranges {
+        cluster_spread(&how, &ranges, &w, compact, best)?;
+    }
+    Ok(())
+}
+
+/// The most the fullest primary may hold over the mean before the advisor
+/// suggests more buckets.
+const MAX_SPREAD: f64 = 1.10;
+
+/// How the picks' hash tags spread over a cluster's primaries: a compact
+/// store's 2^b buckets are 2^(b-7) hash tags, a bucketed store's one each.
+fn cluster_spread(
+    how: &str,
+    ranges: &[Vec<std::ops::RangeInclusive<u16>>],
+    w: &Workload,
+    compact: u8,
+    best: u8,
+) -> Result<()> {
+    let tags = |layout: LayoutKind, bits: u8| -> Result<Vec<String>> {
+        let buckets = Buckets::new("sp", bits)?;
+        Ok(if layout == LayoutKind::Compact {
+            let scheme = GroupedBuckets::new(buckets);
+            (0..scheme.groups()).map(|g| scheme.tag(g)).collect()
+        } else {
+            (0..buckets.count()).map(|b| buckets.tag(b)).collect()
+        })
+    };
+    let fullest = |counts: &[u64]| {
+        let mean = counts.iter().sum::<u64>() as f64 / counts.len().max(1) as f64;
+        counts.iter().copied().max().unwrap_or(0) as f64 / mean.max(1e-9)
+    };
+    println!(
+        "\nOn a cluster of {} primaries ({how}): a store's data and load follow its hash tags.\n\n| layout | buckets | hash tags | tags per primary | fullest primary vs mean |\n|---|---|---:|---|---:|",
+        ranges.len()
+    );
+    for (layout, bits) in [(LayoutKind::Compact, compact), (LayoutKind::Bucketed, best)] {
+        let tags = tags(layout, bits)?;
+        let counts = slots::tags_per_primary(tags.iter().cloned(), ranges);
+        println!(
+            "| {layout} | 2^{bits} | {} | {} | {:.2}x |",
+            tags.len(),
+            counts
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" / "),
+            fullest(&counts)
+        );
+    }
+    let compact_spread = fullest(&slots::tags_per_primary(
+        tags(LayoutKind::Compact, compact)?,
+        ranges,
+    ));
+    if compact_spread > MAX_SPREAD {
+        let even = (compact + 1..=24).find(|&bits| {
+            tags(LayoutKind::Compact, bits)
+                .map(|t| fullest(&slots::tags_per_primary(t, ranges)) <= MAX_SPREAD)
+                .unwrap_or(false)
+        });
+        match even {
+            Some(bits) => {
+                let p = advisor::predict(LayoutKind::Compact, bits, w);
+                println!(
+                    "\ncompact at 2^{bits} is the fewest buckets whose hash tags put at most {MAX_SPREAD:.2}x the mean on one primary: {:.1} bytes/session, {} in all.",
+                    p.bytes_per_session,
+                    mib(p.total_bytes)
+                );
+            }
+            None => println!(
+                "\nno compact store of up to 2^24 buckets spreads within {MAX_SPREAD:.2}x over these slot ranges."
+            ),
+        }
     }
     Ok(())
 }

@@ -76,13 +76,14 @@ where
 
 /// One pass each of `sweepers` sweepers over `layout`, run at once; their
 /// reports.
-pub async fn concurrent_passes<T>(
+pub async fn concurrent_passes<T, C>(
     layout: T,
     config: sessionpack::sweep::SweepConfig,
     sweepers: usize,
 ) -> Vec<sessionpack::sweep::PassReport>
 where
-    T: Into<sessionpack::sweep::SweepTarget<ConnectionManager>> + Clone,
+    T: Into<sessionpack::sweep::SweepTarget<C>> + Clone,
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     let passes: Vec<_> = (0..sweepers)
         .map(|_| {

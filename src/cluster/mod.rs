@@ -20,6 +20,8 @@
 //! # Ok(()) }
 //! ```
 
+pub mod slots;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
