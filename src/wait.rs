@@ -13,8 +13,11 @@
 //! replica that confirmed it.
 //!
 //! The cost is a round trip per write, and the replicas' lag added to
-//! every write's latency; on a cluster, `WAIT` goes to every primary (the
-//! cluster client routes it so). Reads are sent as they are.
+//! every write's latency. A single command carries its `WAIT` in the same
+//! pipeline; after a transaction or a pipeline, the connection decides
+//! where the `WAIT` goes ([`WaitAfter`]): on a cluster, to the primary that
+//! ran it when its keys share a slot (every sessionpack transaction), to
+//! every primary otherwise. Reads are sent as they are.
 //!
 //! ```no_run
 //! # async fn run() -> sessionpack::Result<()> {
@@ -110,9 +113,42 @@ fn writes(cmd: &Cmd) -> bool {
     }
 }
 
+/// A connection [`WaitForReplicas`] can wrap: where the `WAIT` that
+/// follows a pipeline or a transaction goes.
+pub trait WaitAfter: redis::aio::ConnectionLike + Send {
+    /// Sends `wait` after `pipeline` has run. One server's connections send
+    /// it as they send any command; a cluster's route it to the primary
+    /// that ran the pipeline.
+    fn wait_after<'a>(
+        &'a mut self,
+        wait: &'a Cmd,
+        pipeline: &'a Pipeline,
+    ) -> RedisFuture<'a, Value> {
+        let _ = pipeline;
+        self.req_packed_command(wait)
+    }
+}
+
+impl WaitAfter for redis::aio::ConnectionManager {}
+impl WaitAfter for redis::aio::MultiplexedConnection {}
+
+impl WaitAfter for crate::connect::AnyConnection {
+    fn wait_after<'a>(
+        &'a mut self,
+        wait: &'a Cmd,
+        pipeline: &'a Pipeline,
+    ) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Server(c) => c.wait_after(wait, pipeline),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(c) => c.wait_after(wait, pipeline),
+        }
+    }
+}
+
 impl<C> WaitForReplicas<C>
 where
-    C: redis::aio::ConnectionLike + Send,
+    C: WaitAfter,
 {
     fn wait_cmd(&self) -> Cmd {
         let mut cmd = redis::cmd("WAIT");
@@ -120,9 +156,10 @@ where
         cmd
     }
 
-    /// Sends `WAIT` and checks its reply.
-    async fn wait(&mut self) -> redis::RedisResult<()> {
-        let reply = self.inner.req_packed_command(&self.wait_cmd()).await?;
+    /// Sends `WAIT` where `pipeline` ran and checks its reply.
+    async fn wait_after(&mut self, pipeline: &Pipeline) -> redis::RedisResult<()> {
+        let wait = self.wait_cmd();
+        let reply = self.inner.wait_after(&wait, pipeline).await?;
         self.check(&reply)
     }
 
@@ -142,7 +179,7 @@ where
 
 impl<C> redis::aio::ConnectionLike for WaitForReplicas<C>
 where
-    C: redis::aio::ConnectionLike + Send,
+    C: WaitAfter,
 {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
@@ -172,15 +209,15 @@ where
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             // A pipeline (a transaction, or writes to many slots) is
-            // followed by its own WAIT: on a cluster the client sends that
-            // to every primary. Were the connection re-established in
-            // between, the WAIT would see none of the pipeline's writes.
+            // followed by its own WAIT, where the pipeline ran. Were the
+            // connection re-established in between, the WAIT would see
+            // none of the pipeline's writes.
             let replies = self
                 .inner
                 .req_packed_commands(pipeline, offset, count)
                 .await?;
             if pipeline.cmd_iter().any(writes) {
-                self.wait().await?;
+                self.wait_after(pipeline).await?;
             }
             Ok(replies)
         })

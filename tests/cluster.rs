@@ -336,3 +336,37 @@ async fn slots_and_hash_tags_are_placed_as_the_cluster_places_them() {
         assert_eq!(index_keys.len() as u64, groups, "{url}");
     }
 }
+
+/// Writes that wait for a replica on a cluster: a transaction's `WAIT`
+/// goes to the one primary that ran it, not to all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_replicas_asks_only_the_primary_that_wrote() {
+    use sessionpack::wait::WaitForReplicas;
+    let c = start();
+    let conn = WaitForReplicas::new(conn(&c).await, 1, Duration::from_secs(2));
+    let layout = Compact::new(conn, CompactConfig::new(12)).await.unwrap();
+    let store: Store<_, ()> = Store::new(layout);
+    let mut raws = Vec::new();
+    for node in c.primaries() {
+        raws.push(common::raw(node).await);
+    }
+    let mut before = 0;
+    for raw in &mut raws {
+        before += common::calls(raw, "wait").await;
+    }
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        ids.push(store.create(i, ()).await.unwrap().id);
+    }
+    let mut after = 0;
+    for raw in &mut raws {
+        after += common::calls(raw, "wait").await;
+    }
+    // One WAIT per create (a transaction on its bucket's primary).
+    assert_eq!(after - before, 60);
+    assert_eq!(common::found(&store, &ids).await, 60);
+    for id in &ids[..10] {
+        assert!(store.destroy(id).await.unwrap());
+    }
+    assert_eq!(common::found(&store, &ids).await, 50);
+}

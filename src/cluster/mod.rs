@@ -257,6 +257,35 @@ impl redis::aio::ConnectionLike for Cluster {
     }
 }
 
+impl crate::wait::WaitAfter for Cluster {
+    /// To the primary of the pipeline's slot when its keys share one (as
+    /// every transaction's do), so one primary waits for its replicas;
+    /// else to every primary (the cluster client's routing for `WAIT`).
+    fn wait_after<'a>(
+        &'a mut self,
+        wait: &'a Cmd,
+        pipeline: &'a Pipeline,
+    ) -> RedisFuture<'a, Value> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        Box::pin(async move {
+            let mut slots = pipeline.cmd_iter().filter_map(slot_of);
+            let first = slots.next();
+            match first {
+                Some(slot) if slots.all(|s| s == slot) => {
+                    let route = Route::with_slot(slot, SlotAddr::Master);
+                    self.inner
+                        .route_command(
+                            wait.clone(),
+                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                        )
+                        .await
+                }
+                _ => self.inner.req_packed_command(wait).await,
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
