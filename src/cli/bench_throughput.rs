@@ -231,7 +231,7 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         "one server".to_owned()
     };
     let md = format!(
-        "# Throughput\n\nProduced by `{}` ({}, {on}; {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined. Server CPU is the `INFO cpu` (user + sys) delta over each operation's run, per session{}.\n\n{}\n{}\n{}",
+        "# Throughput\n\nProduced by `{}` ({}, {on}; {} clients for single operations, batches of {BATCH}; medians of {} rounds, each measuring every layout in turn). redis-benchmark SET: {:.0}/s single, {:.0}/s pipelined. Server CPU is the `INFO cpu` (user + sys) delta over each operation's run less the server's idle rate (read over a second before each layout) for that long, per session{}.\n\n{}\n{}\n{}",
         report.command,
         report.redis_version,
         report.clients,

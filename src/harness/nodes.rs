@@ -73,6 +73,19 @@ impl Nodes {
         Ok(out)
     }
 
+    /// Each node's CPU seconds per second while nothing is asked of it
+    /// (its cron, and on a cluster the cluster bus and replication pings),
+    /// over `window`: what a measurement subtracts for its own duration.
+    pub async fn idle_rates(&mut self, window: Duration) -> Result<Vec<f64>> {
+        let before = self.work().await?;
+        tokio::time::sleep(window).await;
+        let after = self.work().await?;
+        Ok(work_since(&after, &before)
+            .iter()
+            .map(|w| (w.cpu_secs / window.as_secs_f64()).max(0.0))
+            .collect())
+    }
+
     /// Waits for every node's rehashing (see [`wait_for_rehash`]).
     pub async fn settle(&mut self, max: Duration) -> Result<bool> {
         let mut settled = true;

@@ -16,6 +16,10 @@ use crate::store::Store;
 /// Sessions per batched call.
 pub const BATCH: usize = 1000;
 
+/// How long each node's idle CPU rate is read before a layout's
+/// operations.
+pub const IDLE_WINDOW: Duration = Duration::from_secs(1);
+
 /// One measured operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -139,7 +143,8 @@ pub fn redis_benchmark_set(
 /// Measures `ops` on one layout: `clients` concurrent callers for single
 /// operations, each batch call for batched ones, `sessions` sessions per op.
 /// `nodes` are the servers holding the data (a cluster's primaries), read
-/// for CPU time and commands processed.
+/// for CPU time and commands processed; each node's idle CPU rate, read
+/// over [`IDLE_WINDOW`] first, is taken off for each operation's duration.
 pub async fn measure<L>(
     label: &str,
     store: Store<L, ()>,
@@ -152,6 +157,18 @@ where
 {
     let store = std::sync::Arc::new(store);
     let mut rates = Vec::new();
+    let idle = nodes.idle_rates(IDLE_WINDOW).await?;
+    let rate = |label: &str, op: Op, n: usize, took: Duration, work: &[Work]| {
+        let busy: Vec<Work> = work
+            .iter()
+            .zip(&idle)
+            .map(|(w, rate)| Work {
+                cpu_secs: (w.cpu_secs - rate * took.as_secs_f64()).max(0.0),
+                commands: w.commands,
+            })
+            .collect();
+        rate(label, op, n, took, &busy)
+    };
     let identities: Vec<(u64, ())> = (0..sessions as u64).map(|i| (1 << 20 | i, ())).collect();
 
     // Batched create also seeds the sessions the other operations use.
