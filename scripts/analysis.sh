@@ -13,13 +13,15 @@
 # scripts/ensure-servers.sh). `cluster` every layout at 1M on a local Redis
 # Cluster of three primaries; `cluster-throughput` their speed and server
 # CPU per primary on one with a replica each, with and without WAIT.
+# `identities` what integer, UUID and 24-byte name identities cost at 1M
+# and 100M emulated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -42,6 +44,11 @@ for part in "${parts[@]}"; do
       # advisor's pick for 100k sessions) and 2^14 (128 tags).
       $sp bench throughput --cluster 3 --replicas 1 --wait-replicas 1 --sessions 50000 \
         --compact-bits 11,14 --out analysis/runs/cluster-throughput ;;
+    identities)
+      $sp bench memory --sessions 1000000 --layouts compact,bucketed,packed-setex,json-setex,hash-per-session \
+        --identities int,uuid,name-24 --out analysis/runs/identities-1m
+      $sp bench memory --sessions 1000000 --emulate 100000000 --layouts compact --bucket-bits 20 \
+        --identities int,uuid,name-24 --out analysis/runs/identities-100m-emulated ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench
@@ -72,7 +79,8 @@ for part in "${parts[@]}"; do
         echo
         echo "Produced by \`scripts/analysis.sh check\`, which runs \`sessionpack advise --check\` on each report below."
         for run in 1m 10m 10m-json-setex 100m-emulated 100m compact-1m-160 compact-1m-128 \
-          compact-100m-emulated-160 compact-100m-emulated-128; do
+          compact-100m-emulated-160 compact-100m-emulated-128 identities-1m \
+          identities-100m-emulated; do
           [ -f analysis/runs/$run/report.json ] || continue
           echo
           $sp advise --check analysis/runs/$run/report.json

@@ -20,6 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::buckets::{MAX_BUCKET_BITS, MIN_BUCKET_BITS};
+use crate::identity::Form;
 use crate::layout::LayoutKind;
 use crate::limits::ListpackLimits;
 
@@ -114,8 +115,12 @@ fn msgpack_uint(v: u64) -> u64 {
 pub struct Workload {
     /// Sessions to hold.
     pub sessions: u64,
-    /// A typical identity (its size decides the record's).
+    /// A typical integer identity (its size decides the record's when
+    /// identities are integers).
     pub identity: u64,
+    /// The form of the identities.
+    #[serde(default)]
+    pub identity_form: Form,
     /// Bytes of encoded attributes per session (0 for identity-only).
     pub attrs_bytes: u64,
     /// The server's listpack limits.
@@ -135,6 +140,7 @@ impl Workload {
         Self {
             sessions,
             identity: DEFAULT_IDENTITY,
+            identity_form: Form::Int,
             attrs_bytes: 0,
             limits: ListpackLimits::REDIS7_DEFAULTS,
             id_bytes: ID_BYTES,
@@ -143,7 +149,15 @@ impl Workload {
 
     /// Bytes of one encoded record.
     pub fn record_bytes(&self) -> u64 {
-        msgpack_uint(self.identity) + self.attrs_bytes
+        self.identity_bytes() + self.attrs_bytes
+    }
+
+    /// Bytes of the identity at the head of a record.
+    pub fn identity_bytes(&self) -> u64 {
+        match self.identity_form {
+            Form::Int => msgpack_uint(self.identity),
+            form => form.record_bytes(self.identity) as u64,
+        }
     }
 }
 
@@ -237,7 +251,10 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
     let record = w.record_bytes();
     let limits = &w.limits;
     let out_of_line = 4 + record > limits.hash_value;
-    let value = if w.attrs_bytes == 0 && (1 << 16..922_337_203).contains(&w.identity) {
+    let integer_form = w.identity_form == Form::Int
+        && w.attrs_bytes == 0
+        && (1 << 16..922_337_203).contains(&w.identity);
+    let value = if integer_form {
         10 // one 64-bit listpack integer
     } else if out_of_line {
         lp_string(4 + 1) // expiry and marker
@@ -422,8 +439,13 @@ pub fn predict(layout: LayoutKind, bucket_bits: u8, w: &Workload) -> Prediction 
     let slots = 2.0 * 8.0 * table_slots(n) as f64 / n as f64;
     let (per_session, bits, mean, converted) = match layout {
         LayoutKind::JsonSetex => {
-            // {"identity_id":<digits>,"expires_at":<10 digits>}
-            let digits = w.identity.to_string().len() as u64;
+            // {"identity_id":<identity>,"expires_at":<10 digits>}
+            let digits = match w.identity_form {
+                Form::Int => w.identity.to_string().len() as u64,
+                // {"uuid":"<36>"}
+                Form::Uuid => 47,
+                Form::Name(n) => u64::from(n) + 2,
+            };
             let json = 15
                 + digits
                 + 14
@@ -467,8 +489,12 @@ pub fn predict(layout: LayoutKind, bucket_bits: u8, w: &Workload) -> Prediction 
             } else {
                 0
             };
-            let listpack =
-                7 + lp_string(1) + lp_int(w.identity) + lp_string(1) + EXPIRY_ENTRY + attrs;
+            let identity = match w.identity_form {
+                Form::Int => lp_int(w.identity),
+                // Any other form: its MessagePack head, as a string.
+                _ => lp_string(w.identity_bytes()),
+            };
+            let listpack = 7 + lp_string(1) + identity + lp_string(1) + EXPIRY_ENTRY + attrs;
             (
                 (entry + sds(ID_BYTES) + ROBJ + size_class(listpack) + entry) as f64 + slots,
                 None,
@@ -587,6 +613,30 @@ mod tests {
         assert!((json - 224.8).abs() < 0.5, "{json}");
         assert!((packed - 144.8).abs() < 0.5, "{packed}");
         assert!((hash - 160.8).abs() < 0.5, "{hash}");
+    }
+
+    #[test]
+    fn other_identity_forms_cost_their_bytes() {
+        let int = Workload::new(1_000_000);
+        assert_eq!(int.identity_bytes(), 5);
+        let uuid = Workload {
+            identity_form: Form::Uuid,
+            ..int
+        };
+        let name = Workload {
+            identity_form: Form::Name(24),
+            ..int
+        };
+        assert_eq!((uuid.identity_bytes(), name.identity_bytes()), (18, 25));
+        for layout in LayoutKind::ALL {
+            let at = |w: &Workload| predict(layout, 13, w).bytes_per_session;
+            assert!(at(&uuid) > at(&int), "{layout}");
+            assert!(at(&name) > at(&int), "{layout}");
+        }
+        // An identity-only integer session is one listpack integer in its
+        // compact bucket; a UUID's is a 22-byte string.
+        let compact = |w: &Workload| predict(LayoutKind::Compact, 13, w).bytes_per_session;
+        assert!(compact(&uuid) - compact(&int) > 12.0);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod error;
 #[cfg(feature = "cli")]
 pub mod harness;
 pub mod id;
+pub mod identity;
 pub mod json_map;
 pub mod layout;
 pub mod limits;

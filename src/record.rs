@@ -1,9 +1,10 @@
 //! The bytes of one session record.
 //!
-//! A record is the identity as a MessagePack unsigned integer, followed by
-//! the application's attributes in MessagePack. Attributes that encode to
-//! `nil` (`()`, `None`) are left out, so an identity-only session costs 1 to
-//! 9 bytes. Expiry is not part of the record: each layout keeps it where its
+//! A record is the identity as one MessagePack value (an unsigned integer,
+//! a UUID's 16-byte binary or a short string: [`crate::identity`]),
+//! followed by the application's attributes in MessagePack. Attributes that
+//! encode to `nil` (`()`, `None`) are left out, so an identity-only session
+//! costs 1 to 9 bytes with an integer identity, 18 with a UUID. Expiry is not part of the record: each layout keeps it where its
 //! own expiry mechanism can see it.
 //!
 //! Structs are written as maps with their field names, and enum variants by
@@ -27,13 +28,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Result;
+use crate::identity::{Identity, UserId};
 
 const NIL: u8 = 0xc0;
 
 /// Encodes one record.
-pub fn encode<A: Serialize>(identity: u64, attrs: &A) -> Result<Vec<u8>> {
+pub fn encode<I: UserId, A: Serialize>(identity: &I, attrs: &A) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(16);
-    rmp_serde::encode::write(&mut out, &identity)?;
+    identity.encode(&mut out);
     let start = out.len();
     let mut ser = rmp_serde::Serializer::new(&mut out)
         .with_struct_map()
@@ -47,26 +49,34 @@ pub fn encode<A: Serialize>(identity: u64, attrs: &A) -> Result<Vec<u8>> {
 
 /// Splits a record into its identity and its encoded attributes (empty
 /// when the attributes are `nil`), without decoding the attributes.
-pub fn split(bytes: &[u8]) -> Result<(u64, &[u8]), String> {
+pub fn split(bytes: &[u8]) -> Result<(Identity, &[u8]), String> {
     let mut rest = bytes;
-    let identity: u64 = rmp::decode::read_int(&mut rest).map_err(|e| format!("identity: {e}"))?;
+    let identity = Identity::decode(&mut rest)?;
     Ok((identity, rest))
+}
+
+/// The identity of a record that holds an integer identity and nothing
+/// else (the compact layout stores those as integers).
+pub fn int_only(bytes: &[u8]) -> Option<u64> {
+    match split(bytes) {
+        Ok((Identity::Int(n), [])) => Some(n),
+        _ => None,
+    }
 }
 
 /// Joins an identity and encoded attributes into a record; the inverse of
 /// [`split`].
-pub fn join(identity: u64, attrs: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9 + attrs.len());
-    // Writing to a Vec cannot fail.
-    let _ = rmp::encode::write_uint(&mut out, identity);
+pub fn join<I: UserId>(identity: &I, attrs: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(18 + attrs.len());
+    identity.encode(&mut out);
     out.extend_from_slice(attrs);
     out
 }
 
 /// Decodes one record; the error text says what was wrong.
-pub fn decode<A: DeserializeOwned>(bytes: &[u8]) -> Result<(u64, A), String> {
+pub fn decode<I: UserId, A: DeserializeOwned>(bytes: &[u8]) -> Result<(I, A), String> {
     let mut rest = bytes;
-    let identity: u64 = rmp::decode::read_int(&mut rest).map_err(|e| format!("identity: {e}"))?;
+    let identity = I::decode(&mut rest)?;
     if rest.is_empty() {
         let attrs = rmp_serde::from_slice(&[NIL]).map_err(|e| format!("attributes: {e}"))?;
         return Ok((identity, attrs));
@@ -93,11 +103,11 @@ mod tests {
 
     #[test]
     fn identity_only_record_is_just_the_integer() {
-        assert_eq!(encode(5, &()).unwrap(), vec![5]);
-        assert_eq!(encode(1_000_000, &()).unwrap().len(), 5);
-        assert_eq!(encode(u64::MAX, &()).unwrap().len(), 9);
-        assert_eq!(decode::<()>(&[5]).unwrap(), (5, ()));
-        assert_eq!(decode::<Option<u8>>(&[5]).unwrap(), (5, None));
+        assert_eq!(encode(&5u64, &()).unwrap(), vec![5]);
+        assert_eq!(encode(&1_000_000u64, &()).unwrap().len(), 5);
+        assert_eq!(encode(&u64::MAX, &()).unwrap().len(), 9);
+        assert_eq!(decode::<u64, ()>(&[5]).unwrap(), (5, ()));
+        assert_eq!(decode::<u64, Option<u8>>(&[5]).unwrap(), (5, None));
     }
 
     #[test]
@@ -106,7 +116,7 @@ mod tests {
             items: vec![1, 2],
             note: None,
         };
-        let bytes = encode(7, &cart).unwrap();
+        let bytes = encode(&7u64, &cart).unwrap();
         // 7, {"items": [1, 2], "note": nil}
         let mut expected = vec![0x07, 0x82, 0xa5];
         expected.extend_from_slice(b"items");
@@ -114,7 +124,7 @@ mod tests {
         expected.extend_from_slice(b"note");
         expected.push(0xc0);
         assert_eq!(bytes, expected);
-        assert_eq!(decode::<Cart>(&bytes).unwrap(), (7, cart));
+        assert_eq!(decode::<u64, Cart>(&bytes).unwrap(), (7, cart));
     }
 
     #[test]
@@ -125,7 +135,7 @@ mod tests {
             items: vec![1, 2],
             note: None,
         };
-        assert_eq!(decode::<Cart>(&old).unwrap(), (7, cart));
+        assert_eq!(decode::<u64, Cart>(&old).unwrap(), (7, cart));
     }
 
     /// Version 1 of an application's attributes.
@@ -151,12 +161,12 @@ mod tests {
             visits: 5,
             theme: "dark".into(),
         };
-        let bytes = encode(1, &new).unwrap();
-        assert_eq!(decode::<V1>(&bytes).unwrap(), (1, V1 { visits: 5 }));
-        assert_eq!(decode::<V2>(&bytes).unwrap(), (1, new));
+        let bytes = encode(&1u64, &new).unwrap();
+        assert_eq!(decode::<u64, V1>(&bytes).unwrap(), (1, V1 { visits: 5 }));
+        assert_eq!(decode::<u64, V2>(&bytes).unwrap(), (1, new));
 
-        let old = encode(1, &V1 { visits: 9 }).unwrap();
-        let read = decode::<V2>(&old).unwrap().1;
+        let old = encode(&1u64, &V1 { visits: 9 }).unwrap();
+        let read = decode::<u64, V2>(&old).unwrap().1;
         assert_eq!(
             read,
             V2 {
@@ -178,9 +188,9 @@ mod tests {
             visits: u32,
             owner: u64,
         }
-        let bytes = encode(1, &V1 { visits: 5 }).unwrap();
-        assert!(decode::<Retyped>(&bytes).is_err());
-        assert!(decode::<Required>(&bytes).is_err());
+        let bytes = encode(&1u64, &V1 { visits: 5 }).unwrap();
+        assert!(decode::<u64, Retyped>(&bytes).is_err());
+        assert!(decode::<u64, Required>(&bytes).is_err());
     }
 
     #[test]
@@ -195,16 +205,16 @@ mod tests {
             hash: [0xab; 32],
             salt: vec![0xff; 16],
         };
-        let bytes = encode(3, &login).unwrap();
+        let bytes = encode(&3u64, &login).unwrap();
         // 1 identity + 1 map + 2 "h" + 2+32 + 5 "salt" + 2+16.
         assert_eq!(bytes.len(), 61, "{bytes:x?}");
-        assert_eq!(decode::<Login>(&bytes).unwrap(), (3, login));
+        assert_eq!(decode::<u64, Login>(&bytes).unwrap(), (3, login));
     }
 
     #[test]
     fn split_and_join_are_inverse() {
         let bytes = encode(
-            300,
+            &300u64,
             &Cart {
                 items: vec![9],
                 note: Some("n".into()),
@@ -212,9 +222,11 @@ mod tests {
         )
         .unwrap();
         let (identity, attrs) = split(&bytes).unwrap();
-        assert_eq!(identity, 300);
-        assert_eq!(join(identity, attrs), bytes);
-        assert_eq!(join(5, &[]), vec![5]);
+        assert_eq!(identity, Identity::Int(300));
+        assert_eq!(join(&identity, attrs), bytes);
+        assert_eq!(join(&5u64, &[]), vec![5]);
+        assert_eq!(int_only(&[5]), Some(5));
+        assert_eq!(int_only(&bytes), None);
     }
 
     #[test]
@@ -227,10 +239,10 @@ mod tests {
             &[0x07, 0xdd, 0xff, 0xff, 0xff, 0xff],
             &[0x07, 0x01, 0x02],
         ] {
-            assert!(decode::<Cart>(bytes).is_err(), "{bytes:?}");
+            assert!(decode::<u64, Cart>(bytes).is_err(), "{bytes:?}");
         }
         assert!(
-            decode::<u8>(&[0x07, 0x01, 0x02])
+            decode::<u64, u8>(&[0x07, 0x01, 0x02])
                 .unwrap_err()
                 .contains("trailing")
         );

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::id::SessionId;
+use crate::identity::UserId;
 use crate::layout::{Expiry, Inserted, Layout, Stored, Written};
 use crate::record;
 
@@ -24,30 +25,33 @@ const ID_ATTEMPTS: u32 = 4;
 /// One session: who it belongs to, when it expires, and the application's
 /// attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Session<A> {
+pub struct Session<A, I = u64> {
     /// The session's id; its `Debug` form is redacted.
     pub id: SessionId,
     /// The user the session belongs to.
-    pub identity: u64,
+    pub identity: I,
     /// Unix time in seconds at which it expires, by the Redis server's clock.
     pub expires_at: u64,
     /// The application's own attributes.
     pub attrs: A,
 }
 
-/// A session store over a [`Layout`], with attributes of type `A`.
+/// A session store over a [`Layout`], with attributes of type `A` and
+/// identities of type `I`.
 ///
 /// `A` is any `Serialize + DeserializeOwned` type, encoded as compact
-/// MessagePack; use `()` for identity-only sessions.
-pub struct Store<L, A = ()> {
+/// MessagePack; use `()` for identity-only sessions. `I` is `u64` (the
+/// default), [`crate::identity::Uuid`], [`crate::identity::Name`] or
+/// [`crate::identity::Identity`] ([`Store::for_identities`]).
+pub struct Store<L, A = (), I = u64> {
     layout: L,
     ttl_secs: u64,
     max_record_bytes: usize,
     update_attempts: u32,
-    _attrs: PhantomData<fn() -> A>,
+    _attrs: PhantomData<fn() -> (A, I)>,
 }
 
-impl<L: Clone, A> Clone for Store<L, A> {
+impl<L: Clone, A, I> Clone for Store<L, A, I> {
     fn clone(&self) -> Self {
         Self {
             layout: self.layout.clone(),
@@ -59,7 +63,7 @@ impl<L: Clone, A> Clone for Store<L, A> {
     }
 }
 
-impl<L: std::fmt::Debug, A> std::fmt::Debug for Store<L, A> {
+impl<L: std::fmt::Debug, A, I> std::fmt::Debug for Store<L, A, I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("layout", &self.layout)
@@ -80,13 +84,28 @@ fn whole_seconds(d: Duration) -> u64 {
         .max(1)
 }
 
-impl<L, A> Store<L, A>
+impl<L, A> Store<L, A, u64>
 where
     L: Layout,
     A: Serialize + DeserializeOwned + Send + Sync,
 {
-    /// A store with the default lifetime and limits.
+    /// A store of sessions owned by integer ids, with the default lifetime
+    /// and limits.
     pub fn new(layout: L) -> Self {
+        Self::for_identities(layout)
+    }
+}
+
+impl<L, A, I> Store<L, A, I>
+where
+    L: Layout,
+    A: Serialize + DeserializeOwned + Send + Sync,
+    I: UserId,
+{
+    /// A store of sessions owned by identities of type `I`, with the
+    /// default lifetime and limits:
+    /// `let store: Store<_, Cart, Uuid> = Store::for_identities(layout);`.
+    pub fn for_identities(layout: L) -> Self {
         Self {
             layout,
             ttl_secs: DEFAULT_TTL.as_secs(),
@@ -128,7 +147,7 @@ where
         Duration::from_secs(self.ttl_secs)
     }
 
-    fn encode(&self, identity: u64, attrs: &A) -> Result<Vec<u8>> {
+    fn encode(&self, identity: &I, attrs: &A) -> Result<Vec<u8>> {
         let bytes = record::encode(identity, attrs)?;
         if bytes.len() > self.max_record_bytes {
             return Err(Error::TooLarge {
@@ -139,7 +158,7 @@ where
         Ok(bytes)
     }
 
-    fn decode(&self, id: SessionId, stored: Stored) -> Result<Session<A>> {
+    fn decode(&self, id: SessionId, stored: Stored) -> Result<Session<A, I>> {
         let (identity, attrs) =
             record::decode(&stored.record).map_err(|reason| Error::CorruptRecord {
                 location: self.layout.location(&id),
@@ -154,18 +173,18 @@ where
     }
 
     /// Creates a session for `identity`, living for the store's TTL.
-    pub async fn create(&self, identity: u64, attrs: A) -> Result<Session<A>> {
+    pub async fn create(&self, identity: I, attrs: A) -> Result<Session<A, I>> {
         self.create_with_ttl(identity, attrs, self.ttl()).await
     }
 
     /// Creates a session with its own lifetime.
     pub async fn create_with_ttl(
         &self,
-        identity: u64,
+        identity: I,
         attrs: A,
         ttl: Duration,
-    ) -> Result<Session<A>> {
-        let record = self.encode(identity, &attrs)?;
+    ) -> Result<Session<A, I>> {
+        let record = self.encode(&identity, &attrs)?;
         let expiry = Expiry::In(whole_seconds(ttl)).check()?;
         for _ in 0..ID_ATTEMPTS {
             let id = self.new_id()?;
@@ -195,10 +214,10 @@ where
 
     /// Creates many sessions in pipelined round trips; returns their ids in
     /// order.
-    pub async fn create_many(&self, sessions: &[(u64, A)]) -> Result<Vec<SessionId>> {
+    pub async fn create_many(&self, sessions: &[(I, A)]) -> Result<Vec<SessionId>> {
         let mut items = Vec::with_capacity(sessions.len());
         for (identity, attrs) in sessions {
-            items.push((self.new_id()?, self.encode(*identity, attrs)?));
+            items.push((self.new_id()?, self.encode(identity, attrs)?));
         }
         let results = self.layout.insert_many(&items, self.ttl_secs).await?;
         let mut taken = taken_positions(0..items.len(), results);
@@ -224,7 +243,7 @@ where
     }
 
     /// Loads a live session.
-    pub async fn load(&self, id: &SessionId) -> Result<Option<Session<A>>> {
+    pub async fn load(&self, id: &SessionId) -> Result<Option<Session<A, I>>> {
         match self.layout.load(id).await? {
             Some(stored) => self.decode(*id, stored).map(Some),
             None => Ok(None),
@@ -234,7 +253,7 @@ where
     /// Parses a cookie value strictly (an id of the layout's width) and
     /// loads the session. A malformed value is an [`Error::InvalidId`] and
     /// never reaches Redis.
-    pub async fn load_cookie(&self, cookie: &str) -> Result<Option<Session<A>>> {
+    pub async fn load_cookie(&self, cookie: &str) -> Result<Option<Session<A, I>>> {
         let id = SessionId::parse_with(cookie, self.layout.id_width())?;
         self.load(&id).await
     }
@@ -245,7 +264,7 @@ where
     }
 
     /// Loads many sessions in pipelined round trips; one result per id.
-    pub async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Session<A>>>> {
+    pub async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Session<A, I>>>> {
         let found = self.layout.load_many(ids).await?;
         ids.iter()
             .zip(found)
@@ -264,8 +283,8 @@ where
     ///
     /// Last writer wins; use [`Store::update`] to change attributes without
     /// losing a concurrent change.
-    pub async fn save(&self, session: &Session<A>) -> Result<bool> {
-        let record = self.encode(session.identity, &session.attrs)?;
+    pub async fn save(&self, session: &Session<A, I>) -> Result<bool> {
+        let record = self.encode(&session.identity, &session.attrs)?;
         let written = self.layout.replace(&session.id, &record, None).await?;
         Ok(written == Written::Done)
     }
@@ -274,7 +293,7 @@ where
     /// respect to other writers: if the record changed between the read and
     /// the write, it is read again and `change` runs again. Returns the
     /// session as written, or `None` if it is gone.
-    pub async fn update<F>(&self, id: &SessionId, mut change: F) -> Result<Option<Session<A>>>
+    pub async fn update<F>(&self, id: &SessionId, mut change: F) -> Result<Option<Session<A, I>>>
     where
         F: FnMut(&mut A) + Send,
     {
@@ -285,7 +304,7 @@ where
             let expected = stored.record.clone();
             let mut session = self.decode(*id, stored)?;
             change(&mut session.attrs);
-            let record = self.encode(session.identity, &session.attrs)?;
+            let record = self.encode(&session.identity, &session.attrs)?;
             match self.layout.replace(id, &record, Some(&expected)).await? {
                 Written::Done => return Ok(Some(session)),
                 Written::Missing => return Ok(None),

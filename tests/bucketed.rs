@@ -56,7 +56,7 @@ async fn keys_fields_values_and_scores_are_as_documented() {
     let value: Vec<u8> = raw.hget(&hash_key, &field).await.unwrap();
     assert_eq!(
         value,
-        record::encode(1234, &Profile { name: "ada".into() }).unwrap()
+        record::encode(&1234u64, &Profile { name: "ada".into() }).unwrap()
     );
     assert_eq!(
         value.len(),

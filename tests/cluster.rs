@@ -34,7 +34,8 @@ macro_rules! suite_on_cluster {
             suite_on_cluster!(@cases c, node, $conn, $ns, $make,
                 round_trip, bulk_round_trip, expires_without_a_sweeper,
                 touch_rolls_expiry_forward, update_and_save, destroy_is_final,
-                rotate_moves_the_session, rotate_keeps_a_touch_made_meanwhile);
+                rotate_moves_the_session, rotate_keeps_a_touch_made_meanwhile,
+                identities_of_every_form);
             let ($conn, $ns) = (conn(&c).await, "concurrent".to_owned());
             common::suite::concurrent_updates_lose_nothing(node, $make).await;
         }

@@ -120,7 +120,7 @@ async fn the_sweeper_visits_only_the_buckets_its_index_names() {
     let alive = long.create_many(&batch).await.unwrap();
     // Short-lived sessions in a few buckets only: every 64th.
     let b = layout.buckets().clone();
-    let record = sessionpack::record::encode(7, &()).unwrap();
+    let record = sessionpack::record::encode(&7u64, &()).unwrap();
     let mut doomed_buckets = HashSet::new();
     for i in 0..300u32 {
         let bucket = (i % 16) * 64;

@@ -8,7 +8,7 @@ mod common;
 use sessionpack::advisor::{self, Workload};
 use sessionpack::connect::Endpoint;
 use sessionpack::harness::info::ServerInfo;
-use sessionpack::harness::memory::{self, FIRST_IDENTITY, MemoryReport, RunSpec};
+use sessionpack::harness::memory::{self, FIRST_IDENTITY, IdentityForm, MemoryReport, RunSpec};
 use sessionpack::harness::nodes::Nodes;
 use sessionpack::harness::{plot, report, throughput};
 use sessionpack::layout::LayoutKind;
@@ -20,6 +20,7 @@ fn spec(layout: LayoutKind, bits: Option<u8>, emulated: Option<u64>) -> RunSpec 
         bucket_bits: bits,
         emulated_sessions: emulated,
         id_bits: 160,
+        identity: IdentityForm::Int,
     }
 }
 
@@ -41,6 +42,19 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         RunSpec {
             id_bits: 128,
             ..spec(LayoutKind::Compact, Some(8), None)
+        },
+        // UUID and 24-byte name identities: records of 18 and 25 bytes.
+        RunSpec {
+            identity: IdentityForm::Uuid,
+            ..spec(LayoutKind::Compact, Some(8), None)
+        },
+        RunSpec {
+            identity: IdentityForm::Name(24),
+            ..spec(LayoutKind::Compact, Some(8), None)
+        },
+        RunSpec {
+            identity: IdentityForm::Uuid,
+            ..spec(LayoutKind::PackedSetex, None, None)
         },
     ];
     let mut runs = Vec::new();
@@ -76,6 +90,7 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         let w = Workload {
             sessions: run.spec.emulated_sessions.unwrap_or(sessions),
             identity: FIRST_IDENTITY + sessions / 2,
+            identity_form: run.spec.identity,
             attrs_bytes: 0,
             limits: server_info.limits,
             id_bytes: u64::from(run.spec.id_bits / 8),
@@ -139,6 +154,11 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         per_session(5) < per_session(4) - 3.0,
         "128-bit ids save bytes"
     );
+    // A UUID identity-only record is a string in its bucket, not the
+    // integer an integer identity's is: it costs more, as the model said.
+    assert_eq!(runs[6].label, "compact 2^8 uuid identities");
+    assert!(per_session(6) > per_session(4) + 10.0);
+    assert!(per_session(7) > per_session(6));
     // Converted buckets cost far more than the packed layout's keys.
     assert!(runs[2].last().unwrap().bytes_per_session > runs[0].last().unwrap().bytes_per_session);
     assert!(
@@ -170,11 +190,11 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         assert!(len > 500, "{file} has {len} bytes");
     }
     let csv = std::fs::read_to_string(dir.path().join("points.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 1 + 6 * 4);
+    assert_eq!(csv.lines().count(), 1 + 9 * 4);
     let back: MemoryReport =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
             .unwrap();
-    assert_eq!(back.runs.len(), 6);
+    assert_eq!(back.runs.len(), 9);
     let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     assert!(summary.contains("| bucketed 2^9 | 40k |"), "{summary}");
 }

@@ -692,7 +692,7 @@ async fn a_batch_with_an_id_of_another_width_writes_nothing() {
     .unwrap();
     let mut raw = common::raw(&server).await;
     let keys: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
-    let record = sessionpack::record::encode(1, &()).unwrap();
+    let record = sessionpack::record::encode(&1u64, &()).unwrap();
     let mut batch: Vec<(SessionId, Vec<u8>)> = (0..2000)
         .map(|_| (SessionId::generate_with(narrow).unwrap(), record.clone()))
         .collect();

@@ -9,6 +9,7 @@ use crate::advisor::{self, DEFAULT_IDENTITY, DEFAULT_MAX_CONVERTED, Prediction, 
 use crate::cluster::slots;
 use crate::error::{Error, Result};
 use crate::harness::memory::{FIRST_IDENTITY, MemoryReport, human_count};
+use crate::identity::Form;
 use crate::layout::LayoutKind;
 use crate::layout::compact::GroupedBuckets;
 use crate::limits::ListpackLimits;
@@ -35,6 +36,10 @@ pub struct AdviseArgs {
     /// A typical identity value (its size sets the record's).
     #[arg(long, default_value_t = DEFAULT_IDENTITY)]
     identity: u64,
+    /// The identities' form: `int` (as --identity), `uuid`, or `name-N`
+    /// (N-byte names).
+    #[arg(long, default_value = "int")]
+    identity_form: Form,
     /// Bytes of encoded attributes per session.
     #[arg(long, default_value_t = 0)]
     attrs_bytes: u64,
@@ -102,6 +107,7 @@ fn plan_records(args: &AdviseArgs, limits: ListpackLimits) -> Result<()> {
         let w = Workload {
             sessions: args.sessions,
             identity: 0,
+            identity_form: Form::Int,
             attrs_bytes: (mean.round() as u64).saturating_sub(1),
             limits,
             id_bytes: u64::from(args.id_bits / 8),
@@ -202,6 +208,7 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
     let w = Workload {
         sessions: args.sessions,
         identity: args.identity,
+        identity_form: args.identity_form,
         attrs_bytes: args.attrs_bytes,
         limits,
         id_bytes: u64::from(args.id_bits / 8),
@@ -385,6 +392,7 @@ fn check(path: &PathBuf) -> Result<()> {
         let w = Workload {
             sessions: population,
             identity: FIRST_IDENTITY + p.sessions / 2,
+            identity_form: run.spec.identity,
             attrs_bytes: 0,
             limits: report.server.limits,
             id_bytes: u64::from(run.spec.id_bits / 8),

@@ -9,7 +9,9 @@ use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
 use crate::error::{Error, Result};
 use crate::harness::info::ServerInfo;
-use crate::harness::memory::{self, MemoryReport, Progress, RunResult, RunSpec, human_count};
+use crate::harness::memory::{
+    self, IdentityForm, MemoryReport, Progress, RunResult, RunSpec, human_count,
+};
 use crate::harness::{plot, report};
 use crate::layout::LayoutKind;
 
@@ -40,6 +42,10 @@ pub struct MemoryArgs {
     /// would at this size.
     #[arg(long)]
     emulate: Option<u64>,
+    /// Identity forms to measure each layout with: `int` (the default),
+    /// `uuid`, `name-N` (N-byte names).
+    #[arg(long, value_delimiter = ',', default_value = "int")]
+    identities: Vec<IdentityForm>,
     /// Session lifetime in seconds (long enough that none expires).
     #[arg(long, default_value_t = 30 * 24 * 3600)]
     ttl_secs: u64,
@@ -112,22 +118,26 @@ fn plan(args: &MemoryArgs, server: &ServerInfo) -> Vec<RunSpec> {
     };
     let mut runs = Vec::new();
     for layout in layouts {
-        if layout.is_bucketed() {
-            for b in bits_for(layout) {
+        for &identity in &args.identities {
+            if layout.is_bucketed() {
+                for b in bits_for(layout) {
+                    runs.push(RunSpec {
+                        layout,
+                        bucket_bits: Some(b),
+                        emulated_sessions: args.emulate.filter(|&e| e > args.sessions),
+                        id_bits: args.id_bits,
+                        identity,
+                    });
+                }
+            } else if args.emulate.is_none() {
                 runs.push(RunSpec {
                     layout,
-                    bucket_bits: Some(b),
-                    emulated_sessions: args.emulate.filter(|&e| e > args.sessions),
-                    id_bits: args.id_bits,
+                    bucket_bits: None,
+                    emulated_sessions: None,
+                    id_bits: 160,
+                    identity,
                 });
             }
-        } else if args.emulate.is_none() {
-            runs.push(RunSpec {
-                layout,
-                bucket_bits: None,
-                emulated_sessions: None,
-                id_bits: 160,
-            });
         }
     }
     runs

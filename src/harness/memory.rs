@@ -13,6 +13,7 @@ use crate::buckets::Buckets;
 use crate::connect::Endpoint;
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, SessionId};
+pub use crate::identity::Form as IdentityForm;
 use crate::layout::{AnyLayout, Layout, LayoutKind};
 use crate::record;
 
@@ -26,7 +27,7 @@ const CENSUS_SAMPLE: u32 = 8192;
 const SETTLE_MAX: Duration = Duration::from_secs(600);
 /// Identities start here so every record has the same size (a 32-bit
 /// MessagePack integer: 5 bytes), as a real user-id space would.
-pub const FIRST_IDENTITY: u64 = 1 << 20;
+pub const FIRST_IDENTITY: u64 = crate::identity::FIRST_INT;
 
 /// One layout (and bucket count) to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +43,9 @@ pub struct RunSpec {
     /// Bits in a session id (the bucketed layouts; others store any id).
     #[serde(default = "default_id_bits")]
     pub id_bits: u16,
+    /// The form of the sessions' identities.
+    #[serde(default)]
+    pub identity: IdentityForm,
 }
 
 fn default_id_bits() -> u16 {
@@ -57,6 +61,11 @@ impl RunSpec {
         }
         if self.id_bits != default_id_bits() {
             label += &format!(" {}-bit ids", self.id_bits);
+        }
+        match self.identity {
+            IdentityForm::Int => {}
+            IdentityForm::Uuid => label += " uuid identities",
+            IdentityForm::Name(n) => label += &format!(" {n}-byte name identities"),
         }
         if let Some(n) = self.emulated_sessions {
             label += &format!(" (emulating {})", human_count(n));
@@ -220,7 +229,14 @@ where
         let started = Instant::now();
         while loaded < target {
             let n = (target - loaded).min(2 * BATCH as u64) as usize;
-            let batch = make_batch(loaded, n, width, buckets.as_ref(), used_buckets)?;
+            let batch = make_batch(
+                loaded,
+                n,
+                width,
+                spec.identity,
+                buckets.as_ref(),
+                used_buckets,
+            )?;
             let (a, b) = batch.split_at(batch.len() / 2);
             let (ra, rb) = tokio::join!(
                 layout.insert_many(a, ttl_secs),
@@ -283,6 +299,7 @@ fn make_batch(
     first: u64,
     n: usize,
     width: IdWidth,
+    identity: IdentityForm,
     buckets: Option<&Buckets>,
     used_buckets: Option<u32>,
 ) -> Result<Vec<(SessionId, Vec<u8>)>> {
@@ -293,7 +310,7 @@ fn make_batch(
             if let (Some(b), Some(used)) = (buckets, used_buckets) {
                 id = b.with_bucket(&id, rng.random_range(0..used));
             }
-            Ok((id, record::encode(FIRST_IDENTITY + first + i, &())?))
+            Ok((id, record::encode(&identity.identity(first + i), &())?))
         })
         .collect()
 }

@@ -222,7 +222,7 @@ fn parse_value(bytes: &[u8]) -> Option<Value> {
             let n: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
             Some(Value::Here {
                 expires_at: n % SCALE,
-                record: record::join(n / SCALE, &[]),
+                record: record::join(&(n / SCALE), &[]),
             })
         }
         _ if bytes.len() > EXPIRY_BYTES => {
@@ -446,8 +446,8 @@ where
 
     /// The form of a record known to fit the listpack.
     fn form_inline(&self, record: &[u8]) -> Form {
-        match record::split(record) {
-            Ok((identity, [])) if INTEGER_FORM.contains(&identity) => Form::Integer(identity),
+        match record::int_only(record) {
+            Some(identity) if INTEGER_FORM.contains(&identity) => Form::Integer(identity),
             _ => Form::Inline,
         }
     }
@@ -476,9 +476,9 @@ where
     /// identity in decimal when it is identity-only (it may be stored in
     /// the integer form), and its bytes.
     fn expected_args(inv: &mut ScriptInvocation<'_>, expected: Option<&[u8]>) {
-        let ident = match expected.map(record::split) {
-            Some(Ok((identity, []))) => identity.to_string(),
-            _ => String::new(),
+        let ident = match expected.and_then(record::int_only) {
+            Some(identity) => identity.to_string(),
+            None => String::new(),
         };
         inv.arg(scripts::flag(expected.is_some()))
             .arg(ident)
@@ -902,7 +902,7 @@ mod tests {
 
     #[test]
     fn values_round_trip_in_both_forms() {
-        let record = record::encode(1_234_567, &()).unwrap();
+        let record = record::encode(&1_234_567u64, &()).unwrap();
         let n = 1_234_567 * SCALE + 1_800_000_000;
         assert_eq!(
             parse_value(n.to_string().as_bytes()),

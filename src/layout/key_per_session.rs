@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use super::{Expiry, Inserted, Layout, Stored, Written, check_ttl};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
+use crate::identity::Identity;
 use crate::record;
 use crate::scripts::{
     self, HASH_INSERT, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, PIPELINE_CHUNK, STRING_INSERT,
@@ -64,9 +65,49 @@ impl<C> std::fmt::Debug for KeyPerSession<C> {
     }
 }
 
+/// An identity as these JSON stores write it: a number, a string for a
+/// name, `{"uuid": "…"}` for a UUID.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum JsonIdentity {
+    Int(u64),
+    Name(String),
+    Uuid { uuid: String },
+}
+
+impl From<Identity> for JsonIdentity {
+    fn from(identity: Identity) -> Self {
+        match identity {
+            Identity::Int(n) => Self::Int(n),
+            Identity::Name(s) => Self::Name(s),
+            uuid @ Identity::Uuid(_) => Self::Uuid {
+                uuid: uuid.to_string(),
+            },
+        }
+    }
+}
+
+impl TryFrom<JsonIdentity> for Identity {
+    type Error = String;
+
+    fn try_from(json: JsonIdentity) -> std::result::Result<Self, String> {
+        match json {
+            JsonIdentity::Int(n) => Ok(Self::Int(n)),
+            JsonIdentity::Name(s) => Identity::name(s).map_err(|e| e.to_string()),
+            JsonIdentity::Uuid { uuid } => {
+                let hex: String = uuid.chars().filter(|&c| c != '-').collect();
+                let bytes = hex::decode(&hex).map_err(|e| format!("identity: {e}"))?;
+                Ok(Self::Uuid(bytes.try_into().map_err(|_| {
+                    format!("identity: {uuid:?} is not a UUID")
+                })?))
+            }
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct JsonOut<'a> {
-    identity_id: u64,
+    identity_id: JsonIdentity,
     expires_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     attrs: Option<&'a RawValue>,
@@ -74,10 +115,30 @@ struct JsonOut<'a> {
 
 #[derive(Deserialize)]
 struct JsonIn<'a> {
-    identity_id: u64,
+    identity_id: JsonIdentity,
     expires_at: u64,
     #[serde(borrow)]
     attrs: Option<&'a RawValue>,
+}
+
+/// A HASH session's `i` field: an integer identity in decimal (as such
+/// stores keep user ids), any other as its MessagePack head.
+fn hash_identity(field: &[u8]) -> std::result::Result<Identity, String> {
+    match field.first() {
+        Some(b'0'..=b'9') => std::str::from_utf8(field)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .map(Identity::Int)
+            .ok_or_else(|| "identity: not a decimal integer".to_owned()),
+        _ => {
+            let mut rest = field;
+            let identity = Identity::decode(&mut rest)?;
+            if !rest.is_empty() {
+                return Err("identity: trailing bytes".into());
+            }
+            Ok(identity)
+        }
+    }
 }
 
 /// A record as JSON, with `"expires_at":0` for the script to fill in.
@@ -101,7 +162,7 @@ fn record_to_json(bytes: &[u8]) -> std::result::Result<String, String> {
         .transpose()
         .map_err(|e| e.to_string())?;
     serde_json::to_string(&JsonOut {
-        identity_id,
+        identity_id: identity_id.into(),
         expires_at: 0,
         attrs: raw,
     })
@@ -117,7 +178,8 @@ fn json_to_record(json: &[u8]) -> std::result::Result<(Vec<u8>, u64), String> {
         serde_transcode::transcode(&mut de, &mut rmp_serde::Serializer::new(&mut attrs))
             .map_err(|e| format!("attributes: {e}"))?;
     }
-    Ok((record::join(parsed.identity_id, &attrs), parsed.expires_at))
+    let identity = Identity::try_from(parsed.identity_id)?;
+    Ok((record::join(&identity, &attrs), parsed.expires_at))
 }
 
 impl<C> KeyPerSession<C>
@@ -236,18 +298,16 @@ where
     fn stored(&self, id: &SessionId, replies: &[redis::Value]) -> Result<Option<Stored>> {
         let bad = |e: redis::ParsingError| self.corrupt(id, e.to_string());
         if self.encoding == Encoding::HashPerSession {
-            let (identity, attrs, expires_at): (Option<String>, Option<Vec<u8>>, Option<u64>) =
+            let (identity, attrs, expires_at): (Option<Vec<u8>>, Option<Vec<u8>>, Option<u64>) =
                 redis::from_redis_value_ref(&replies[0]).map_err(bad)?;
             let Some(identity) = identity else {
                 return Ok(None);
             };
-            let identity = identity
-                .parse::<u64>()
-                .map_err(|e| self.corrupt(id, format!("identity: {e}")))?;
+            let identity = hash_identity(&identity).map_err(|e| self.corrupt(id, e))?;
             let expires_at =
                 expires_at.ok_or_else(|| self.corrupt(id, "no expiry field".into()))?;
             return Ok(Some(Stored {
-                record: record::join(identity, &attrs.unwrap_or_default()),
+                record: record::join(&identity, &attrs.unwrap_or_default()),
                 expires_at,
             }));
         }
@@ -295,7 +355,15 @@ where
     ) -> Result<()> {
         if self.encoding == Encoding::HashPerSession {
             let (identity, attrs) = record::split(record).map_err(|r| self.corrupt(id, r))?;
-            inv.arg(identity).arg(attrs);
+            match identity {
+                Identity::Int(n) => inv.arg(n),
+                other => {
+                    let mut head = Vec::new();
+                    other.encode(&mut head);
+                    inv.arg(head)
+                }
+            };
+            inv.arg(attrs);
         } else {
             inv.arg(self.string_value(id, record)?);
         }
@@ -438,8 +506,10 @@ mod tests {
             m: [("z".to_owned(), 1), ("a".to_owned(), 2)].into(),
         };
         for bytes in [
-            record::encode(7, &a).unwrap(),
-            record::encode(u64::MAX, &()).unwrap(),
+            record::encode(&7u64, &a).unwrap(),
+            record::encode(&u64::MAX, &()).unwrap(),
+            record::encode(&Identity::Uuid([3; 16]), &a).unwrap(),
+            record::encode(&Identity::name("ada@example.com").unwrap(), &()).unwrap(),
         ] {
             let json = record_to_json(&bytes).unwrap();
             assert!(json.starts_with("{\"identity_id\":"), "{json}");
@@ -448,10 +518,15 @@ mod tests {
             assert_eq!(expires_at, 0);
         }
         assert_eq!(
-            record_to_json(&record::encode(42, &()).unwrap()).unwrap(),
+            record_to_json(&record::encode(&42u64, &()).unwrap()).unwrap(),
             r#"{"identity_id":42,"expires_at":0}"#
         );
-        assert!(record_to_json(b"\xa3abc").is_err());
+        assert_eq!(
+            record_to_json(&record::encode(&Identity::Uuid([0xab; 16]), &()).unwrap()).unwrap(),
+            r#"{"identity_id":{"uuid":"abababab-abab-abab-abab-abababababab"},"expires_at":0}"#
+        );
+        assert!(record_to_json(b"\xc0").is_err());
+        assert!(json_to_record(br#"{"identity_id":{"uuid":"ab"},"expires_at":0}"#).is_err());
         assert!(json_to_record(b"{\"identity_id\":-1}").is_err());
     }
 }

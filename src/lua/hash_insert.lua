@@ -1,6 +1,6 @@
 -- Inserts a session stored as its own HASH (hash-per-session).
 -- KEYS[1]: the session key
--- ARGV[1]: identity (decimal); ARGV[2]: attributes ('' for none)
+-- ARGV[1]: identity (decimal, or a non-integer one's MessagePack); ARGV[2]: attributes ('' for none)
 -- ARGV[3]: 'in' or 'at'; ARGV[4]: seconds (see requested_expiry)
 -- Returns the expiry; 0 if the key exists; -1 if an 'at' expiry has passed.
 local expiry = requested_expiry(ARGV[3], ARGV[4])

@@ -150,6 +150,7 @@ macro_rules! layout_suite {
             case!(survives_a_redis_restart);
             case!(absurd_lifetimes_are_refused);
             case!(rotate_keeps_a_touch_made_meanwhile);
+            case!(identities_of_every_form);
         }
     };
 }

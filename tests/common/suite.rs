@@ -535,3 +535,70 @@ pub async fn rotate_keeps_a_touch_made_meanwhile<L: Layout>(_: &LocalServer, lay
         assert_eq!(short.load(&s.id).await.unwrap(), None);
     }
 }
+
+/// Sessions owned by UUIDs, names and a mix round-trip through every
+/// operation; a name over the limit is refused when made; a store of one
+/// form reading a session of another gets a typed error, not a wrong owner.
+pub async fn identities_of_every_form<L: Layout>(_: &LocalServer, layout: L) {
+    use sessionpack::identity::{Identity, MAX_NAME_BYTES, Name, Uuid};
+    let uuids: Store<&L, Attrs, Uuid> =
+        Store::for_identities(&layout).with_ttl(Duration::from_secs(600));
+    let owner = Uuid([0x5a; 16]);
+    let attrs = Attrs {
+        counter: 1,
+        ..Attrs::default()
+    };
+    let s = uuids.create(owner, attrs.clone()).await.unwrap();
+    assert_eq!(uuids.load(&s.id).await.unwrap().unwrap(), s);
+    let updated = uuids
+        .update(&s.id, |a| a.counter += 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((updated.identity, updated.attrs.counter), (owner, 2));
+    assert!(uuids.touch(&s.id).await.unwrap().is_some());
+    let moved = uuids.rotate(&s.id).await.unwrap().unwrap();
+    assert_eq!(uuids.load(&moved).await.unwrap().unwrap().identity, owner);
+
+    let names: Store<&L, (), Name> = Store::for_identities(&layout);
+    let longest = Name::new("n".repeat(MAX_NAME_BYTES)).unwrap();
+    let batch: Vec<(Name, ())> = ["ada@example.com", "ü", ""]
+        .into_iter()
+        .map(|n| (Name::new(n).unwrap(), ()))
+        .chain([(longest.clone(), ())])
+        .collect();
+    let ids = names.create_many(&batch).await.unwrap();
+    let loaded = names.load_many(&ids).await.unwrap();
+    let owners: Vec<Name> = loaded.into_iter().map(|s| s.unwrap().identity).collect();
+    assert_eq!(
+        owners,
+        batch.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()
+    );
+    assert!(Name::new("n".repeat(MAX_NAME_BYTES + 1)).is_err());
+
+    // A store of any form reads all three.
+    let any: Store<&L, (), Identity> = Store::for_identities(&layout);
+    let int = any.create(Identity::Int(7), ()).await.unwrap();
+    assert_eq!(
+        any.load(&ids[0]).await.unwrap().unwrap().identity,
+        Identity::Name("ada@example.com".into())
+    );
+    assert_eq!(
+        any.load(&int.id).await.unwrap().unwrap().identity,
+        Identity::Int(7)
+    );
+
+    // An integer store reading a name's session: a typed error.
+    let ints: Store<&L, ()> = Store::new(&layout);
+    match ints.load(&ids[0]).await {
+        Err(Error::CorruptRecord { reason, .. }) => {
+            assert!(
+                reason.contains("a name where an integer was expected"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected a corrupt record, got {other:?}"),
+    }
+    assert!(names.destroy(&ids[0]).await.unwrap());
+    assert!(names.load(&ids[0]).await.unwrap().is_none());
+}
