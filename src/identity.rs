@@ -11,6 +11,23 @@
 //! default), [`Uuid`], [`Name`], or [`Identity`] for a store that holds
 //! more than one form. A record whose identity is of another form reads as
 //! [`crate::Error::CorruptRecord`].
+//!
+//! ```no_run
+//! # async fn run() -> sessionpack::Result<()> {
+//! use sessionpack::identity::{Name, Uuid};
+//! use sessionpack::{Compact, CompactConfig, Store};
+//!
+//! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
+//! let layout = Compact::new(conn, CompactConfig::new(16)).await?;
+//! let by_email: Store<_, (), Name> = Store::for_identities(layout.clone());
+//! let owner = Name::new("ada@example.com").expect("at most 64 bytes");
+//! let session = by_email.create(owner.clone(), ()).await?;
+//! assert_eq!(by_email.load(&session.id).await?.map(|s| s.identity), Some(owner));
+//!
+//! let by_uuid: Store<_, (), Uuid> = Store::for_identities(layout);
+//! by_uuid.create(Uuid([0x5a; 16]), ()).await?;
+//! # Ok(()) }
+//! ```
 
 use std::fmt;
 
