@@ -99,17 +99,6 @@ fn lp_int(v: u64) -> u64 {
     }
 }
 
-/// Bytes of an unsigned MessagePack integer.
-fn msgpack_uint(v: u64) -> u64 {
-    match v {
-        0..=127 => 1,
-        128..=255 => 2,
-        256..=65_535 => 3,
-        65_536..=4_294_967_295 => 5,
-        _ => 9,
-    }
-}
-
 /// What one workload looks like.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Workload {
@@ -154,10 +143,7 @@ impl Workload {
 
     /// Bytes of the identity at the head of a record.
     pub fn identity_bytes(&self) -> u64 {
-        match self.identity_form {
-            Form::Int => msgpack_uint(self.identity),
-            form => form.record_bytes(self.identity) as u64,
-        }
+        self.identity_form.record_bytes(self.identity) as u64
     }
 }
 

@@ -101,8 +101,7 @@ impl Identity {
                 _ => 9,
             },
             Self::Uuid(_) => 18,
-            Self::Name(s) if s.len() < 32 => 1 + s.len(),
-            Self::Name(s) => 2 + s.len(),
+            Self::Name(s) => name_len(s.len()),
         }
     }
 
@@ -169,6 +168,12 @@ impl Identity {
                 .map_err(|e| format!("identity: {e}")),
         }
     }
+}
+
+/// Bytes of a MessagePack string of `len` bytes: a fixstr up to 31, else
+/// a str8 (names are at most [`MAX_NAME_BYTES`]).
+fn name_len(len: usize) -> usize {
+    if len < 32 { 1 + len } else { 2 + len }
 }
 
 /// A type of session owner a [`crate::Store`] holds: how it is written
@@ -379,7 +384,7 @@ impl Form {
         match self {
             Self::Int => Identity::Int(int).encoded_len(),
             Self::Uuid => 18,
-            Self::Name(n) => Identity::Name("x".repeat(usize::from(n))).encoded_len(),
+            Self::Name(n) => name_len(usize::from(n)),
         }
     }
 

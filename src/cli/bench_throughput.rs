@@ -144,29 +144,11 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
                 layout.name().to_owned()
             };
             let measured = match wait {
-                None => {
-                    let opened = layout.open(conn.clone(), bits).await?;
-                    throughput::measure(
-                        &label,
-                        Store::new(opened),
-                        args.clients,
-                        args.sessions,
-                        &mut nodes,
-                    )
-                    .await?
-                }
+                None => measure(conn.clone(), layout, bits, &label, &args, &mut nodes).await?,
                 Some(n) => {
                     let waiting = WaitForReplicas::new(conn.clone(), n, WAIT_TIMEOUT);
-                    let opened = layout.open(waiting, bits).await?;
                     let label = throughput::wait_label(&label, n);
-                    throughput::measure(
-                        &label,
-                        Store::new(opened),
-                        args.clients,
-                        args.sessions,
-                        &mut nodes,
-                    )
-                    .await?
+                    measure(waiting, layout, bits, &label, &args, &mut nodes).await?
                 }
             };
             for r in &measured {
@@ -179,12 +161,11 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
             }
             all_rates.extend(measured);
             if wait.is_none() {
+                let samples = nodes.samples().await?;
                 spread.push(Spread {
                     layout: label,
-                    keys: nodes.samples().await?.iter().map(|s| s.keys).collect(),
-                    used_memory: nodes
-                        .samples()
-                        .await?
+                    keys: samples.iter().map(|s| s.keys).collect(),
+                    used_memory: samples
                         .iter()
                         .zip(&empty)
                         .map(|(s, e)| s.used_memory.saturating_sub(e.used_memory))
@@ -259,6 +240,29 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         report.wait_table()
     );
     Ok(())
+}
+
+/// Opens `layout` at `bits` over `conn` and measures every operation on it.
+async fn measure<C>(
+    conn: C,
+    layout: LayoutKind,
+    bits: u8,
+    label: &str,
+    args: &ThroughputArgs,
+    nodes: &mut Nodes,
+) -> Result<Vec<throughput::Rate>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let opened = layout.open(conn, bits).await?;
+    throughput::measure(
+        label,
+        Store::new(opened),
+        args.clients,
+        args.sessions,
+        nodes,
+    )
+    .await
 }
 
 /// Refuses `--wait-replicas n` when a primary has fewer than `n` replicas
