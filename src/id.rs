@@ -20,6 +20,8 @@ use crate::error::{Error, InvalidId, Result};
 pub const ID_BYTES: usize = 20;
 /// Characters in a 160-bit session id's text (cookie) form.
 pub const ID_HEX_LEN: usize = ID_BYTES * 2;
+/// Bytes of the issue time at the end of a stamped id.
+pub const STAMP_BYTES: usize = 4;
 
 /// How many random bits a store's session ids have.
 #[derive(
@@ -88,6 +90,27 @@ impl SessionId {
             .try_fill_bytes(&mut bytes[..width.bytes()])
             .map_err(|e| Error::Rng(e.to_string()))?;
         Ok(Self { bytes, width })
+    }
+
+    /// Draws a fresh id of `width` whose last four bytes are `issued_at`
+    /// (unix seconds, big-endian) and the rest random: 128 random bits at
+    /// width 160, 96 at width 128. A store with a per-user index issues
+    /// these (see [`crate::users`]): the stamp says when the session was
+    /// signed in, and bounds how late its first write may reach Redis.
+    pub fn generate_stamped(width: IdWidth, issued_at: u32) -> Result<Self> {
+        let mut id = Self::generate_with(width)?;
+        let end = width.bytes();
+        id.bytes[end - STAMP_BYTES..end].copy_from_slice(&issued_at.to_be_bytes());
+        Ok(id)
+    }
+
+    /// The stamp an id from [`SessionId::generate_stamped`] carries: its
+    /// last four bytes as unix seconds. Meaningless for a random id.
+    pub fn stamp(&self) -> u32 {
+        let end = self.width.bytes();
+        let mut last = [0u8; STAMP_BYTES];
+        last.copy_from_slice(&self.bytes[end - STAMP_BYTES..end]);
+        u32::from_be_bytes(last)
     }
 
     /// Wraps raw 160-bit id bytes.
@@ -210,6 +233,20 @@ mod tests {
         assert_eq!(text.len(), ID_HEX_LEN);
         assert!(text.bytes().all(|b| lower_hex_value(b).is_some()));
         assert_eq!(SessionId::parse(&text).unwrap(), id);
+    }
+
+    #[test]
+    fn stamped_ids_end_in_their_issue_time() {
+        for width in [IdWidth::Bits128, IdWidth::Bits160] {
+            let a = SessionId::generate_stamped(width, 1_800_000_123).unwrap();
+            let b = SessionId::generate_stamped(width, 1_800_000_123).unwrap();
+            assert_eq!(a.stamp(), 1_800_000_123);
+            assert_eq!(a.as_bytes().len(), width.bytes());
+            assert_eq!(&a.to_hex()[width.hex_len() - 8..], "6b49d27b");
+            assert_ne!(a, b, "the rest is random");
+            let parsed = SessionId::parse_with(a.to_hex(), width).unwrap();
+            assert_eq!(parsed.stamp(), 1_800_000_123);
+        }
     }
 
     #[test]

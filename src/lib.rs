@@ -28,6 +28,7 @@ pub mod store;
 pub mod sweep;
 #[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
 pub mod tower;
+pub mod users;
 pub mod wait;
 
 pub use buckets::Buckets;

@@ -20,7 +20,7 @@ use crate::scripts::META_CLAIM;
 pub const FORMAT_VERSION: u32 = 1;
 
 /// What a store is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StoreMeta {
     /// The layout's name, e.g. `bucketed`.
     pub layout: String,
@@ -30,6 +30,14 @@ pub struct StoreMeta {
     pub id_bits: u16,
     /// The record format.
     pub format: u32,
+    /// `log2` of the user index's bucket count; 0 for a store without one
+    /// (and for stores recorded before user indexes existed).
+    pub user_bits: u8,
+    /// The user index's grace, seconds ([`crate::users::UserIndexConfig`]);
+    /// 0 without an index.
+    pub user_grace_secs: u64,
+    /// The user index's clock skew allowance, seconds; 0 without an index.
+    pub user_skew_secs: u64,
 }
 
 impl fmt::Display for StoreMeta {
@@ -38,22 +46,42 @@ impl fmt::Display for StoreMeta {
             f,
             "layout {}, {} bucket bits, {}-bit ids, record format {}",
             self.layout, self.bucket_bits, self.id_bits, self.format
-        )
+        )?;
+        match self.user_bits {
+            0 => write!(f, ", no user index"),
+            bits => write!(
+                f,
+                ", a user index of 2^{bits} buckets ({} s grace, {} s skew)",
+                self.user_grace_secs, self.user_skew_secs
+            ),
+        }
     }
 }
 
 impl StoreMeta {
+    /// The user index it records, if any.
+    pub fn user_index(&self) -> Option<crate::users::UserIndexConfig> {
+        (self.user_bits > 0).then_some(crate::users::UserIndexConfig {
+            bits: self.user_bits,
+            grace_secs: self.user_grace_secs,
+            skew_secs: self.user_skew_secs,
+        })
+    }
+
     /// The metadata key of `namespace`.
     pub fn key(namespace: &str) -> String {
         format!("{namespace}:meta")
     }
 
-    fn fields(&self) -> [(&'static str, String); 4] {
+    fn fields(&self) -> [(&'static str, String); 7] {
         [
             ("layout", self.layout.clone()),
             ("bucket_bits", self.bucket_bits.to_string()),
             ("id_bits", self.id_bits.to_string()),
             ("format", self.format.to_string()),
+            ("user_bits", self.user_bits.to_string()),
+            ("user_grace_secs", self.user_grace_secs.to_string()),
+            ("user_skew_secs", self.user_skew_secs.to_string()),
         ]
     }
 
@@ -66,6 +94,12 @@ impl StoreMeta {
             ))
         };
         let get = |field: &str| map.get(field).ok_or_else(|| bad(field));
+        fn parse_or_zero<T: std::str::FromStr + Default>(v: Option<&String>) -> Option<T> {
+            v.map_or(Some(T::default()), |v| v.parse().ok())
+        }
+        let optional = |field: &str| -> Result<u64> {
+            parse_or_zero(map.get(field)).ok_or_else(|| bad(field))
+        };
         Ok(Self {
             layout: get("layout")?.clone(),
             bucket_bits: get("bucket_bits")?
@@ -73,6 +107,10 @@ impl StoreMeta {
                 .map_err(|_| bad("bucket_bits"))?,
             id_bits: get("id_bits")?.parse().map_err(|_| bad("id_bits"))?,
             format: get("format")?.parse().map_err(|_| bad("format"))?,
+            // Absent from stores recorded before user indexes existed.
+            user_bits: u8::try_from(optional("user_bits")?).map_err(|_| bad("user_bits"))?,
+            user_grace_secs: optional("user_grace_secs")?,
+            user_skew_secs: optional("user_skew_secs")?,
         })
     }
 

@@ -83,6 +83,11 @@ pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
     "compact_common.lua",
     "compact_remove.lua"
 );
+pub(crate) static COMPACT_REVOKE: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "compact_common.lua",
+    "compact_revoke.lua"
+);
 
 pub(crate) static COMPACT_SWEEP: LazyLock<Script> = script!(
     "server_clock.lua",
@@ -105,6 +110,7 @@ pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
     "compact_evict.lua"
 );
 
+pub(crate) static USER_LABEL: LazyLock<Script> = script!("user_label.lua");
 pub(crate) static META_CLAIM: LazyLock<Script> = script!("meta_claim.lua");
 pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_order.lua", "bucket_sweep.lua");
 pub(crate) static BUCKET_EVICT: LazyLock<Script> = script!("bucket_order.lua", "bucket_evict.lua");

@@ -186,8 +186,9 @@ where
     ) -> Result<Session<A, I>> {
         let record = self.encode(&identity, &attrs)?;
         let expiry = Expiry::In(whole_seconds(ttl)).check()?;
+        let mut late = 0;
         for _ in 0..ID_ATTEMPTS {
-            let id = self.new_id()?;
+            let id = self.layout.new_id().await?;
             match self.layout.insert(&id, &record, expiry).await? {
                 Inserted::Created { expires_at } => {
                     return Ok(Session {
@@ -197,7 +198,11 @@ where
                         attrs,
                     });
                 }
+                // Taken, or blocked by a revocation: draw another.
                 Inserted::IdTaken => continue,
+                // With a user index, the id's stamp was refused: the
+                // create took too long, or the clock estimate is off.
+                Inserted::Late => late += 1,
                 Inserted::AlreadyExpired => {
                     // A lifetime from now cannot have passed: the layout
                     // misread the server's reply.
@@ -206,6 +211,12 @@ where
                     });
                 }
             }
+        }
+        if late == ID_ATTEMPTS {
+            return Err(Error::Config(format!(
+                "the server refused the issue time stamped in {late} fresh ids in a row: \
+                 ids must come from Layout::new_id, and the server's clock must be steady"
+            )));
         }
         Err(Error::Contended {
             attempts: ID_ATTEMPTS,
@@ -217,7 +228,7 @@ where
     pub async fn create_many(&self, sessions: &[(I, A)]) -> Result<Vec<SessionId>> {
         let mut items = Vec::with_capacity(sessions.len());
         for (identity, attrs) in sessions {
-            items.push((self.new_id()?, self.encode(identity, attrs)?));
+            items.push((self.layout.new_id().await?, self.encode(identity, attrs)?));
         }
         let results = self.layout.insert_many(&items, self.ttl_secs).await?;
         let mut taken = taken_positions(0..items.len(), results);
@@ -228,7 +239,7 @@ where
                 break;
             }
             for &i in &taken {
-                items[i].0 = self.new_id()?;
+                items[i].0 = self.layout.new_id().await?;
             }
             let retry: Vec<_> = taken.iter().map(|&i| items[i].clone()).collect();
             let results = self.layout.insert_many(&retry, self.ttl_secs).await?;
@@ -256,11 +267,6 @@ where
     pub async fn load_cookie(&self, cookie: &str) -> Result<Option<Session<A, I>>> {
         let id = SessionId::parse_with(cookie, self.layout.id_width())?;
         self.load(&id).await
-    }
-
-    /// A fresh id of the layout's width.
-    fn new_id(&self) -> Result<SessionId> {
-        SessionId::generate_with(self.layout.id_width())
     }
 
     /// Loads many sessions in pipelined round trips; one result per id.
@@ -330,14 +336,14 @@ where
             let Some(stored) = self.layout.load(id).await? else {
                 return Ok(None);
             };
-            let new_id = self.new_id()?;
+            let new_id = self.layout.new_id().await?;
             match self
                 .layout
                 .insert(&new_id, &stored.record, Expiry::At(stored.expires_at))
                 .await?
             {
                 Inserted::Created { .. } => {}
-                Inserted::IdTaken => continue,
+                Inserted::IdTaken | Inserted::Late => continue,
                 Inserted::AlreadyExpired => return Ok(None),
             }
             // The old id goes only if no one wrote to it or touched it
@@ -365,7 +371,8 @@ where
     }
 }
 
-/// The positions whose insert found the id taken.
+/// The positions whose insert found the id taken (or, with a user index,
+/// refused it as late).
 fn taken_positions(
     positions: impl IntoIterator<Item = usize>,
     results: Vec<Inserted>,
@@ -373,7 +380,7 @@ fn taken_positions(
     positions
         .into_iter()
         .zip(results)
-        .filter(|(_, r)| *r == Inserted::IdTaken)
+        .filter(|(_, r)| matches!(r, Inserted::IdTaken | Inserted::Late))
         .map(|(i, _)| i)
         .collect()
 }

@@ -183,7 +183,7 @@ where
                 .insert(&session_id(id), &bytes, Expiry::At(at))
                 .await?
             {
-                Inserted::IdTaken => id = fresh(),
+                Inserted::IdTaken | Inserted::Late => id = fresh(),
                 Inserted::Created { .. } => {
                     self.memo.put(id, &bytes, at);
                     return Ok(id);

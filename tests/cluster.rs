@@ -371,3 +371,15 @@ async fn waiting_for_replicas_asks_only_the_primary_that_wrote() {
     }
     assert_eq!(common::found(&store, &ids).await, 50);
 }
+
+/// The user index on a cluster: a user's index bucket and a session's
+/// bucket are in different slots (often on different primaries), and no
+/// script spans them; listings, revocations, creates in flight and
+/// revoke-all racing traffic behave as on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_index_holds_on_a_cluster() {
+    let c = start();
+    common::users::list_label_and_revoke(conn(&c).await).await;
+    common::users::creates_in_flight_are_blocked_and_leftovers_swept(conn(&c).await).await;
+    common::users::revoke_all_races_traffic(conn(&c).await, "race").await;
+}

@@ -5,6 +5,7 @@ mod common;
 use sessionpack::layout::compact::GroupedBuckets;
 use sessionpack::layout::{BookLoginHash, Encoding, KeyPerSession};
 use sessionpack::server::LocalServer;
+use sessionpack::users::UserIndexConfig;
 use sessionpack::{
     Bucketed, BucketedConfig, Buckets, Compact, CompactConfig, IdWidth, Layout, SessionId,
 };
@@ -43,6 +44,15 @@ async fn compact(server: &LocalServer) -> impl Layout + 'static {
 
 async fn compact_narrow(server: &LocalServer) -> impl Layout + 'static {
     let config = CompactConfig::new(10).with_id_width(IdWidth::Bits128);
+    Compact::new(common::manager(server).await, config)
+        .await
+        .unwrap()
+}
+
+/// A compact store that keeps a user index: every case must behave the
+/// same with it.
+async fn compact_indexed(server: &LocalServer) -> impl Layout + 'static {
+    let config = CompactConfig::new(8).with_user_index(UserIndexConfig::new(4));
     Compact::new(common::manager(server).await, config)
         .await
         .unwrap()
@@ -152,3 +162,8 @@ layout_suite!(packed_setex_layout, packed_setex, corrupt_packed);
 layout_suite!(hash_per_session_layout, hash_per_session, corrupt_hash);
 layout_suite!(compact_8_bits, compact, corrupt_compact_8);
 layout_suite!(compact_128_bit_ids, compact_narrow, corrupt_compact_narrow);
+layout_suite!(
+    compact_with_a_user_index,
+    compact_indexed,
+    corrupt_compact_8
+);

@@ -65,9 +65,10 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
         .unwrap_or_default();
     let (target, buckets): (SweepTarget<_>, u32) = match meta.as_ref().map(|m| m.layout.as_str()) {
         Some("compact") => {
-            let config = CompactConfig::new(bucket_bits)
+            let mut config = CompactConfig::new(bucket_bits)
                 .with_namespace(args.namespace.clone())
                 .with_id_width(width);
+            config.user_index = meta.as_ref().and_then(StoreMeta::user_index);
             let layout = Compact::new(conn, config).await?;
             let count = layout.buckets().count();
             (layout.into(), count)

@@ -144,6 +144,10 @@ where
         each!(self, l => l.id_width())
     }
 
+    async fn new_id(&self) -> Result<SessionId> {
+        each!(self, l => l.new_id().await)
+    }
+
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         each!(self, l => l.insert(id, record, expiry).await)
     }

@@ -125,6 +125,7 @@ where
             bucket_bits: buckets.bits(),
             id_bits: buckets.id_width().bits(),
             format: FORMAT_VERSION,
+            ..StoreMeta::default()
         }
     }
 

@@ -144,14 +144,19 @@ pub enum Inserted {
     IdTaken,
     /// The requested [`Expiry::At`] has already passed; nothing was written.
     AlreadyExpired,
+    /// The id was issued too long ago (or too far ahead) by the server's
+    /// clock for a store with a user index (see [`crate::users`]); nothing
+    /// was written. Draw a new id.
+    Late,
 }
 
 impl Inserted {
     /// Reads an insert script's reply: the expiry, 0 if taken, -1 if an
-    /// absolute expiry had passed.
+    /// absolute expiry had passed, -2 if the id's stamp was refused.
     pub(crate) fn from_code(code: i64) -> Self {
         match code {
             0 => Self::IdTaken,
+            -2 => Self::Late,
             c if c < 0 => Self::AlreadyExpired,
             c => Self::Created {
                 expires_at: c as u64,
@@ -198,6 +203,13 @@ pub trait Layout: Send + Sync {
     /// The width of the ids this layout's store issues and accepts.
     fn id_width(&self) -> IdWidth {
         IdWidth::Bits160
+    }
+
+    /// A fresh id for a new session, of the layout's width. A layout that
+    /// keeps a user index stamps it with the server's time
+    /// ([`SessionId::generate_stamped`]).
+    fn new_id(&self) -> impl Future<Output = Result<SessionId>> + Send {
+        async move { SessionId::generate_with(self.id_width()) }
     }
 
     /// Stores a new session unless the id is taken.
@@ -282,6 +294,9 @@ macro_rules! delegate_layout {
             }
             fn id_width(&self) -> IdWidth {
                 (**self).id_width()
+            }
+            fn new_id(&self) -> impl Future<Output = Result<SessionId>> + Send {
+                (**self).new_id()
             }
             fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> impl Future<Output = Result<Inserted>> + Send {
                 (**self).insert(id, record, expiry)

@@ -25,6 +25,11 @@ for i = 3, #ARGV do
       if expiry <= now then
         gone[#gone + 1] = field
         reply[1] = reply[1] + 1
+      elseif is_tombstone(value) then
+        -- Not a session: it blocks a create until it expires.
+        if earliest == nil or expiry < earliest then
+          earliest = expiry
+        end
       elseif within_cutoff(expiry, field, cutoff, cutoff_field) then
         if is_out_of_line(value) then
           evict[#evict + 1] = member

@@ -14,6 +14,15 @@
 -- after 2001 is no ASCII digit.
 
 local OUT_OF_LINE = '\193'
+-- A revocation that finds no session where a create may still land (a
+-- store with a user index) leaves a tombstone under the field followed by
+-- this byte: a field no id maps to, valued be32(until) .. TOMBSTONE, which
+-- inserts check and the sweeper reclaims at `until` like any expiry.
+local TOMBSTONE = '\192'
+
+local function is_tombstone(value)
+  return #value == 5 and string.sub(value, 5) == TOMBSTONE
+end
 
 local function is_integer_form(value)
   local b = string.byte(value, 1)

@@ -5,8 +5,21 @@
 -- ARGV[4]: the payload: the identity in decimal ('i'), the record ('b', 'o')
 -- ARGV[5]: 'in' (ARGV[6] is seconds from now) or 'at' (unix seconds)
 -- ARGV[6]: seconds
--- Returns the expiry; 0 if the field is taken; -1 if an 'at' expiry passed.
+-- ARGV[7]: for a store with a user index, the id's stamp (unix seconds),
+--          else absent; ARGV[8]: how far the stamp may be from now
+-- Returns the expiry; 0 if the field is taken (or a revocation left a
+-- tombstone for it); -1 if an 'at' expiry passed; -2 if the stamp is
+-- further from the server's time than ARGV[8].
 local now, from = server_clock()
+if ARGV[7] then
+  local stamp, grace = tonumber(ARGV[7]), tonumber(ARGV[8])
+  if now > stamp + grace or stamp > now + grace then
+    return -2
+  end
+  if redis.call('HEXISTS', KEYS[1], ARGV[1] .. TOMBSTONE) == 1 then
+    return 0
+  end
+end
 local expiry = tonumber(ARGV[6])
 if ARGV[5] == 'in' then
   expiry = from + expiry

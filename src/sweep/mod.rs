@@ -143,6 +143,11 @@ pub struct PassReport {
     pub bad_buckets: u64,
     /// The first few of those, with Redis's error.
     pub bad: Vec<BadBucket>,
+    /// User index entries whose sessions were looked up (compact stores
+    /// with a user index, on full passes).
+    pub index_checked: u64,
+    /// User index entries removed: their sessions were gone.
+    pub index_dropped: u64,
     /// The cap was not enforced because another sweeper was enforcing it.
     pub cap_deferred: bool,
     /// Lease keys that hold another program's value of another type; their
@@ -185,6 +190,8 @@ impl PassReport {
         self.evicted += other.evicted;
         self.repaired += other.repaired;
         self.bad_buckets += other.bad_buckets;
+        self.index_checked += other.index_checked;
+        self.index_dropped += other.index_dropped;
         self.cap_deferred |= other.cap_deferred;
         for e in other.lease_errors {
             if self.lease_errors.len() < step::BAD_BUCKETS_LISTED {
@@ -217,6 +224,8 @@ pub struct SweepStats {
     pub repaired: u64,
     /// Bucket sweeps skipped for keys of another type, all passes.
     pub bad_buckets: u64,
+    /// User index entries removed, all passes.
+    pub index_dropped: u64,
     /// The last pass.
     pub last: Option<PassReport>,
     /// The last error, as text.
@@ -343,12 +352,52 @@ where
         let now = server_time(self.conn()).await?;
         let outcome = match &self.target {
             SweepTarget::Bucketed(l) => {
-                sweep_buckets(l, range, self.config.step_limit, None).await?
+                sweep_buckets(l, range.clone(), self.config.step_limit, None).await?
             }
-            SweepTarget::Compact(l) => compact::sweep_groups(l, range, now, full).await?,
+            SweepTarget::Compact(l) => compact::sweep_groups(l, range.clone(), now, full).await?,
         };
         let mut report = PassReport::default();
         report.add(outcome, now);
+        if let SweepTarget::Compact(l) = &self.target
+            && full
+        {
+            let swept = l
+                .sweep_user_buckets(self.user_buckets(l, range), now)
+                .await?;
+            report.index_checked = swept.checked;
+            report.index_dropped = swept.dropped;
+            report.bad_buckets += swept.bad;
+        }
+        report.took = started.elapsed();
+        Ok(report)
+    }
+
+    /// The user index buckets swept with `groups` of a compact store: the
+    /// same share of them, so a pass over every group covers each once.
+    fn user_buckets(&self, l: &Compact<C>, groups: std::ops::Range<u32>) -> std::ops::Range<u32> {
+        let Some(users) = l.user_index() else {
+            return 0..0;
+        };
+        let (n, g) = (u64::from(users.count()), u64::from(self.units()));
+        let at = |unit: u32| (u64::from(unit) * n / g) as u32;
+        at(groups.start)..at(groups.end)
+    }
+
+    /// Sweeps the user index of a compact store over `range` of
+    /// [`Sweeper::units`] (no leases): entries whose sessions are gone go.
+    /// A full pass does this too.
+    pub async fn sweep_users(&self, range: std::ops::Range<u32>) -> Result<PassReport> {
+        let started = Instant::now();
+        let mut report = PassReport::default();
+        if let SweepTarget::Compact(l) = &self.target {
+            let now = server_time(self.conn()).await?;
+            let swept = l
+                .sweep_user_buckets(self.user_buckets(l, range), now)
+                .await?;
+            report.index_checked = swept.checked;
+            report.index_dropped = swept.dropped;
+            report.bad_buckets = swept.bad;
+        }
         report.took = started.elapsed();
         Ok(report)
     }
@@ -514,6 +563,7 @@ where
                         stats.evicted += report.evicted;
                         stats.repaired += report.repaired;
                         stats.bad_buckets += report.bad_buckets;
+                        stats.index_dropped += report.index_dropped;
                         stats.last = Some(report);
                     }
                     Err(e) => {

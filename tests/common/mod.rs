@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod suite;
+pub mod users;
 
 use redis::aio::ConnectionManager;
 use sessionpack::server::LocalServer;

@@ -473,6 +473,9 @@ impl<L: Layout> Layout for TouchBeforeInsert<L> {
     fn id_width(&self) -> sessionpack::IdWidth {
         self.inner.id_width()
     }
+    async fn new_id(&self) -> sessionpack::Result<SessionId> {
+        self.inner.new_id().await
+    }
     async fn insert(
         &self,
         id: &SessionId,

@@ -42,6 +42,9 @@ use crate::scripts::{
     self, COMPACT_INSERT, COMPACT_OVERWRITE, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE,
     COMPACT_TOUCH, PIPELINE_CHUNK,
 };
+use crate::users::{UserIndex, UserIndexConfig};
+
+mod users;
 
 /// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
 pub const DEFAULT_BUCKET_BITS: u8 = 14;
@@ -69,6 +72,8 @@ pub struct CompactConfig {
     pub bucket_bits: u8,
     /// The width of the store's ids, default 160 bits.
     pub id_width: IdWidth,
+    /// The per-user index ([`crate::users`]), off by default.
+    pub user_index: Option<UserIndexConfig>,
 }
 
 impl Default for CompactConfig {
@@ -77,6 +82,7 @@ impl Default for CompactConfig {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             bucket_bits: DEFAULT_BUCKET_BITS,
             id_width: IdWidth::default(),
+            user_index: None,
         }
     }
 }
@@ -99,6 +105,14 @@ impl CompactConfig {
     /// Issues ids of `width` (128 bits saves 4 bytes a session).
     pub fn with_id_width(mut self, width: IdWidth) -> Self {
         self.id_width = width;
+        self
+    }
+
+    /// Keeps a per-user index ([`crate::users`]);
+    /// `UserIndexConfig::new(bits)` has `2^bits` buckets: about one per 100
+    /// to 400 sessions.
+    pub fn with_user_index(mut self, config: UserIndexConfig) -> Self {
+        self.user_index = Some(config);
         self
     }
 }
@@ -323,6 +337,7 @@ pub struct Compact<C> {
     eviction_policy: Option<String>,
     clock: Arc<ServerClock>,
     watch: Arc<OutOfLineWatch>,
+    users: Option<UserIndex>,
 }
 
 impl<C> std::fmt::Debug for Compact<C> {
@@ -335,12 +350,12 @@ impl<C> std::fmt::Debug for Compact<C> {
 }
 
 /// The names one id's operations need.
-struct Keys {
-    bucket: String,
-    index: String,
-    member: u32,
-    field: Vec<u8>,
-    bucket_no: u32,
+pub(crate) struct Keys {
+    pub(crate) bucket: String,
+    pub(crate) index: String,
+    pub(crate) member: u32,
+    pub(crate) field: Vec<u8>,
+    pub(crate) bucket_no: u32,
 }
 
 impl<C> Compact<C>
@@ -353,11 +368,32 @@ where
     pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
         let buckets =
             Buckets::new(config.namespace, config.bucket_bits)?.with_id_width(config.id_width);
-        let (limits, policy) =
-            super::open_bucket_store(&conn, &Self::meta(&buckets), buckets.namespace()).await?;
-        let mut layout = Self::with_limits(conn, buckets, limits);
+        let users = config
+            .user_index
+            .map(|c| UserIndex::new(buckets.namespace(), c))
+            .transpose()?;
+        let mut meta = Self::meta(&buckets);
+        if let Some(users) = &users {
+            meta.user_bits = users.bits();
+            meta.user_grace_secs = users.config().grace_secs;
+            meta.user_skew_secs = users.config().skew_secs;
+        }
+        let (limits, policy) = super::open_bucket_store(&conn, &meta, buckets.namespace()).await?;
+        let mut layout = Self::with_limits(conn, buckets, limits).with_users(users);
         layout.eviction_policy = policy;
         Ok(layout)
+    }
+
+    /// The same layout keeping (or not) a user index, with no metadata
+    /// check (the benchmarks use it on servers they flush).
+    pub fn with_users(mut self, users: Option<UserIndex>) -> Self {
+        self.users = users;
+        self
+    }
+
+    /// The user index, if the store keeps one.
+    pub fn user_index(&self) -> Option<&UserIndex> {
+        self.users.as_ref()
     }
 
     /// The metadata a compact store with these buckets records.
@@ -367,6 +403,7 @@ where
             bucket_bits: buckets.bits(),
             id_bits: buckets.id_width().bits(),
             format: FORMAT_VERSION,
+            ..StoreMeta::default()
         }
     }
 
@@ -387,6 +424,7 @@ where
             eviction_policy: None,
             clock: Default::default(),
             watch: Default::default(),
+            users: None,
         }
     }
 
@@ -415,7 +453,7 @@ where
         self.eviction_policy.as_deref()
     }
 
-    fn keys(&self, id: &SessionId) -> Keys {
+    pub(crate) fn keys(&self, id: &SessionId) -> Keys {
         let bucket = self.buckets().bucket_of(id);
         Keys {
             bucket: self.scheme.bucket_key(bucket),
@@ -509,6 +547,9 @@ where
             .arg(&*Self::payload(form, record))
             .arg(mode)
             .arg(secs);
+        if let Some(users) = &self.users {
+            inv.arg(id.stamp()).arg(users.config().grace_secs);
+        }
         inv
     }
 
@@ -789,9 +830,22 @@ where
         self.buckets().id_width()
     }
 
+    async fn new_id(&self) -> Result<SessionId> {
+        if self.users.is_none() {
+            return SessionId::generate_with(self.id_width());
+        }
+        // The earliest the server's time can be: a stamp is never ahead.
+        let (earliest, _) = self.time_bounds().await?;
+        let stamp = u32::try_from(earliest.floor() as u64).unwrap_or(u32::MAX);
+        SessionId::generate_stamped(self.id_width(), stamp)
+    }
+
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         let expiry = expiry.check()?;
         id.check_width(self.buckets().id_width())?;
+        if let Some(users) = &self.users {
+            return self.insert_indexed(users, id, record, expiry).await;
+        }
         let len = (record.len() + EXPIRY_BYTES) as u64;
         if len <= self.limits.hash_value {
             match self.decide_expiry(expiry).await? {
@@ -857,6 +911,8 @@ where
         check_batch(items, ttl_secs, self.buckets().id_width())?;
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(PIPELINE_CHUNK) {
+            // Index entries first, as for one insert.
+            self.index_add_many(chunk).await?;
             let invocations: Vec<_> = chunk
                 .iter()
                 .map(|(id, record)| self.insert_invocation(id, record, Expiry::In(ttl_secs)))

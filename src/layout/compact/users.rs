@@ -1,0 +1,393 @@
+//! The compact layout's side of the per-user index: the writes in the
+//! order [`crate::users`] explains, listings, revocations, labels, and the
+//! sweep of entries whose sessions are gone.
+
+use redis::Value;
+
+use super::{Compact, parse_value};
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::layout::{Expiry, Inserted, Layout, Stored};
+use crate::record;
+use crate::scripts::{self, COMPACT_REVOKE, PIPELINE_CHUNK, USER_LABEL};
+use crate::users::{self, Revoked, UserIndex, UserIndexAudit};
+
+/// Most fields one `HDEL` names.
+const HDEL_CHUNK: usize = 1000;
+
+/// One index entry of the user asked about.
+pub(crate) struct Entry {
+    pub(crate) id: SessionId,
+    pub(crate) label: Option<String>,
+}
+
+/// What sweeping a range of index buckets did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IndexSwept {
+    /// Entries old enough to judge, whose sessions were looked up.
+    pub(crate) checked: u64,
+    /// Entries removed: their sessions were gone or expired, or the field
+    /// was no id of this store.
+    pub(crate) dropped: u64,
+    /// Index keys of another type, skipped.
+    pub(crate) bad: u64,
+}
+
+impl<C> Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    fn users(&self) -> Result<&UserIndex> {
+        self.users.as_ref().ok_or_else(|| {
+            Error::Config(format!(
+                "the compact store in namespace {:?} keeps no user index \
+                 (CompactConfig::with_user_index)",
+                self.buckets().namespace()
+            ))
+        })
+    }
+
+    /// The identity a record begins with, as its bytes.
+    fn identity_head<'r>(&self, id: &SessionId, record: &'r [u8]) -> Result<&'r [u8]> {
+        let (_, rest) = record::split(record).map_err(|reason| Error::CorruptRecord {
+            location: self.buckets().location(id),
+            reason,
+        })?;
+        Ok(&record[..record.len() - rest.len()])
+    }
+
+    /// An insert for a store with a user index: the entry first, then the
+    /// session with its stamp checked. An entry left by an insert that did
+    /// not store its session is taken back, or else swept.
+    pub(super) async fn insert_indexed(
+        &self,
+        users: &UserIndex,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+    ) -> Result<Inserted> {
+        let (bucket, check) = users.place(self.identity_head(id, record)?);
+        let key = users.key(bucket);
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg(id.as_bytes())
+            .arg(users::entry_value(check, None))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        let code = self
+            .call(id, &self.insert_invocation(id, record, expiry))
+            .await?;
+        let inserted = Inserted::from_code(code);
+        if !matches!(inserted, Inserted::Created { .. }) {
+            let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+                .arg(&key)
+                .arg(id.as_bytes())
+                .query_async(&mut self.conn.clone())
+                .await;
+        }
+        Ok(inserted)
+    }
+
+    /// The index entries of a batch about to be inserted, in one pipeline.
+    pub(super) async fn index_add_many(&self, items: &[(SessionId, Vec<u8>)]) -> Result<()> {
+        let Some(users) = &self.users else {
+            return Ok(());
+        };
+        let mut pipe = redis::pipe();
+        for (id, record) in items {
+            let (bucket, check) = users.place(self.identity_head(id, record)?);
+            pipe.hset(
+                users.key(bucket),
+                id.as_bytes(),
+                users::entry_value(check, None),
+            )
+            .ignore();
+        }
+        let _: () = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(scripts::pipeline_error(self, &[], 1))?;
+        Ok(())
+    }
+
+    /// The entries of the identity that records begin with `head` (and of
+    /// any other whose check matches), from its index bucket.
+    async fn entries(&self, head: &[u8]) -> Result<(String, Vec<Entry>)> {
+        let users = self.users()?;
+        let (bucket, check) = users.place(head);
+        let key = users.key(bucket);
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        let width = self.id_width();
+        let entries = pairs
+            .into_iter()
+            .filter_map(|(field, value)| {
+                let id = SessionId::from_slice(&field).filter(|id| id.width() == width)?;
+                let (found, label) = users::parse_entry(&value)?;
+                (found == check).then_some(Entry { id, label })
+            })
+            .collect();
+        Ok((key, entries))
+    }
+
+    /// The live sessions of the identity that records begin with `head`,
+    /// with their labels, from its index entries.
+    pub async fn user_sessions(
+        &self,
+        head: &[u8],
+    ) -> Result<Vec<(SessionId, Stored, Option<String>)>> {
+        let (_, entries) = self.entries(head).await?;
+        let ids: Vec<SessionId> = entries.iter().map(|e| e.id).collect();
+        let found = self.load_many(&ids).await?;
+        Ok(entries
+            .into_iter()
+            .zip(found)
+            .filter_map(|(entry, stored)| {
+                // MessagePack values are prefix-free: a record of this
+                // identity, and of no other, begins with `head`.
+                let stored = stored.filter(|s| s.record.starts_with(head))?;
+                Some((entry.id, stored, entry.label))
+            })
+            .collect())
+    }
+
+    /// Revokes every session of the identity that records begin with
+    /// `head`, but `keep`: see [`crate::users`] for why a create racing
+    /// this either is revoked or lands after it, indexed.
+    pub async fn revoke_user(&self, head: &[u8], keep: Option<&SessionId>) -> Result<Revoked> {
+        let (key, entries) = self.entries(head).await?;
+        let mut report = Revoked::default();
+        let ids: Vec<SessionId> = entries
+            .iter()
+            .map(|e| e.id)
+            .filter(|id| Some(id) != keep)
+            .collect();
+        report.kept += (entries.len() - ids.len()) as u64;
+        let ident = record::int_only(head).map_or(String::new(), |n| n.to_string());
+        let hold = self.users()?.config().hold_secs();
+        let mut drop = Vec::new();
+        for chunk in ids.chunks(PIPELINE_CHUNK) {
+            let invocations: Vec<_> = chunk
+                .iter()
+                .map(|id| {
+                    let mut inv = self.invocation(&COMPACT_REVOKE, id);
+                    inv.arg(&ident).arg(head).arg(id.stamp()).arg(hold);
+                    inv
+                })
+                .collect();
+            let codes: Vec<i64> =
+                scripts::pipelined(&self.conn, self, chunk, &invocations, &COMPACT_REVOKE).await?;
+            for (id, code) in chunk.iter().zip(codes) {
+                match code {
+                    0 => report.kept += 1,
+                    1 => report.removed += 1,
+                    2 => report.blocked += 1,
+                    _ => report.stale += 1,
+                }
+                if code != 0 {
+                    drop.push(id.as_bytes().to_vec());
+                }
+            }
+        }
+        self.drop_entries(&key, &drop).await?;
+        Ok(report)
+    }
+
+    async fn drop_entries(&self, key: &str, fields: &[Vec<u8>]) -> Result<u64> {
+        let mut dropped = 0;
+        for chunk in fields.chunks(HDEL_CHUNK) {
+            let n: u64 = redis::cmd("HDEL")
+                .arg(key)
+                .arg(chunk)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| Error::from_redis(e, || key.to_owned()))?;
+            dropped += n;
+        }
+        Ok(dropped)
+    }
+
+    /// Sets (or with `None` clears) the label of `id`'s entry, the session
+    /// of the identity that records begin with `head`. Returns `false` if
+    /// there is no such entry.
+    pub async fn set_label(
+        &self,
+        head: &[u8],
+        id: &SessionId,
+        label: Option<&str>,
+    ) -> Result<bool> {
+        if let Some(label) = label {
+            users::check_label(label)?;
+        }
+        let users = self.users()?;
+        let (bucket, check) = users.place(head);
+        let key = users.key(bucket);
+        let mut inv = USER_LABEL.prepare_invoke();
+        inv.key(&key)
+            .arg(id.as_bytes())
+            .arg(users::entry_value(check, label));
+        let set: i64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        Ok(set == 1)
+    }
+
+    /// Removes the entries of index buckets `range` whose sessions are
+    /// gone or expired at `now` and whose ids were stamped more than
+    /// the hold before it, so no create of them can still land.
+    pub(crate) async fn sweep_user_buckets(
+        &self,
+        range: std::ops::Range<u32>,
+        now: u64,
+    ) -> Result<IndexSwept> {
+        let mut out = IndexSwept::default();
+        let Some(users) = &self.users else {
+            return Ok(out);
+        };
+        let width = self.id_width();
+        let hold = users.config().hold_secs();
+        let buckets: Vec<u32> = range.collect();
+        for chunk in buckets.chunks(64) {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for &b in chunk {
+                pipe.cmd("HGETALL").arg(users.key(b));
+            }
+            let replies: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await?;
+            // Per index bucket: fields to drop now, and ids to look up.
+            let mut junk: Vec<(String, Vec<u8>)> = Vec::new();
+            let mut candidates: Vec<(String, SessionId)> = Vec::new();
+            for (&b, reply) in chunk.iter().zip(replies) {
+                let key = users.key(b);
+                let pairs: Vec<(Vec<u8>, Vec<u8>)> = match reply {
+                    Value::ServerError(e) => {
+                        tracing::warn!(key, error = ?e, "user index key of another type; skipped");
+                        out.bad += 1;
+                        continue;
+                    }
+                    other => redis::from_redis_value(other)?,
+                };
+                for (field, value) in pairs {
+                    let id = SessionId::from_slice(&field).filter(|id| id.width() == width);
+                    match id {
+                        Some(id) if users::parse_entry(&value).is_some() => {
+                            if u64::from(id.stamp()) + hold < now {
+                                candidates.push((key.clone(), id));
+                            }
+                        }
+                        _ => junk.push((key.clone(), field)),
+                    }
+                }
+            }
+            out.checked += candidates.len() as u64;
+            let mut dead = junk;
+            for part in candidates.chunks(PIPELINE_CHUNK) {
+                let mut pipe = redis::pipe();
+                for (_, id) in part {
+                    let k = self.keys(id);
+                    pipe.hget(&k.bucket, &k.field);
+                }
+                let values: Vec<Option<Vec<u8>>> = pipe.query_async(&mut self.conn.clone()).await?;
+                for ((key, id), value) in part.iter().zip(values) {
+                    // A value in neither form is left, with its entry, for
+                    // the audit to report.
+                    let live = value.is_some_and(|v| {
+                        parse_value(&v).is_none_or(|parsed| parsed.expires_at() > now)
+                    });
+                    if !live {
+                        dead.push((key.clone(), id.as_bytes().to_vec()));
+                    }
+                }
+            }
+            dead.sort();
+            for group in dead.chunk_by(|a, b| a.0 == b.0) {
+                let fields: Vec<Vec<u8>> = group.iter().map(|(_, f)| f.clone()).collect();
+                out.dropped += self.drop_entries(&group[0].0, &fields).await?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl<C> Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// Checks the whole user index against every session: each live
+    /// session has its entry, in the bucket and with the check its
+    /// identity gives, and each entry has a live session. Reads every
+    /// bucket of both: for tests and for the command line, not for a
+    /// request path.
+    pub async fn audit_users(&self) -> Result<UserIndexAudit> {
+        use std::collections::HashMap;
+        let users = self.users()?;
+        let hold = users.config().hold_secs();
+        let mut conn = self.conn.clone();
+        let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        let mut audit = UserIndexAudit::default();
+        // Every entry: id -> (index bucket, check), or None if malformed.
+        let mut entries: HashMap<Vec<u8>, Option<(u32, u8)>> = HashMap::new();
+        for chunk in (0..users.count()).collect::<Vec<_>>().chunks(256) {
+            let mut pipe = redis::pipe();
+            for &b in chunk {
+                pipe.hgetall(users.key(b));
+            }
+            let replies: Vec<Vec<(Vec<u8>, Vec<u8>)>> = pipe.query_async(&mut conn).await?;
+            for (&b, pairs) in chunk.iter().zip(replies) {
+                for (field, value) in pairs {
+                    let place = users::parse_entry(&value).map(|(check, _)| (b, check));
+                    entries.insert(field, place);
+                }
+            }
+        }
+        audit.entries = entries.len() as u64;
+        let scheme = self.scheme();
+        let tombstone_len = self.buckets().field_len() + 1;
+        let mut matched = std::collections::HashSet::new();
+        for chunk in (0..self.buckets().count()).collect::<Vec<_>>().chunks(256) {
+            let mut pipe = redis::pipe();
+            for &b in chunk {
+                pipe.hgetall(scheme.bucket_key(b));
+            }
+            let replies: Vec<Vec<(Vec<u8>, Vec<u8>)>> = pipe.query_async(&mut conn).await?;
+            for (&b, pairs) in chunk.iter().zip(replies) {
+                for (field, value) in pairs {
+                    if field.len() == tombstone_len && field.last() == Some(&0xc0) {
+                        audit.tombstones += 1;
+                        continue;
+                    }
+                    let Some(id) = self.buckets().id_of(b, &field) else {
+                        continue;
+                    };
+                    let Some(stored) = self.live(&id, Some(value), Some(now)).await? else {
+                        continue;
+                    };
+                    audit.sessions += 1;
+                    let head = self.identity_head(&id, &stored.record)?;
+                    match entries.get(id.as_bytes()) {
+                        None => audit.unindexed += 1,
+                        Some(place) => {
+                            matched.insert(id.as_bytes().to_vec());
+                            if *place != Some(users.place(head)) {
+                                audit.misplaced += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for field in entries.keys().filter(|f| !matched.contains(*f)) {
+            match SessionId::from_slice(field).filter(|id| id.width() == self.id_width()) {
+                Some(id) if u64::from(id.stamp()) + hold >= now => audit.pending += 1,
+                Some(_) => audit.orphans += 1,
+                None => audit.misplaced += 1,
+            }
+        }
+        Ok(audit)
+    }
+}

@@ -1,0 +1,72 @@
+//! A typed store's view of its user index.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Revoked, UserSession};
+use crate::error::Result;
+use crate::id::SessionId;
+use crate::identity::UserId;
+use crate::layout::Compact;
+use crate::store::{Session, Store};
+
+fn head<I: UserId>(identity: &I) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9);
+    identity.encode(&mut out);
+    out
+}
+
+impl<C, A, I> Store<Compact<C>, A, I>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+    A: Serialize + DeserializeOwned + Send + Sync,
+    I: UserId,
+{
+    /// The live sessions of `identity` ("your devices"), oldest sign-in
+    /// first. Needs a store with a user index ([`crate::users`]); one
+    /// without answers [`crate::Error::Config`].
+    pub async fn sessions_of(&self, identity: &I) -> Result<Vec<UserSession>> {
+        let ttl = self.ttl().as_secs();
+        let mut listed: Vec<UserSession> = self
+            .layout()
+            .user_sessions(&head(identity))
+            .await?
+            .into_iter()
+            .map(|(id, stored, label)| {
+                let signed_in_at = u64::from(id.stamp());
+                UserSession {
+                    id,
+                    signed_in_at,
+                    last_seen: stored.expires_at.saturating_sub(ttl).max(signed_in_at),
+                    expires_at: stored.expires_at,
+                    label,
+                }
+            })
+            .collect();
+        listed.sort_by_key(|s| (s.signed_in_at, s.id));
+        Ok(listed)
+    }
+
+    /// Revokes every session of `identity` ("log out everywhere"). When
+    /// this returns, none of them can be loaded, and a create that raced it
+    /// either was revoked or made a session that [`Store::sessions_of`]
+    /// lists.
+    pub async fn revoke_all(&self, identity: &I) -> Result<Revoked> {
+        self.layout().revoke_user(&head(identity), None).await
+    }
+
+    /// Revokes every session of `identity` but `keep` (after a password
+    /// change, say, keeping the session that made it).
+    pub async fn revoke_others(&self, identity: &I, keep: &SessionId) -> Result<Revoked> {
+        self.layout().revoke_user(&head(identity), Some(keep)).await
+    }
+
+    /// Sets the short label a listing shows for `session` (a device name,
+    /// at most [`super::MAX_LABEL_BYTES`] bytes), or clears it with `None`.
+    /// Returns `false` if the session has no index entry (it is gone).
+    pub async fn set_label(&self, session: &Session<A, I>, label: Option<&str>) -> Result<bool> {
+        self.layout()
+            .set_label(&head(&session.identity), &session.id, label)
+            .await
+    }
+}

@@ -1,0 +1,448 @@
+//! Scenarios for the per-user index, run on one server (`tests/users.rs`)
+//! and on a cluster (`tests/cluster.rs`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sessionpack::identity::Name;
+use sessionpack::layout::Layout;
+use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::users::{UserIndexAudit, UserIndexConfig};
+use sessionpack::{Compact, CompactConfig, Expiry, Inserted, SessionId, Store};
+
+/// A one-second grace and skew, so the hold (three seconds) can be waited
+/// out in a test.
+pub fn config() -> UserIndexConfig {
+    UserIndexConfig {
+        bits: 3,
+        grace_secs: 1,
+        skew_secs: 1,
+    }
+}
+
+/// Long enough for every id stamped before now to be past the hold by
+/// any server's whole-second clock.
+pub fn hold() -> Duration {
+    Duration::from_secs(config().hold_secs() + 2)
+}
+
+pub async fn layout<C>(conn: C, namespace: &str) -> Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let config = CompactConfig::new(6)
+        .with_namespace(namespace)
+        .with_user_index(config());
+    Compact::new(conn, config).await.expect("compact layout")
+}
+
+async fn server_now<C: redis::aio::ConnectionLike + Clone + Send>(conn: &C) -> u64 {
+    let (secs, _): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap();
+    secs
+}
+
+/// Attributes that make a record binary, or (long) out of line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    #[serde(rename = "d")]
+    pub device: String,
+}
+
+/// An audit that finds the index sound and settled.
+pub fn assert_clean(audit: &UserIndexAudit) {
+    assert_eq!(
+        audit.unindexed, 0,
+        "live sessions without an entry: {audit:?}"
+    );
+    assert_eq!(audit.orphans, 0, "entries outliving the hold: {audit:?}");
+    assert_eq!(audit.misplaced, 0, "entries in the wrong place: {audit:?}");
+}
+
+async fn settle<C>(layout: &Compact<C>) -> UserIndexAudit
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    tokio::time::sleep(hold()).await;
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let report = sweeper.sweep_range_full(0..sweeper.units()).await.unwrap();
+    assert_eq!(report.bad_buckets, 0, "{report:?}");
+    let audit = layout.audit_users().await.unwrap();
+    assert_clean(&audit);
+    assert_eq!(audit.pending, 0, "{audit:?}");
+    assert_eq!(
+        audit.tombstones, 0,
+        "tombstones outlived the hold: {audit:?}"
+    );
+    audit
+}
+
+/// A user's sessions are listed with their sign-in time, last use and
+/// label, whatever the record's form (integer, binary, out of line); other
+/// users' are not; revoking all but one keeps exactly that one; revoking
+/// all leaves none; other users and identity forms are untouched.
+pub async fn list_label_and_revoke<C>(conn: C)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let layout = layout(conn.clone(), "listing").await;
+    let ttl = Duration::from_secs(600);
+    let plain: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(ttl);
+    let devices: Store<_, Device, u64> = Store::new(layout.clone()).with_ttl(ttl);
+    let names: Store<_, (), Name> = Store::for_identities(layout.clone()).with_ttl(ttl);
+    let before = server_now(&conn).await;
+    let user = 70_000u64;
+    let mut ids = HashSet::new();
+    ids.insert(plain.create(user, ()).await.unwrap().id);
+    ids.insert(plain.create(user, ()).await.unwrap().id);
+    let phone = devices
+        .create(
+            user,
+            Device {
+                device: "phone".into(),
+            },
+        )
+        .await
+        .unwrap();
+    ids.insert(phone.id);
+    let long = Device {
+        device: "x".repeat(200),
+    };
+    ids.insert(devices.create(user, long).await.unwrap().id);
+    let other = plain.create(5, ()).await.unwrap();
+    let ada = Name::new("ada@example.com").unwrap();
+    let named = names.create(ada.clone(), ()).await.unwrap();
+    let after = server_now(&conn).await;
+
+    assert!(
+        devices
+            .set_label(&phone, Some("Firefox on Linux"))
+            .await
+            .unwrap()
+    );
+    let too_long = "y".repeat(sessionpack::users::MAX_LABEL_BYTES + 1);
+    assert!(matches!(
+        devices.set_label(&phone, Some(&too_long)).await,
+        Err(sessionpack::Error::Config(_))
+    ));
+    plain.touch(&phone.id).await.unwrap().expect("live");
+
+    let listed = plain.sessions_of(&user).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|s| s.id).collect::<HashSet<_>>(),
+        ids,
+        "the user's four sessions, no other"
+    );
+    for s in &listed {
+        assert!(
+            (before - 1..=after + 1).contains(&s.signed_in_at),
+            "signed in at {} outside {before}..={after}",
+            s.signed_in_at
+        );
+        assert!(s.last_seen >= s.signed_in_at && s.last_seen <= after + 2);
+        assert!(s.expires_at >= s.last_seen + 599);
+        let label = (s.id == phone.id).then(|| "Firefox on Linux".to_owned());
+        assert_eq!(s.label, label);
+    }
+    assert_eq!(
+        plain
+            .sessions_of(&5)
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.id)
+            .collect::<Vec<_>>(),
+        vec![other.id]
+    );
+    assert_eq!(names.sessions_of(&ada).await.unwrap().len(), 1);
+    assert_clean(&layout.audit_users().await.unwrap());
+
+    let r = plain.revoke_others(&user, &phone.id).await.unwrap();
+    assert_eq!((r.removed, r.kept), (3, 1), "{r:?}");
+    let left = plain.sessions_of(&user).await.unwrap();
+    assert_eq!(
+        left.iter().map(|s| s.id).collect::<Vec<_>>(),
+        vec![phone.id]
+    );
+    for id in ids.iter().filter(|id| **id != phone.id) {
+        assert_eq!(plain.load(id).await.unwrap(), None);
+    }
+    let r = plain.revoke_all(&user).await.unwrap();
+    assert_eq!(r.removed, 1, "{r:?}");
+    assert!(plain.sessions_of(&user).await.unwrap().is_empty());
+    assert_eq!(devices.load(&phone.id).await.unwrap(), None);
+    assert!(plain.load(&other.id).await.unwrap().is_some());
+    assert!(names.load(&named.id).await.unwrap().is_some());
+    let audit = layout.audit_users().await.unwrap();
+    assert_clean(&audit);
+    assert_eq!(audit.sessions, 2, "{audit:?}");
+
+    // A store opened without the index over the same namespace is refused.
+    let plain_config = CompactConfig::new(6).with_namespace("listing");
+    let refused = Compact::new(conn.clone(), plain_config).await;
+    assert!(matches!(refused, Err(sessionpack::Error::Config(_))));
+    // A store without an index says so.
+    let bare = Compact::new(conn, CompactConfig::new(6).with_namespace("bare"))
+        .await
+        .unwrap();
+    let bare: Store<_, (), u64> = Store::new(bare);
+    assert!(matches!(
+        bare.sessions_of(&user).await,
+        Err(sessionpack::Error::Config(_))
+    ));
+}
+
+/// A create whose entry a revocation read before its session landed is
+/// refused by the tombstone the revocation left; an insert stamped outside
+/// the grace is refused as late; entries of sessions destroyed, expired or
+/// never written are swept once the hold has passed; tombstones go too.
+pub async fn creates_in_flight_are_blocked_and_leftovers_swept<C>(conn: C)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let layout = layout(conn.clone(), "inflight").await;
+    let store: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let users = layout.user_index().unwrap().clone();
+    let user = 70_001u64;
+    let record = sessionpack::record::encode(&user, &()).unwrap();
+    let (bucket, check) = users.place(&record);
+
+    // The first step of a create: the entry, and no session yet.
+    let id = layout.new_id().await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(users.key(bucket))
+        .arg(id.as_bytes())
+        .arg(check.to_string())
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap();
+    let r = store.revoke_all(&user).await.unwrap();
+    assert_eq!((r.blocked, r.removed), (1, 0), "{r:?}");
+    assert_eq!(
+        layout.insert(&id, &record, Expiry::In(600)).await.unwrap(),
+        Inserted::IdTaken,
+        "the second step lands after the revocation: refused"
+    );
+    assert_eq!(store.load(&id).await.unwrap(), None);
+    let audit = layout.audit_users().await.unwrap();
+    assert_eq!(audit.tombstones, 1, "{audit:?}");
+    // The create draws a new id, indexed after the revocation: listed.
+    let fresh = store.create(user, ()).await.unwrap();
+    let listed = store.sessions_of(&user).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|s| s.id).collect::<Vec<_>>(),
+        vec![fresh.id]
+    );
+
+    // Ids stamped outside the grace are refused, and leave no entry.
+    let now = server_now(&conn).await as u32;
+    for stamp in [now - 10, now + 10] {
+        let late = SessionId::generate_stamped(layout.id_width(), stamp).unwrap();
+        assert_eq!(
+            layout
+                .insert(&late, &record, Expiry::In(600))
+                .await
+                .unwrap(),
+            Inserted::Late
+        );
+        assert_eq!(store.load(&late).await.unwrap(), None);
+    }
+
+    // Leftovers: a destroyed session, an expired one, and an entry whose
+    // create never came (a crashed process).
+    let destroyed = store.create(user, ()).await.unwrap();
+    assert!(store.destroy(&destroyed.id).await.unwrap());
+    let short = store.clone().with_ttl(Duration::from_secs(1));
+    short.create(user, ()).await.unwrap();
+    let crashed = SessionId::generate_stamped(layout.id_width(), now - 60).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(users.key(bucket))
+        .arg(crashed.as_bytes())
+        .arg(check.to_string())
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap();
+    let audit = layout.audit_users().await.unwrap();
+    assert_eq!(audit.orphans, 1, "the crashed create's entry: {audit:?}");
+    assert_eq!(audit.unindexed, 0);
+    let audit = settle(&layout).await;
+    assert_eq!(
+        audit.sessions, 1,
+        "only the fresh session is left: {audit:?}"
+    );
+    assert_eq!(audit.entries, 1, "{audit:?}");
+}
+
+/// What the race recorded of one session id.
+#[derive(Clone, Copy)]
+struct Made {
+    id: SessionId,
+    user: u64,
+    /// When the create or rotation that made it had returned.
+    done: Instant,
+}
+
+/// Revoke-all races creates, touches, rotations and two sweepers on twelve
+/// users, several tasks each. After every revocation, no session of that
+/// user whose create returned before the revocation began can be loaded.
+/// At the end, every session id ever made either is gone or is listed
+/// for its user, no listing holds an id never made, and the index audit
+/// is clean.
+pub async fn revoke_all_races_traffic<C>(conn: C, namespace: &str)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let layout = layout(conn.clone(), namespace).await;
+    let ttl = Duration::from_secs(600);
+    let plain: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(ttl);
+    let devices: Store<_, Device, u64> = Store::new(layout.clone()).with_ttl(ttl);
+    let users: Vec<u64> = (0..12)
+        .map(|i| if i % 3 == 0 { i + 1 } else { 70_000 + i })
+        .collect();
+    let made: Arc<Mutex<Vec<Made>>> = Arc::default();
+    let until = Instant::now() + Duration::from_secs(4);
+    let pick = |n: usize| rand::random_range(0..n);
+    let mut tasks = tokio::task::JoinSet::new();
+
+    for t in 0..4 {
+        let (plain, devices, made, users) =
+            (plain.clone(), devices.clone(), made.clone(), users.clone());
+        tasks.spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < until {
+                let user = users[pick(users.len())];
+                let id = if (n + t).is_multiple_of(2) {
+                    plain.create(user, ()).await.unwrap().id
+                } else {
+                    let device = Device {
+                        device: "d".repeat(pick(100)),
+                    };
+                    devices.create(user, device).await.unwrap().id
+                };
+                made.lock().unwrap().push(Made {
+                    id,
+                    user,
+                    done: Instant::now(),
+                });
+                n += 1;
+            }
+            (n, 0)
+        });
+    }
+    for _ in 0..2 {
+        let (plain, made) = (plain.clone(), made.clone());
+        tasks.spawn(async move {
+            let (mut rotated, mut touched) = (0, 0);
+            while Instant::now() < until {
+                let target = {
+                    let m = made.lock().unwrap();
+                    if m.is_empty() {
+                        None
+                    } else {
+                        Some(m[pick(m.len())])
+                    }
+                };
+                let Some(target) = target else {
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                if plain.touch(&target.id).await.unwrap().is_some() {
+                    touched += 1;
+                }
+                if let Some(id) = plain.rotate(&target.id).await.unwrap() {
+                    made.lock().unwrap().push(Made {
+                        id,
+                        user: target.user,
+                        done: Instant::now(),
+                    });
+                    rotated += 1;
+                }
+            }
+            (rotated, touched)
+        });
+    }
+    for _ in 0..2 {
+        let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+        tasks.spawn(async move {
+            let mut passes = 0;
+            while Instant::now() < until {
+                sweeper.sweep_range_full(0..sweeper.units()).await.unwrap();
+                passes += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (passes, 0)
+        });
+    }
+    let revokers: Vec<_> = (0..2)
+        .map(|_| {
+            let (plain, made, users) = (plain.clone(), made.clone(), users.clone());
+            let layout = layout.clone();
+            tokio::spawn(async move {
+                let (mut revocations, mut removed, mut escaped) = (0u64, 0u64, 0usize);
+                while Instant::now() < until {
+                    let user = users[pick(users.len())];
+                    let began = Instant::now();
+                    let r = plain.revoke_all(&user).await.unwrap();
+                    let before: Vec<SessionId> = made
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .filter(|m| m.user == user && m.done < began)
+                        .map(|m| m.id)
+                        .collect();
+                    // The layout's load: records of either attribute type.
+                    let loaded = layout.load_many(&before).await.unwrap();
+                    escaped += loaded.iter().filter(|s| s.is_some()).count();
+                    revocations += 1;
+                    removed += r.removed;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                (revocations, removed, escaped)
+            })
+        })
+        .collect();
+    let mut counts = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        counts.push(done.unwrap());
+    }
+    let (mut revocations, mut removed) = (0, 0);
+    for r in revokers {
+        let (n, gone, escaped) = r.await.unwrap();
+        assert_eq!(escaped, 0, "sessions made before a revocation survived it");
+        revocations += n;
+        removed += gone;
+    }
+    let made = made.lock().unwrap().clone();
+    assert!(
+        revocations > 10 && removed > 10,
+        "{revocations} revocations removed {removed}"
+    );
+    assert!(made.len() > 100, "only {} sessions made", made.len());
+
+    let audit = settle(&layout).await;
+    let mut listed: HashMap<SessionId, u64> = HashMap::new();
+    for &user in &users {
+        for s in plain.sessions_of(&user).await.unwrap() {
+            assert!(listed.insert(s.id, user).is_none(), "listed twice");
+        }
+    }
+    let ids: Vec<SessionId> = made.iter().map(|m| m.id).collect();
+    let live = layout.load_many(&ids).await.unwrap();
+    let mut alive = 0;
+    for (m, s) in made.iter().zip(&live) {
+        if s.is_some() {
+            alive += 1;
+            assert_eq!(listed.get(&m.id), Some(&m.user), "a live session unlisted");
+        }
+    }
+    assert_eq!(listed.len(), alive, "a listing holds an id never made");
+    assert_eq!(audit.sessions as usize, alive, "{audit:?}");
+    eprintln!(
+        "{} made, {revocations} revocations removed {removed}, {alive} left; tasks {counts:?}; {audit:?}",
+        made.len()
+    );
+}
