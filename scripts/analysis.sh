@@ -14,14 +14,16 @@
 # Cluster of three primaries; `cluster-throughput` their speed and server
 # CPU per primary on one with a replica each, with and without WAIT.
 # `identities` what integer, UUID and 24-byte name identities cost at 1M
-# and 100M emulated.
+# and 100M emulated. `users` what the per-user index adds to the compact
+# layout at 1M (160- and 128-bit ids, 1 and 3 sessions per user) and 100M
+# emulated, beside a Spring-Session-style SET per user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -49,6 +51,16 @@ for part in "${parts[@]}"; do
         --identities int,uuid,name-24 --out analysis/runs/identities-1m
       $sp bench memory --sessions 1000000 --emulate 100000000 --layouts compact --bucket-bits 20 \
         --identities int,uuid,name-24 --out analysis/runs/identities-100m-emulated ;;
+    users)
+      for ids in 160 128; do
+        for per in 1 3; do
+          $sp bench memory --sessions 1000000 --layouts compact,packed-setex --bucket-bits 13 \
+            --id-bits $ids --user-index none,packed,set --sessions-per-user $per \
+            --out analysis/runs/users-1m-$ids-$per
+        done
+        $sp bench memory --sessions 1000000 --emulate 100000000 --layouts compact --bucket-bits 20 \
+          --id-bits $ids --user-index none,packed --out analysis/runs/users-100m-emulated-$ids
+      done ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench

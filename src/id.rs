@@ -98,10 +98,15 @@ impl SessionId {
     /// these (see [`crate::users`]): the stamp says when the session was
     /// signed in, and bounds how late its first write may reach Redis.
     pub fn generate_stamped(width: IdWidth, issued_at: u32) -> Result<Self> {
-        let mut id = Self::generate_with(width)?;
-        let end = width.bytes();
-        id.bytes[end - STAMP_BYTES..end].copy_from_slice(&issued_at.to_be_bytes());
-        Ok(id)
+        Ok(Self::generate_with(width)?.with_stamp(issued_at))
+    }
+
+    /// The same id with its last four bytes set to `issued_at`: a rotated
+    /// session's new id keeps its sign-in time.
+    pub fn with_stamp(mut self, issued_at: u32) -> Self {
+        let end = self.width.bytes();
+        self.bytes[end - STAMP_BYTES..end].copy_from_slice(&issued_at.to_be_bytes());
+        self
     }
 
     /// The stamp an id from [`SessionId::generate_stamped`] carries: its

@@ -400,8 +400,17 @@ impl Form {
                 Identity::Uuid(bytes)
             }
             Self::Name(len) => {
-                let mut name = format!("user-{n:0>width$}@example.com", width = usize::from(len));
-                name.truncate(usize::from(len));
+                // `len` bytes, ending in the number so names differ.
+                let len = usize::from(len);
+                let number = n.to_string();
+                let name = match len.checked_sub(number.len() + 1) {
+                    Some(room) => {
+                        let mut head = "user@example.com".repeat(room / 16 + 1);
+                        head.truncate(room);
+                        format!("{head}-{number}")
+                    }
+                    None => number[number.len().saturating_sub(len)..].to_owned(),
+                };
                 Identity::Name(name)
             }
         }
@@ -508,6 +517,23 @@ mod tests {
             0xe0, 0xc8,
         ]);
         assert_eq!(uuid.to_string(), "67e55044-10b1-426f-9247-bb680e5fe0c8");
+    }
+
+    #[test]
+    fn benchmark_names_have_their_length_and_differ() {
+        for len in [1u8, 3, 8, 24, 64] {
+            let names: std::collections::HashSet<_> = (990..1010)
+                .map(|n| match Form::Name(len).identity(n) {
+                    Identity::Name(name) => {
+                        assert_eq!(name.len(), usize::from(len), "{name:?}");
+                        name
+                    }
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            let expected = if len == 1 { 10 } else { 20 };
+            assert_eq!(names.len(), expected, "names of {len} bytes");
+        }
     }
 
     proptest! {

@@ -46,6 +46,10 @@ pub struct Session<A, I = u64> {
 pub struct Store<L, A = (), I = u64> {
     layout: L,
     ttl_secs: u64,
+    /// Whether a touch moves the expiry (the idle timeout is on).
+    rolling: bool,
+    /// Seconds after its id's stamp a session dies, whatever the touches.
+    absolute_secs: Option<u64>,
     max_record_bytes: usize,
     update_attempts: u32,
     _attrs: PhantomData<fn() -> (A, I)>,
@@ -56,6 +60,8 @@ impl<L: Clone, A, I> Clone for Store<L, A, I> {
         Self {
             layout: self.layout.clone(),
             ttl_secs: self.ttl_secs,
+            rolling: self.rolling,
+            absolute_secs: self.absolute_secs,
             max_record_bytes: self.max_record_bytes,
             update_attempts: self.update_attempts,
             _attrs: PhantomData,
@@ -68,6 +74,8 @@ impl<L: std::fmt::Debug, A, I> std::fmt::Debug for Store<L, A, I> {
         f.debug_struct("Store")
             .field("layout", &self.layout)
             .field("ttl_secs", &self.ttl_secs)
+            .field("rolling", &self.rolling)
+            .field("absolute_secs", &self.absolute_secs)
             .field("max_record_bytes", &self.max_record_bytes)
             .field("update_attempts", &self.update_attempts)
             .finish()
@@ -109,6 +117,8 @@ where
         Self {
             layout,
             ttl_secs: DEFAULT_TTL.as_secs(),
+            rolling: true,
+            absolute_secs: None,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             update_attempts: DEFAULT_UPDATE_ATTEMPTS,
             _attrs: PhantomData,
@@ -116,12 +126,76 @@ where
     }
 
     /// Sets the lifetime given to new and touched sessions, rounded up to
-    /// whole seconds (at least one). One longer than
+    /// whole seconds (at least one): the idle timeout, as a session not
+    /// touched for this long expires. One longer than
     /// [`crate::layout::MAX_TTL_SECS`] makes every create and touch fail with
     /// [`Error::InvalidTtl`].
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl_secs = whole_seconds(ttl);
         self
+    }
+
+    /// Sets the lifetimes: `idle`, the idle timeout (a session not touched
+    /// for this long expires: [`Store::with_ttl`]; `None`: a touch does not
+    /// extend a session), and `absolute` (a session dies this long after
+    /// sign-in, whatever the touches; `None`: never by age). With neither,
+    /// sessions live the default TTL from creation, untouched by touches.
+    ///
+    /// Neither costs a byte: the idle timeout is the expiry every layout
+    /// keeps, and the absolute one is counted from the second stamped in
+    /// the session's id ([`SessionId::generate_stamped`]: 32 of its bits,
+    /// leaving 128 random bits at the default width, 96 at 128 bits), which
+    /// a rotation keeps. The absolute deadline is applied by this process's
+    /// clock: a session may outlive it by the skew between that and the
+    /// server's.
+    pub fn with_lifetimes(mut self, idle: Option<Duration>, absolute: Option<Duration>) -> Self {
+        self.rolling = idle.is_some();
+        if let Some(idle) = idle {
+            self.ttl_secs = whole_seconds(idle);
+        }
+        self.absolute_secs = absolute.map(whole_seconds);
+        if let Some(abs) = self.absolute_secs
+            && idle.is_none()
+        {
+            self.ttl_secs = abs;
+        }
+        self
+    }
+
+    /// The absolute lifetime, if the store has one.
+    pub fn absolute_lifetime(&self) -> Option<Duration> {
+        self.absolute_secs.map(Duration::from_secs)
+    }
+
+    /// Whether ids carry their issue time: the layout stamps them (a user
+    /// index), or the absolute lifetime is counted from it.
+    fn stamped(&self) -> bool {
+        self.absolute_secs.is_some() || self.layout.stamps_ids()
+    }
+
+    /// A fresh id, stamped with this process's clock when the absolute
+    /// lifetime needs a stamp the layout does not give.
+    async fn new_id(&self) -> Result<SessionId> {
+        let id = self.layout.new_id().await?;
+        Ok(
+            if self.absolute_secs.is_some() && !self.layout.stamps_ids() {
+                id.with_stamp(u32::try_from(unix_now()).unwrap_or(u32::MAX))
+            } else {
+                id
+            },
+        )
+    }
+
+    /// Seconds `id` may still live by the absolute lifetime (`None`: no
+    /// such lifetime); 0 when it is past.
+    fn remaining(&self, id: &SessionId) -> Option<u64> {
+        let abs = self.absolute_secs?;
+        Some((u64::from(id.stamp()) + abs).saturating_sub(unix_now()))
+    }
+
+    /// A lifetime from now, cut to the absolute deadline of `id`.
+    fn capped(&self, id: &SessionId, ttl: u64) -> u64 {
+        self.remaining(id).map_or(ttl, |left| ttl.min(left))
     }
 
     /// Sets the largest encoded record accepted.
@@ -185,10 +259,14 @@ where
         ttl: Duration,
     ) -> Result<Session<A, I>> {
         let record = self.encode(&identity, &attrs)?;
-        let expiry = Expiry::In(whole_seconds(ttl)).check()?;
+        let ttl = whole_seconds(ttl);
+        Expiry::In(ttl).check()?;
         let mut late = 0;
         for _ in 0..ID_ATTEMPTS {
-            let id = self.layout.new_id().await?;
+            let id = self.new_id().await?;
+            // A stamp of this second leaves the whole absolute lifetime,
+            // but for the clock's turn; at least one second.
+            let expiry = Expiry::In(self.capped(&id, ttl).max(1));
             match self.layout.insert(&id, &record, expiry).await? {
                 Inserted::Created { expires_at } => {
                     return Ok(Session {
@@ -228,9 +306,10 @@ where
     pub async fn create_many(&self, sessions: &[(I, A)]) -> Result<Vec<SessionId>> {
         let mut items = Vec::with_capacity(sessions.len());
         for (identity, attrs) in sessions {
-            items.push((self.layout.new_id().await?, self.encode(identity, attrs)?));
+            items.push((self.new_id().await?, self.encode(identity, attrs)?));
         }
-        let results = self.layout.insert_many(&items, self.ttl_secs).await?;
+        let ttl = self.batch_ttl();
+        let results = self.layout.insert_many(&items, ttl).await?;
         let mut taken = taken_positions(0..items.len(), results);
         // A taken id means a broken RNG or a replayed id: draw again for
         // just those items, a bounded number of times.
@@ -239,10 +318,10 @@ where
                 break;
             }
             for &i in &taken {
-                items[i].0 = self.layout.new_id().await?;
+                items[i].0 = self.new_id().await?;
             }
             let retry: Vec<_> = taken.iter().map(|&i| items[i].clone()).collect();
-            let results = self.layout.insert_many(&retry, self.ttl_secs).await?;
+            let results = self.layout.insert_many(&retry, ttl).await?;
             taken = taken_positions(taken, results);
         }
         if !taken.is_empty() {
@@ -255,6 +334,9 @@ where
 
     /// Loads a live session.
     pub async fn load(&self, id: &SessionId) -> Result<Option<Session<A, I>>> {
+        if self.remaining(id) == Some(0) {
+            return Ok(None);
+        }
         match self.layout.load(id).await? {
             Some(stored) => self.decode(*id, stored).map(Some),
             None => Ok(None),
@@ -274,14 +356,31 @@ where
         let found = self.layout.load_many(ids).await?;
         ids.iter()
             .zip(found)
-            .map(|(id, stored)| stored.map(|s| self.decode(*id, s)).transpose())
+            .map(|(id, stored)| {
+                stored
+                    .filter(|_| self.remaining(id) != Some(0))
+                    .map(|s| self.decode(*id, s))
+                    .transpose()
+            })
             .collect()
     }
 
-    /// Rolls a live session's expiry forward by the store's TTL; returns the
-    /// new expiry, or `None` if the session is gone.
+    /// Rolls a live session's expiry forward by the store's TTL (the idle
+    /// timeout), never past its absolute deadline; returns the new expiry,
+    /// or `None` if the session is gone. Without an idle timeout it only
+    /// says whether the session is live, and until when.
     pub async fn touch(&self, id: &SessionId) -> Result<Option<u64>> {
-        self.layout.touch(id, self.ttl_secs).await
+        if !self.rolling {
+            return Ok(self.load(id).await?.map(|s| s.expires_at));
+        }
+        match self.capped(id, self.ttl_secs) {
+            0 => {
+                // Past its absolute deadline: gone, whatever its expiry.
+                self.layout.remove(id, None).await?;
+                Ok(None)
+            }
+            ttl => self.layout.touch(id, ttl).await,
+        }
     }
 
     /// Overwrites a live session's identity and attributes, keeping its
@@ -336,7 +435,11 @@ where
             let Some(stored) = self.layout.load(id).await? else {
                 return Ok(None);
             };
-            let new_id = self.layout.new_id().await?;
+            let mut new_id = self.new_id().await?;
+            if self.stamped() {
+                // The sign-in time, and the absolute deadline, stay.
+                new_id = new_id.with_stamp(id.stamp());
+            }
             match self
                 .layout
                 .insert(&new_id, &stored.record, Expiry::At(stored.expires_at))
@@ -369,6 +472,22 @@ where
             attempts: self.update_attempts,
         })
     }
+}
+
+impl<L, A, I> Store<L, A, I> {
+    /// The lifetime a batch of new sessions gets: the TTL, cut to the
+    /// absolute lifetime (their stamps are this second).
+    fn batch_ttl(&self) -> u64 {
+        self.absolute_secs
+            .map_or(self.ttl_secs, |abs| self.ttl_secs.min(abs))
+    }
+}
+
+/// This process's clock, unix seconds.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The positions whose insert found the id taken (or, with a user index,

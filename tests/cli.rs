@@ -437,3 +437,83 @@ fn benchmarks_that_need_one_server_refuse_a_cluster() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `sessionpack users` lists a user's sessions with their labels, revokes
+/// all but one, audits the index, and refuses a store without an index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_command_lists_revokes_and_audits() {
+    use sessionpack::identity::Name;
+    use sessionpack::users::UserIndexConfig;
+    let server = common::server();
+    let config = sessionpack::CompactConfig::new(8).with_user_index(UserIndexConfig::new(4));
+    let layout = sessionpack::Compact::new(common::manager(&server).await, config)
+        .await
+        .unwrap();
+    let store: Store<_, (), Name> = Store::for_identities(layout);
+    let ada = Name::new("ada@example.com").unwrap();
+    let phone = store.create(ada.clone(), ()).await.unwrap();
+    store.set_label(&phone, Some("phone")).await.unwrap();
+    let laptop = store.create(ada.clone(), ()).await.unwrap();
+    store.create(Name::new("bob").unwrap(), ()).await.unwrap();
+    let url = server.url();
+    let list = |json: bool| {
+        let mut args = vec!["users", "list", "--redis-url", &url, "ada@example.com"];
+        if json {
+            args.push("--json");
+        }
+        stdout(&sessionpack(&args))
+    };
+    let text = list(false);
+    assert!(
+        text.contains("user ada@example.com: 2 live sessions"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&phone.id.redacted()) && text.contains("phone"),
+        "{text}"
+    );
+    assert!(text.contains(&laptop.id.redacted()), "{text}");
+    let text = stdout(&sessionpack(&[
+        "users",
+        "revoke",
+        "--redis-url",
+        &url,
+        "ada@example.com",
+        "--keep",
+        &phone.id.to_hex(),
+    ]));
+    assert!(
+        text.contains("1 sessions revoked") && text.contains("1 kept"),
+        "{text}"
+    );
+    let rows: serde_json::Value = serde_json::from_str(&list(true)).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+    assert_eq!(rows[0]["label"], "phone");
+    assert!(store.load(&laptop.id).await.unwrap().is_none());
+    let audit: serde_json::Value = serde_json::from_str(&stdout(&sessionpack(&[
+        "users",
+        "audit",
+        "--redis-url",
+        &url,
+    ])))
+    .unwrap();
+    assert_eq!(
+        (audit["sessions"].as_u64(), audit["unindexed"].as_u64()),
+        (Some(2), Some(0))
+    );
+
+    let bare = common::server();
+    sessionpack::Compact::new(
+        common::manager(&bare).await,
+        sessionpack::CompactConfig::new(8),
+    )
+    .await
+    .unwrap();
+    let out = sessionpack(&["users", "list", "--redis-url", &bare.url(), "7"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("only a compact store with a user index"),
+        "{err}"
+    );
+}

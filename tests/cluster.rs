@@ -35,7 +35,7 @@ macro_rules! suite_on_cluster {
                 round_trip, bulk_round_trip, expires_without_a_sweeper,
                 touch_rolls_expiry_forward, update_and_save, destroy_is_final,
                 rotate_moves_the_session, rotate_keeps_a_touch_made_meanwhile,
-                identities_of_every_form);
+                identities_of_every_form, lifetimes_idle_and_absolute);
             let ($conn, $ns) = (conn(&c).await, "concurrent".to_owned());
             common::suite::concurrent_updates_lose_nothing(node, $make).await;
         }

@@ -8,11 +8,13 @@ mod common;
 use sessionpack::advisor::{self, Workload};
 use sessionpack::connect::Endpoint;
 use sessionpack::harness::info::ServerInfo;
-use sessionpack::harness::memory::{self, FIRST_IDENTITY, IdentityForm, MemoryReport, RunSpec};
+use sessionpack::harness::memory::{
+    self, FIRST_IDENTITY, IdentityForm, MemoryReport, RunSpec, UserIndexSpec,
+};
 use sessionpack::harness::nodes::Nodes;
 use sessionpack::harness::{plot, report, throughput};
 use sessionpack::layout::LayoutKind;
-use sessionpack::{Store, connect};
+use sessionpack::{Compact, Store, connect};
 
 fn spec(layout: LayoutKind, bits: Option<u8>, emulated: Option<u64>) -> RunSpec {
     RunSpec {
@@ -21,7 +23,65 @@ fn spec(layout: LayoutKind, bits: Option<u8>, emulated: Option<u64>) -> RunSpec 
         emulated_sessions: emulated,
         id_bits: 160,
         identity: IdentityForm::Int,
+        users: UserIndexSpec::None,
+        sessions_per_user: 1,
     }
+}
+
+/// The packed user index is loaded in step with the sessions (every live
+/// session has its entry, the audit is clean, every index bucket stays a
+/// listpack), and costs less than a SET per user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_indexes_are_loaded_and_measured() {
+    use sessionpack::users::{UserIndex, UserIndexConfig};
+    let server = common::server();
+    let endpoint = Endpoint::Server(server.url());
+    let sessions = 20_000;
+    let run = |users| {
+        let spec = RunSpec {
+            users,
+            sessions_per_user: 2,
+            ..spec(LayoutKind::Compact, Some(7), None)
+        };
+        let endpoint = endpoint.clone();
+        async move {
+            memory::run(&endpoint, spec, sessions, 2, 3600, &mut ())
+                .await
+                .unwrap()
+        }
+    };
+    let bytes = |r: &memory::RunResult| r.last().unwrap().used_memory_delta as f64;
+    let set = run(UserIndexSpec::SetPerUser).await;
+    let plain = run(UserIndexSpec::None).await;
+    let packed = run(UserIndexSpec::Packed { bits: Some(7) }).await;
+    assert!(
+        packed
+            .label
+            .contains("packed user index 2^7, 2 sessions/user")
+    );
+    let census = packed.last().unwrap().index_census.unwrap();
+    assert_eq!((census.buckets, census.converted), (128, 0), "{census:?}");
+    // The packed run's data is still there: audit it.
+    // The benchmark records no index in the store's metadata: open the
+    // layout without the metadata check.
+    let mut conn = connect(&server.url()).await.unwrap();
+    let limits = sessionpack::ListpackLimits::read(&mut conn).await.unwrap();
+    let buckets = sessionpack::Buckets::new("sp", 7).unwrap();
+    let index = UserIndex::new("sp", UserIndexConfig::new(7)).unwrap();
+    let layout = Compact::with_limits(conn, buckets, limits).with_users(Some(index));
+    let audit = layout.audit_users().await.unwrap();
+    assert_eq!(
+        (audit.sessions, audit.entries),
+        (sessions, sessions),
+        "{audit:?}"
+    );
+    assert_eq!(audit.unindexed + audit.misplaced, 0, "{audit:?}");
+    let packed_cost = (bytes(&packed) - bytes(&plain)) / sessions as f64;
+    let set_cost = (bytes(&set) - bytes(&plain)) / sessions as f64;
+    assert!(
+        packed_cost > 16.0 && packed_cost < set_cost / 2.0,
+        "packed {packed_cost:.1} B/session, SET per user {set_cost:.1}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

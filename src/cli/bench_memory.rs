@@ -10,7 +10,7 @@ use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
 use crate::error::{Error, Result};
 use crate::harness::info::ServerInfo;
 use crate::harness::memory::{
-    self, IdentityForm, MemoryReport, Progress, RunResult, RunSpec, human_count,
+    self, IdentityForm, MemoryReport, Progress, RunResult, RunSpec, UserIndexSpec, human_count,
 };
 use crate::harness::{plot, report};
 use crate::layout::LayoutKind;
@@ -46,6 +46,14 @@ pub struct MemoryArgs {
     /// `uuid`, `name-N` (N-byte names).
     #[arg(long, value_delimiter = ',', default_value = "int")]
     identities: Vec<IdentityForm>,
+    /// Per-user indexes to measure each layout with: `none` (the default),
+    /// `packed` (the compact layout's own, as many buckets as the layout
+    /// has), `packed:BITS`, `set` (a Spring-Session-style SET per user).
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    user_index: Vec<UserIndexSpec>,
+    /// Consecutive sessions given to each user.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    sessions_per_user: u32,
     /// Session lifetime in seconds (long enough that none expires).
     #[arg(long, default_value_t = 30 * 24 * 3600)]
     ttl_secs: u64,
@@ -119,24 +127,28 @@ fn plan(args: &MemoryArgs, server: &ServerInfo) -> Vec<RunSpec> {
     let mut runs = Vec::new();
     for layout in layouts {
         for &identity in &args.identities {
-            if layout.is_bucketed() {
-                for b in bits_for(layout) {
-                    runs.push(RunSpec {
-                        layout,
-                        bucket_bits: Some(b),
-                        emulated_sessions: args.emulate.filter(|&e| e > args.sessions),
-                        id_bits: args.id_bits,
-                        identity,
-                    });
+            for &users in &args.user_index {
+                // The packed index is the compact layout's own.
+                if matches!(users, UserIndexSpec::Packed { .. }) && layout != LayoutKind::Compact {
+                    continue;
                 }
-            } else if args.emulate.is_none() {
-                runs.push(RunSpec {
+                let spec = |bucket_bits, emulated_sessions, id_bits| RunSpec {
                     layout,
-                    bucket_bits: None,
-                    emulated_sessions: None,
-                    id_bits: 160,
+                    bucket_bits,
+                    emulated_sessions,
+                    id_bits,
                     identity,
-                });
+                    users,
+                    sessions_per_user: args.sessions_per_user,
+                };
+                if layout.is_bucketed() {
+                    for b in bits_for(layout) {
+                        let emulated = args.emulate.filter(|&e| e > args.sessions);
+                        runs.push(spec(Some(b), emulated, args.id_bits));
+                    }
+                } else if args.emulate.is_none() {
+                    runs.push(spec(None, None, 160));
+                }
             }
         }
     }

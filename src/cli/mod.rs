@@ -14,6 +14,7 @@ mod bench_tower;
 mod demo;
 mod sweep;
 mod target;
+mod users;
 
 pub use target::Target;
 
@@ -41,6 +42,9 @@ pub enum Command {
     /// Recommend a bucket count and predict memory for a planned
     /// population, or check the model against a measured report.
     Advise(advise::AdviseArgs),
+    /// A user's sessions in a compact store with a user index: list them,
+    /// revoke them, or audit the index.
+    Users(users::UsersArgs),
 }
 
 /// The benchmarks.
@@ -74,5 +78,6 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
+        Command::Users(args) => users::run(args).await,
     }
 }

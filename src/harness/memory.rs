@@ -9,13 +9,17 @@ use serde::{Deserialize, Serialize};
 
 use super::info::{MemorySample, ServerInfo};
 use super::nodes::Nodes;
+pub use super::user_load::UserIndexSpec;
+use super::user_load::{self, Users};
 use crate::buckets::Buckets;
 use crate::connect::Endpoint;
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, SessionId};
 pub use crate::identity::Form as IdentityForm;
+use crate::identity::Identity;
 use crate::layout::{AnyLayout, Layout, LayoutKind};
 use crate::record;
+use crate::users::{UserIndex, UserIndexConfig};
 
 /// Sessions handed to the layout's batch insert at a time.
 const BATCH: usize = 8192;
@@ -46,6 +50,16 @@ pub struct RunSpec {
     /// The form of the sessions' identities.
     #[serde(default)]
     pub identity: IdentityForm,
+    /// A per-user index loaded beside the sessions.
+    #[serde(default)]
+    pub users: UserIndexSpec,
+    /// Consecutive sessions given to each user (1: a user per session).
+    #[serde(default = "one")]
+    pub sessions_per_user: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn default_id_bits() -> u16 {
@@ -66,6 +80,10 @@ impl RunSpec {
             IdentityForm::Int => {}
             IdentityForm::Uuid => label += " uuid identities",
             IdentityForm::Name(n) => label += &format!(" {n}-byte name identities"),
+        }
+        label += &self.users.label();
+        if self.users != UserIndexSpec::None && self.sessions_per_user != 1 {
+            label += &format!(", {} sessions/user", self.sessions_per_user);
         }
         if let Some(n) = self.emulated_sessions {
             label += &format!(" (emulating {})", human_count(n));
@@ -119,6 +137,9 @@ pub struct Point {
     pub sample: MemorySample,
     /// Encoding census (layouts with HASH/ZSET containers only).
     pub census: Option<Census>,
+    /// Encoding census of the packed user index's buckets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_census: Option<Census>,
     /// Whether the key dicts had finished rehashing when sampled (false:
     /// the sample includes a second, transient table).
     #[serde(default = "settled_default")]
@@ -201,7 +222,21 @@ where
     let bits = spec.bucket_bits.unwrap_or(16);
     let width = IdWidth::from_bits(spec.id_bits)
         .ok_or_else(|| Error::Config(format!("ids have 128 or 160 bits, not {}", spec.id_bits)))?;
-    let layout = spec.layout.open_with(conn.clone(), bits, width).await?;
+    let mut layout = spec.layout.open_with(conn.clone(), bits, width).await?;
+    let index = match (spec.users, &mut layout) {
+        (UserIndexSpec::Packed { bits: index_bits }, AnyLayout::Compact(c)) => {
+            let config = UserIndexConfig::new(index_bits.unwrap_or(bits));
+            let index = UserIndex::new(c.buckets().namespace(), config)?;
+            *c = c.clone().with_users(Some(index.clone()));
+            Some(index)
+        }
+        (UserIndexSpec::Packed { .. }, _) => {
+            return Err(Error::Config(
+                "the packed user index is the compact layout's".into(),
+            ));
+        }
+        _ => None,
+    };
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The empty store, opened: what opening costs (its metadata key, the
     // configuration reads) is the store's, not the sessions'.
@@ -220,6 +255,20 @@ where
         _ => None,
     };
 
+    // Emulation confines users to the same share of the index's buckets.
+    let used_index_buckets = match (&index, used_buckets, &buckets) {
+        (Some(i), Some(used), Some(b)) => {
+            let share = f64::from(used) / f64::from(b.count());
+            Some(((f64::from(i.count()) * share).round() as u32).max(1))
+        }
+        _ => None,
+    };
+    let mut users = Users::new(
+        spec.identity,
+        spec.sessions_per_user,
+        index.clone().zip(used_index_buckets),
+    );
+
     progress.start(&spec, sessions);
     let mut loaded = 0u64;
     let mut loading = Duration::ZERO;
@@ -229,21 +278,29 @@ where
         let started = Instant::now();
         while loaded < target {
             let n = (target - loaded).min(2 * BATCH as u64) as usize;
-            let batch = make_batch(
-                loaded,
-                n,
-                width,
-                spec.identity,
-                buckets.as_ref(),
-                used_buckets,
-            )?;
+            // An indexed store's ids carry the server's time.
+            let stamp = match index {
+                Some(_) => {
+                    let (secs, _): (u32, u32) =
+                        redis::cmd("TIME").query_async(&mut conn.clone()).await?;
+                    Some(secs)
+                }
+                None => None,
+            };
+            let owners: Vec<Identity> = (0..n).map(|_| users.next_session()).collect();
+            let batch = make_batch(&owners, width, stamp, buckets.as_ref(), used_buckets)?;
             let (a, b) = batch.split_at(batch.len() / 2);
             let (ra, rb) = tokio::join!(
                 layout.insert_many(a, ttl_secs),
                 layout.insert_many(b, ttl_secs)
             );
-            ra?;
-            rb?;
+            check_inserted(ra?)?;
+            check_inserted(rb?)?;
+            if spec.users == UserIndexSpec::SetPerUser {
+                let items: Vec<(SessionId, Identity)> =
+                    batch.iter().map(|(id, _)| *id).zip(owners).collect();
+                user_load::add_to_sets(&conn, &items).await?;
+            }
             loaded += n as u64;
             progress.advance(n as u64);
         }
@@ -271,6 +328,15 @@ where
             }
             _ => None,
         };
+        let index_census = match &index {
+            Some(i) => {
+                let last = step == u64::from(steps);
+                let keys = |bucket| vec![i.key(bucket)];
+                let used = used_index_buckets.unwrap_or(i.count());
+                Some(bucket_census(&mut conn, &keys, used, last).await?)
+            }
+            None => None,
+        };
         let used_memory_delta = sample.used_memory.saturating_sub(empty.used_memory);
         let rss_delta = sample.used_memory_rss.saturating_sub(empty.used_memory_rss);
         points.push(Point {
@@ -281,6 +347,7 @@ where
             rss_per_session: rss_delta as f64 / loaded.max(1) as f64,
             sample,
             census,
+            index_census,
             settled,
         });
     }
@@ -296,23 +363,39 @@ where
 }
 
 fn make_batch(
-    first: u64,
-    n: usize,
+    owners: &[Identity],
     width: IdWidth,
-    identity: IdentityForm,
+    stamp: Option<u32>,
     buckets: Option<&Buckets>,
     used_buckets: Option<u32>,
 ) -> Result<Vec<(SessionId, Vec<u8>)>> {
     let mut rng = rand::rng();
-    (0..n as u64)
-        .map(|i| {
-            let mut id = SessionId::generate_with(width)?;
+    owners
+        .iter()
+        .map(|owner| {
+            let mut id = match stamp {
+                Some(secs) => SessionId::generate_stamped(width, secs)?,
+                None => SessionId::generate_with(width)?,
+            };
             if let (Some(b), Some(used)) = (buckets, used_buckets) {
                 id = b.with_bucket(&id, rng.random_range(0..used));
             }
-            Ok((id, record::encode(&identity.identity(first + i), &())?))
+            Ok((id, record::encode(owner, &())?))
         })
         .collect()
+}
+
+/// A benchmark's ids are fresh: any that is not stored is a fault.
+fn check_inserted(results: Vec<crate::layout::Inserted>) -> Result<()> {
+    match results
+        .iter()
+        .find(|r| !matches!(r, crate::layout::Inserted::Created { .. }))
+    {
+        Some(r) => Err(Error::Config(format!(
+            "a benchmark insert was not stored: {r:?}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 async fn encodings<C>(conn: &mut C, keys: &[String]) -> Result<Vec<Option<String>>>

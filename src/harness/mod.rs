@@ -9,3 +9,4 @@ pub mod plot;
 pub mod report;
 pub mod throughput;
 pub mod tower;
+pub mod user_load;

@@ -148,6 +148,10 @@ where
         each!(self, l => l.new_id().await)
     }
 
+    fn stamps_ids(&self) -> bool {
+        each!(self, l => l.stamps_ids())
+    }
+
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         each!(self, l => l.insert(id, record, expiry).await)
     }

@@ -212,6 +212,12 @@ pub trait Layout: Send + Sync {
         async move { SessionId::generate_with(self.id_width()) }
     }
 
+    /// Whether [`Layout::new_id`] stamps ids with their issue time (a
+    /// compact store with a user index).
+    fn stamps_ids(&self) -> bool {
+        false
+    }
+
     /// Stores a new session unless the id is taken.
     fn insert(
         &self,
@@ -297,6 +303,9 @@ macro_rules! delegate_layout {
             }
             fn new_id(&self) -> impl Future<Output = Result<SessionId>> + Send {
                 (**self).new_id()
+            }
+            fn stamps_ids(&self) -> bool {
+                (**self).stamps_ids()
             }
             fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> impl Future<Output = Result<Inserted>> + Send {
                 (**self).insert(id, record, expiry)

@@ -5,15 +5,17 @@
 -- ARGV[4]: the payload: the identity in decimal ('i'), the record ('b', 'o')
 -- ARGV[5]: 'in' (ARGV[6] is seconds from now) or 'at' (unix seconds)
 -- ARGV[6]: seconds
--- ARGV[7]: for a store with a user index, the id's stamp (unix seconds),
---          else absent; ARGV[8]: how far the stamp may be from now
+-- ARGV[7]: for a store with a user index, when the session's index entry
+--          was written (unix seconds, by the caller's estimate of the
+--          server's time), else absent; ARGV[8]: how long after that the
+--          session may still land
 -- Returns the expiry; 0 if the field is taken (or a revocation left a
--- tombstone for it); -1 if an 'at' expiry passed; -2 if the stamp is
--- further from the server's time than ARGV[8].
+-- tombstone for it); -1 if an 'at' expiry passed; -2 if the entry was
+-- written longer ago than ARGV[8] (or that far ahead).
 local now, from = server_clock()
 if ARGV[7] then
-  local stamp, grace = tonumber(ARGV[7]), tonumber(ARGV[8])
-  if now > stamp + grace or stamp > now + grace then
+  local added, grace = tonumber(ARGV[7]), tonumber(ARGV[8])
+  if now > added + grace or added > now + grace then
     return -2
   end
   if redis.call('HEXISTS', KEYS[1], ARGV[1] .. TOMBSTONE) == 1 then

@@ -1,12 +1,14 @@
--- Revokes one of a user's sessions, for a store with a user index.
+-- Revokes one session of a user, for a store with a user index; or, for
+-- the sweeper, settles an index entry whose session looked gone.
 -- KEYS[1..3], ARGV[1..2]: see compact_common.lua
 -- ARGV[3]: the user's identity in decimal if it is an integer, else ''
--- ARGV[4]: the user's identity as a record begins with it (MessagePack)
--- ARGV[5]: the id's stamp; ARGV[6]: how long after its stamp a create of
---          the id may still land, by any server's clock
--- Returns 1 if the user's live session was removed; 0 if the session is
--- another user's (kept); 2 if there was none and a tombstone now blocks a
--- create still in flight; 3 if there was none and none can come.
+-- ARGV[4]: the user's identity as a record begins with it (MessagePack);
+--          '' (with ARGV[3] '') for the sweeper: a live session is kept
+-- ARGV[5]: how long a create whose index entry was already written may
+--          still land, by any server's clock (the grace and twice the skew)
+-- Returns 1 if the user's live session was removed; 0 if a live session
+-- is kept (another user's, or any for the sweeper); 2 if there was none,
+-- and a tombstone now refuses a create of it for ARGV[5] seconds.
 local now = server_clock()
 local value = live_value(now)
 if value then
@@ -22,7 +24,7 @@ if value then
     if record == OUT_OF_LINE then
       record = redis.call('GET', KEYS[3]) or ''
     end
-    owned = string.sub(record, 1, #ARGV[4]) == ARGV[4]
+    owned = ARGV[4] ~= '' and string.sub(record, 1, #ARGV[4]) == ARGV[4]
   end
   if not owned then
     return 0
@@ -33,10 +35,7 @@ if value then
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1
 end
-local hold = tonumber(ARGV[5]) + tonumber(ARGV[6])
-if hold <= now then
-  return 3
-end
-redis.call('HSET', KEYS[1], ARGV[1] .. TOMBSTONE, be32(hold) .. TOMBSTONE)
-redis.call('ZADD', KEYS[2], 'LT', hold, ARGV[2])
+local until_ = now + tonumber(ARGV[5])
+redis.call('HSET', KEYS[1], ARGV[1] .. TOMBSTONE, be32(until_) .. TOMBSTONE)
+redis.call('ZADD', KEYS[2], 'LT', until_, ARGV[2])
 return 2

@@ -11,8 +11,8 @@
 //! so a listing loads only the sessions whose check matches), or the check
 //! and a short label the application set ([`MAX_LABEL_BYTES`]). Every
 //! session id of an indexed store ends in the second it was issued
-//! ([`crate::SessionId::generate_stamped`]), which a listing reports as the
-//! sign-in time at no cost in bytes.
+//! ([`crate::SessionId::generate_stamped`]; a rotation keeps it), which a
+//! listing reports as the sign-in time at no cost in bytes.
 //!
 //! # Order of writes
 //!
@@ -20,27 +20,32 @@
 //! cluster slots, so no script sees both. The writes are ordered so that
 //! every interleaving is safe:
 //!
-//! - **Create**: the index entry first, then the session, with a script
-//!   that refuses the session when the server's time is more than
-//!   the grace ([`UserIndexConfig::grace_secs`]) past the id's stamp, or when a revocation left a
-//!   tombstone for the id. A create that loses either way draws a new id
-//!   and indexes it again.
-//! - **Revoke**: read the user's entries, then for each session one script
-//!   in its bucket that removes it if the user still owns it, or, if it is
-//!   not there yet and its create may still land (within the hold,
-//!   [`UserIndexConfig::hold_secs`], of its stamp), leaves a tombstone beside it that outlives that window;
-//!   then the entries go. A create whose entry the revocation read is thus
-//!   either removed or refused; one whose entry came later is created after
-//!   the revocation, and listed.
-//! - **Sweep**: an entry whose session is gone or expired, and whose stamp
-//!   is older than the hold (so no create can still land), is
-//!   removed by the sweeper ([`crate::sweep`]) on its full passes.
-//!   Destroy, rotate and expiry leave the old entry to it; listings skip
-//!   entries without a live session meanwhile.
+//! - **Create** (and the new id of a rotation): the index entry first,
+//!   then the session, with a script that refuses it ([`crate::Inserted::Late`])
+//!   when it comes more than the grace ([`UserIndexConfig::grace_secs`])
+//!   after the entry was written, or ([`crate::Inserted::IdTaken`]) when a
+//!   tombstone stands beside its field. A create refused either way draws
+//!   a new id and writes a new entry.
+//! - **Revoke**: read the user's entries; then, for each, one script in
+//!   the session's bucket removes the session if the user still owns it,
+//!   or, if there is none, leaves a tombstone lasting the hold
+//!   ([`UserIndexConfig::hold_secs`], the grace and twice the skew); then
+//!   the entries go. A create whose entry the revocation read either had
+//!   landed (and is removed) or lands after the tombstone was written,
+//!   within the grace of its entry and so within the hold: refused. A
+//!   create whose entry came after the read is after the revocation, and
+//!   listed.
+//! - **Sweep**: on its full passes the sweeper ([`crate::sweep`]) looks up
+//!   each entry's session; for one gone or expired, the same script in the
+//!   sweeper's mode keeps a session that has come meanwhile, or leaves a
+//!   tombstone, and the entry goes. Destroy, rotate and expiry leave the
+//!   old entry to it; listings skip entries without a live session
+//!   meanwhile.
 //!
-//! The hold exceeds the grace by twice the skew
-//! ([`UserIndexConfig::skew_secs`]): the servers of a cluster are assumed
-//! to agree on the time within that.
+//! The servers of a cluster are assumed to agree on the time within the
+//! skew ([`UserIndexConfig::skew_secs`]). Tombstones are separate fields
+//! (a session's field and one byte), so no read, touch or save ever sees
+//! one; they expire like sessions and the sweeper reclaims them.
 
 use crate::id::SessionId;
 
@@ -150,7 +155,7 @@ impl UserIndex {
     /// The bucket an identity's entries go in, and the check its entries
     /// carry, from its encoded form (a record's head, [`crate::record`]).
     pub fn place(&self, head: &[u8]) -> (u32, u8) {
-        let h = fnv1a(head);
+        let h = place_hash(head);
         (
             (h >> (64 - u32::from(self.bits()))) as u32,
             (h & 0x7f) as u8,
@@ -164,17 +169,22 @@ impl UserIndex {
     }
 }
 
-/// FNV-1a, 64 bits: stable across builds and platforms, which placing
-/// entries needs (every process must agree), and good enough to spread
-/// identities that an application does not choose adversarially per
-/// bucket.
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// FNV-1a, 64 bits, then MurmurHash3's 64-bit finaliser: stable across
+/// builds and platforms, which placing entries needs (every process must
+/// agree). The finaliser matters: FNV-1a alone leaves its top bits, which
+/// choose the bucket, almost unchanged by the last byte of a key, so
+/// consecutive integer ids would share a bucket.
+fn place_hash(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    h
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// An entry's value: the check alone in decimal (one listpack integer),
@@ -241,10 +251,9 @@ pub struct UserSession {
 pub struct Revoked {
     /// Live sessions removed.
     pub removed: u64,
-    /// Creates still in flight, left a tombstone so they cannot land.
-    pub blocked: u64,
-    /// Entries whose session was already gone.
-    pub stale: u64,
+    /// Entries without a session (gone, or a create still in flight): each
+    /// left a tombstone that refuses the create for the hold.
+    pub absent: u64,
     /// Sessions kept: the one asked to be kept, and other users' sessions
     /// whose identity shares the check.
     pub kept: u64,
@@ -261,12 +270,9 @@ pub struct UserIndexAudit {
     pub entries: u64,
     /// Live sessions with no entry: a revocation would miss them.
     pub unindexed: u64,
-    /// Entries without a live session, stamped longer ago than the hold:
-    /// what the sweeper's next full pass removes.
+    /// Entries without a live session: sessions gone since the last full
+    /// sweep (which removes these), or creates in flight.
     pub orphans: u64,
-    /// Entries without a live session within the hold of their stamp:
-    /// creates in flight, or sessions gone since.
-    pub pending: u64,
     /// Entries whose session's identity places it elsewhere, or whose
     /// value is in neither form.
     pub misplaced: u64,
@@ -297,16 +303,40 @@ mod tests {
     fn identities_spread_and_keys_carry_their_own_tag() {
         let index = UserIndex::new("sp", UserIndexConfig::new(10)).unwrap();
         assert_eq!(index.key(0x3fa), "sp:{u3fa}:u");
-        let mut seen = std::collections::HashSet::new();
-        for user in 0u64..4096 {
-            let mut head = Vec::new();
-            rmp::encode::write_uint(&mut head, user).unwrap();
-            let (bucket, check) = index.place(&head);
-            assert!(bucket < 1024 && check < 128);
-            seen.insert(bucket);
+        // Consecutive integers (each encoding's width), UUIDs and names.
+        let firsts = [0u64, 1 << 20, 1 << 40];
+        for first in firsts {
+            let mut buckets = std::collections::HashSet::new();
+            let mut checks = std::collections::HashSet::new();
+            for user in first..first + 4096 {
+                let mut head = Vec::new();
+                rmp::encode::write_uint(&mut head, user).unwrap();
+                let (bucket, check) = index.place(&head);
+                assert!(bucket < 1024 && check < 128);
+                buckets.insert(bucket);
+                checks.insert(check);
+            }
+            // 4096 users over 1024 buckets leave about 1024 / e^4 = 19 empty.
+            assert!(
+                buckets.len() > 950,
+                "{} buckets used from {first}",
+                buckets.len()
+            );
+            assert_eq!(checks.len(), 128);
         }
-        // 4096 users over 1024 buckets leave about 1024 / e^4 = 19 empty.
-        assert!(seen.len() > 950, "{} buckets used", seen.len());
+        let mut buckets = std::collections::HashSet::new();
+        for n in 0..4096 {
+            let mut head = Vec::new();
+            crate::identity::Form::Name(24)
+                .identity(n)
+                .encode(&mut head);
+            buckets.insert(index.place(&head).0);
+        }
+        assert!(
+            buckets.len() > 950,
+            "{} buckets used by names",
+            buckets.len()
+        );
         assert!(UserIndex::new("sp", UserIndexConfig::new(0)).is_err());
         assert!(UserIndex::new("sp", UserIndexConfig::new(25)).is_err());
     }

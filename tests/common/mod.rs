@@ -152,6 +152,7 @@ macro_rules! layout_suite {
             case!(absurd_lifetimes_are_refused);
             case!(rotate_keeps_a_touch_made_meanwhile);
             case!(identities_of_every_form);
+            case!(lifetimes_idle_and_absolute);
         }
     };
 }

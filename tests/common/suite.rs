@@ -476,6 +476,9 @@ impl<L: Layout> Layout for TouchBeforeInsert<L> {
     async fn new_id(&self) -> sessionpack::Result<SessionId> {
         self.inner.new_id().await
     }
+    fn stamps_ids(&self) -> bool {
+        self.inner.stamps_ids()
+    }
     async fn insert(
         &self,
         id: &SessionId,
@@ -604,4 +607,59 @@ pub async fn identities_of_every_form<L: Layout>(_: &LocalServer, layout: L) {
     }
     assert!(names.destroy(&ids[0]).await.unwrap());
     assert!(names.load(&ids[0]).await.unwrap().is_none());
+}
+
+/// The idle timeout and the absolute lifetime, each alone and together: a
+/// touch rolls the expiry only with an idle timeout, and never past the
+/// absolute deadline (sign-in plus the lifetime); past it, loads, batch
+/// loads and touches find nothing; a rotation keeps the sign-in time, so
+/// the deadline with it.
+pub async fn lifetimes_idle_and_absolute<L: Layout>(_: &LocalServer, layout: L) {
+    let secs = |s| Duration::from_secs(s);
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    // Both: idle 600 s, absolute 3 s.
+    let both: Store<&L, Attrs> = Store::new(&layout).with_lifetimes(Some(secs(600)), Some(secs(3)));
+    let before = unix();
+    let s = both.create(70_000, Attrs::default()).await.unwrap();
+    let stamp = u64::from(s.id.stamp());
+    assert!(
+        (before.saturating_sub(1)..=unix() + 1).contains(&stamp),
+        "stamped at sign-in"
+    );
+    assert!(s.expires_at <= stamp + 4, "created past its deadline");
+    let touched = both.touch(&s.id).await.unwrap().expect("live");
+    assert!(touched <= stamp + 4, "a touch went past the deadline");
+    let rotated = both.rotate(&s.id).await.unwrap().expect("rotated");
+    assert_eq!(
+        rotated.stamp(),
+        s.id.stamp(),
+        "a rotation keeps the sign-in time"
+    );
+    let batch = both
+        .create_many(&[(70_001, Attrs::default())])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    // Past the deadline, whatever the server's expiry says.
+    while unix() < stamp + 3 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(both.load(&rotated).await.unwrap(), None);
+    assert_eq!(both.touch(&rotated).await.unwrap(), None);
+    assert_eq!(both.load_many(&batch).await.unwrap(), vec![None]);
+
+    // Absolute only: touches do not extend.
+    let fixed: Store<&L, Attrs> = Store::new(&layout).with_lifetimes(None, Some(secs(600)));
+    let s = fixed.create(70_002, Attrs::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(fixed.touch(&s.id).await.unwrap(), Some(s.expires_at));
+    // Idle only (the default): a touch rolls the expiry.
+    let rolling: Store<&L, Attrs> = Store::new(&layout).with_lifetimes(Some(secs(600)), None);
+    let touched = rolling.touch(&s.id).await.unwrap().expect("live");
+    assert!(touched > s.expires_at, "{touched} > {}", s.expires_at);
 }

@@ -22,8 +22,8 @@ pub fn config() -> UserIndexConfig {
     }
 }
 
-/// Long enough for every id stamped before now to be past the hold by
-/// any server's whole-second clock.
+/// Long enough for a tombstone written now to expire by any server's
+/// whole-second clock.
 pub fn hold() -> Duration {
     Duration::from_secs(config().hold_secs() + 2)
 }
@@ -63,17 +63,22 @@ pub fn assert_clean(audit: &UserIndexAudit) {
     assert_eq!(audit.misplaced, 0, "entries in the wrong place: {audit:?}");
 }
 
+/// A full sweep leaves the index exactly in step with the sessions; a
+/// second, after the hold, leaves no tombstone.
 async fn settle<C>(layout: &Compact<C>) -> UserIndexAudit
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    tokio::time::sleep(hold()).await;
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
     let report = sweeper.sweep_range_full(0..sweeper.units()).await.unwrap();
     assert_eq!(report.bad_buckets, 0, "{report:?}");
     let audit = layout.audit_users().await.unwrap();
     assert_clean(&audit);
-    assert_eq!(audit.pending, 0, "{audit:?}");
+    assert_eq!(audit.sessions, audit.entries, "{audit:?}");
+    tokio::time::sleep(hold()).await;
+    sweeper.sweep_range_full(0..sweeper.units()).await.unwrap();
+    let audit = layout.audit_users().await.unwrap();
+    assert_clean(&audit);
     assert_eq!(
         audit.tombstones, 0,
         "tombstones outlived the hold: {audit:?}"
@@ -197,9 +202,10 @@ where
 }
 
 /// A create whose entry a revocation read before its session landed is
-/// refused by the tombstone the revocation left; an insert stamped outside
-/// the grace is refused as late; entries of sessions destroyed, expired or
-/// never written are swept once the hold has passed; tombstones go too.
+/// refused by the tombstone the revocation left; a session that comes
+/// later than the grace after its entry is refused as late; entries of
+/// sessions destroyed, expired or never written are swept; tombstones
+/// expire and go.
 pub async fn creates_in_flight_are_blocked_and_leftovers_swept<C>(conn: C)
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
@@ -210,20 +216,30 @@ where
     let user = 70_001u64;
     let record = sessionpack::record::encode(&user, &()).unwrap();
     let (bucket, check) = users.place(&record);
+    let write_entry = |id: SessionId| {
+        let (key, mut conn) = (users.key(bucket), conn.clone());
+        async move {
+            let _: () = redis::cmd("HSET")
+                .arg(key)
+                .arg(id.as_bytes())
+                .arg(check.to_string())
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
 
     // The first step of a create: the entry, and no session yet.
     let id = layout.new_id().await.unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg(users.key(bucket))
-        .arg(id.as_bytes())
-        .arg(check.to_string())
-        .query_async(&mut conn.clone())
-        .await
-        .unwrap();
+    let indexed_at = server_now(&conn).await;
+    write_entry(id).await;
     let r = store.revoke_all(&user).await.unwrap();
-    assert_eq!((r.blocked, r.removed), (1, 0), "{r:?}");
+    assert_eq!((r.absent, r.removed), (1, 0), "{r:?}");
     assert_eq!(
-        layout.insert(&id, &record, Expiry::In(600)).await.unwrap(),
+        layout
+            .insert_after_entry(&id, &record, Expiry::In(600), indexed_at)
+            .await
+            .unwrap(),
         Inserted::IdTaken,
         "the second step lands after the revocation: refused"
     );
@@ -238,19 +254,27 @@ where
         vec![fresh.id]
     );
 
-    // Ids stamped outside the grace are refused, and leave no entry.
-    let now = server_now(&conn).await as u32;
-    for stamp in [now - 10, now + 10] {
-        let late = SessionId::generate_stamped(layout.id_width(), stamp).unwrap();
+    // A session later than the grace after its entry (or with an entry
+    // time far ahead) is refused; one on time lands.
+    let now = server_now(&conn).await;
+    for at in [now - 10, now + 10] {
+        let late = layout.new_id().await.unwrap();
         assert_eq!(
             layout
-                .insert(&late, &record, Expiry::In(600))
+                .insert_after_entry(&late, &record, Expiry::In(600), at)
                 .await
                 .unwrap(),
             Inserted::Late
         );
         assert_eq!(store.load(&late).await.unwrap(), None);
     }
+    let on_time = layout.new_id().await.unwrap();
+    write_entry(on_time).await;
+    let landed = layout
+        .insert_after_entry(&on_time, &record, Expiry::In(600), now)
+        .await
+        .unwrap();
+    assert!(matches!(landed, Inserted::Created { .. }), "{landed:?}");
 
     // Leftovers: a destroyed session, an expired one, and an entry whose
     // create never came (a crashed process).
@@ -258,23 +282,17 @@ where
     assert!(store.destroy(&destroyed.id).await.unwrap());
     let short = store.clone().with_ttl(Duration::from_secs(1));
     short.create(user, ()).await.unwrap();
-    let crashed = SessionId::generate_stamped(layout.id_width(), now - 60).unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg(users.key(bucket))
-        .arg(crashed.as_bytes())
-        .arg(check.to_string())
-        .query_async(&mut conn.clone())
-        .await
-        .unwrap();
+    write_entry(layout.new_id().await.unwrap()).await;
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
     let audit = layout.audit_users().await.unwrap();
-    assert_eq!(audit.orphans, 1, "the crashed create's entry: {audit:?}");
+    assert_eq!(audit.orphans, 3, "destroyed, expired, crashed: {audit:?}");
     assert_eq!(audit.unindexed, 0);
     let audit = settle(&layout).await;
     assert_eq!(
-        audit.sessions, 1,
-        "only the fresh session is left: {audit:?}"
+        audit.sessions, 2,
+        "the fresh and on-time sessions: {audit:?}"
     );
-    assert_eq!(audit.entries, 1, "{audit:?}");
+    assert_eq!(audit.entries, 2, "{audit:?}");
 }
 
 /// What the race recorded of one session id.

@@ -523,11 +523,14 @@ where
             .arg(expected.unwrap_or_default());
     }
 
+    /// An insert script call; `indexed_at`, for a store with a user index,
+    /// is when the session's entry was written.
     fn insert_invocation<'a>(
         &self,
         id: &SessionId,
         record: &[u8],
         expiry: Expiry,
+        indexed_at: Option<u64>,
     ) -> ScriptInvocation<'a> {
         let k = self.keys(id);
         let form = self.form(record);
@@ -547,8 +550,8 @@ where
             .arg(&*Self::payload(form, record))
             .arg(mode)
             .arg(secs);
-        if let Some(users) = &self.users {
-            inv.arg(id.stamp()).arg(users.config().grace_secs);
+        if let (Some(users), Some(at)) = (&self.users, indexed_at) {
+            inv.arg(at).arg(users.config().grace_secs);
         }
         inv
     }
@@ -830,14 +833,15 @@ where
         self.buckets().id_width()
     }
 
+    fn stamps_ids(&self) -> bool {
+        self.users.is_some()
+    }
+
     async fn new_id(&self) -> Result<SessionId> {
         if self.users.is_none() {
             return SessionId::generate_with(self.id_width());
         }
-        // The earliest the server's time can be: a stamp is never ahead.
-        let (earliest, _) = self.time_bounds().await?;
-        let stamp = u32::try_from(earliest.floor() as u64).unwrap_or(u32::MAX);
-        SessionId::generate_stamped(self.id_width(), stamp)
+        SessionId::generate_stamped(self.id_width(), self.stamp_now().await?)
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
@@ -860,7 +864,7 @@ where
             }
         }
         let code = self
-            .call(id, &self.insert_invocation(id, record, expiry))
+            .call(id, &self.insert_invocation(id, record, expiry, None))
             .await?;
         Ok(Inserted::from_code(code))
     }
@@ -912,10 +916,12 @@ where
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(PIPELINE_CHUNK) {
             // Index entries first, as for one insert.
-            self.index_add_many(chunk).await?;
+            let indexed_at = self.index_add_many(chunk).await?;
             let invocations: Vec<_> = chunk
                 .iter()
-                .map(|(id, record)| self.insert_invocation(id, record, Expiry::In(ttl_secs)))
+                .map(|(id, record)| {
+                    self.insert_invocation(id, record, Expiry::In(ttl_secs), indexed_at)
+                })
                 .collect();
             let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
             let codes: Vec<i64> =

@@ -56,9 +56,17 @@ where
         Ok(&record[..record.len() - rest.len()])
     }
 
+    /// The server's time by the clock estimate, whole seconds, never
+    /// ahead of it: an id's stamp, an index entry's write time.
+    pub(super) async fn stamp_now(&self) -> Result<u32> {
+        let (earliest, _) = self.time_bounds().await?;
+        Ok(u32::try_from(earliest.floor() as u64).unwrap_or(u32::MAX))
+    }
+
     /// An insert for a store with a user index: the entry first, then the
-    /// session with its stamp checked. An entry left by an insert that did
-    /// not store its session is taken back, or else swept.
+    /// session, which the server refuses if it comes later than the grace
+    /// after the entry. An entry left by an insert that did not store its
+    /// session is taken back, or else swept.
     pub(super) async fn insert_indexed(
         &self,
         users: &UserIndex,
@@ -68,6 +76,7 @@ where
     ) -> Result<Inserted> {
         let (bucket, check) = users.place(self.identity_head(id, record)?);
         let key = users.key(bucket);
+        let indexed_at = u64::from(self.stamp_now().await?);
         let _: () = redis::cmd("HSET")
             .arg(&key)
             .arg(id.as_bytes())
@@ -75,10 +84,9 @@ where
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| Error::from_redis(e, || key.clone()))?;
-        let code = self
-            .call(id, &self.insert_invocation(id, record, expiry))
+        let inserted = self
+            .insert_after_entry(id, record, expiry, indexed_at)
             .await?;
-        let inserted = Inserted::from_code(code);
         if !matches!(inserted, Inserted::Created { .. }) {
             let _: redis::RedisResult<i64> = redis::cmd("HDEL")
                 .arg(&key)
@@ -89,11 +97,34 @@ where
         Ok(inserted)
     }
 
-    /// The index entries of a batch about to be inserted, in one pipeline.
-    pub(super) async fn index_add_many(&self, items: &[(SessionId, Vec<u8>)]) -> Result<()> {
+    /// The second step of an insert into a store with a user index, whose
+    /// entry was written at `indexed_at` (unix seconds by the server's
+    /// clock): the session, unless it comes more than the grace after
+    /// that ([`Inserted::Late`]) or a revocation left a tombstone for the
+    /// id ([`Inserted::IdTaken`]). [`Layout::insert`] writes the entry and
+    /// calls this; it is public for tests of the protocol.
+    pub async fn insert_after_entry(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+        indexed_at: u64,
+    ) -> Result<Inserted> {
+        self.users()?;
+        let inv = self.insert_invocation(id, record, expiry, Some(indexed_at));
+        Ok(Inserted::from_code(self.call(id, &inv).await?))
+    }
+
+    /// The index entries of a batch about to be inserted, in one pipeline;
+    /// when they were written (`None` without an index).
+    pub(super) async fn index_add_many(
+        &self,
+        items: &[(SessionId, Vec<u8>)],
+    ) -> Result<Option<u64>> {
         let Some(users) = &self.users else {
-            return Ok(());
+            return Ok(None);
         };
+        let indexed_at = u64::from(self.stamp_now().await?);
         let mut pipe = redis::pipe();
         for (id, record) in items {
             let (bucket, check) = users.place(self.identity_head(id, record)?);
@@ -108,7 +139,7 @@ where
             .query_async(&mut self.conn.clone())
             .await
             .map_err(scripts::pipeline_error(self, &[], 1))?;
-        Ok(())
+        Ok(Some(indexed_at))
     }
 
     /// The entries of the identity that records begin with `head` (and of
@@ -168,25 +199,14 @@ where
             .collect();
         report.kept += (entries.len() - ids.len()) as u64;
         let ident = record::int_only(head).map_or(String::new(), |n| n.to_string());
-        let hold = self.users()?.config().hold_secs();
         let mut drop = Vec::new();
         for chunk in ids.chunks(PIPELINE_CHUNK) {
-            let invocations: Vec<_> = chunk
-                .iter()
-                .map(|id| {
-                    let mut inv = self.invocation(&COMPACT_REVOKE, id);
-                    inv.arg(&ident).arg(head).arg(id.stamp()).arg(hold);
-                    inv
-                })
-                .collect();
-            let codes: Vec<i64> =
-                scripts::pipelined(&self.conn, self, chunk, &invocations, &COMPACT_REVOKE).await?;
+            let codes = self.revoke_each(chunk, &ident, head).await?;
             for (id, code) in chunk.iter().zip(codes) {
                 match code {
                     0 => report.kept += 1,
                     1 => report.removed += 1,
-                    2 => report.blocked += 1,
-                    _ => report.stale += 1,
+                    _ => report.absent += 1,
                 }
                 if code != 0 {
                     drop.push(id.as_bytes().to_vec());
@@ -195,6 +215,25 @@ where
         }
         self.drop_entries(&key, &drop).await?;
         Ok(report)
+    }
+
+    /// Runs the revoke script on each of `ids` (see `compact_revoke.lua`);
+    /// `ident` and `head` empty for the sweeper, which keeps any live
+    /// session.
+    async fn revoke_each(&self, ids: &[SessionId], ident: &str, head: &[u8]) -> Result<Vec<i64>> {
+        let hold = self.users()?.config().hold_secs();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let invocations: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let mut inv = self.invocation(&COMPACT_REVOKE, id);
+                inv.arg(ident).arg(head).arg(hold);
+                inv
+            })
+            .collect();
+        scripts::pipelined(&self.conn, self, ids, &invocations, &COMPACT_REVOKE).await
     }
 
     async fn drop_entries(&self, key: &str, fields: &[Vec<u8>]) -> Result<u64> {
@@ -238,8 +277,10 @@ where
     }
 
     /// Removes the entries of index buckets `range` whose sessions are
-    /// gone or expired at `now` and whose ids were stamped more than
-    /// the hold before it, so no create of them can still land.
+    /// gone or expired at `now`. Each is first settled in its session's
+    /// bucket by the revoke script in the sweeper's mode: a session that
+    /// came meanwhile keeps its entry; otherwise a tombstone refuses a
+    /// create of it still in flight, and the entry can go.
     pub(crate) async fn sweep_user_buckets(
         &self,
         range: std::ops::Range<u32>,
@@ -250,7 +291,6 @@ where
             return Ok(out);
         };
         let width = self.id_width();
-        let hold = users.config().hold_secs();
         let buckets: Vec<u32> = range.collect();
         for chunk in buckets.chunks(64) {
             let mut pipe = redis::pipe();
@@ -259,9 +299,9 @@ where
                 pipe.cmd("HGETALL").arg(users.key(b));
             }
             let replies: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await?;
-            // Per index bucket: fields to drop now, and ids to look up.
-            let mut junk: Vec<(String, Vec<u8>)> = Vec::new();
-            let mut candidates: Vec<(String, SessionId)> = Vec::new();
+            // Fields to drop (index key, field), and ids to look up.
+            let mut dead: Vec<(String, Vec<u8>)> = Vec::new();
+            let mut entries: Vec<(String, SessionId)> = Vec::new();
             for (&b, reply) in chunk.iter().zip(replies) {
                 let key = users.key(b);
                 let pairs: Vec<(Vec<u8>, Vec<u8>)> = match reply {
@@ -276,30 +316,37 @@ where
                     let id = SessionId::from_slice(&field).filter(|id| id.width() == width);
                     match id {
                         Some(id) if users::parse_entry(&value).is_some() => {
-                            if u64::from(id.stamp()) + hold < now {
-                                candidates.push((key.clone(), id));
-                            }
+                            entries.push((key.clone(), id));
                         }
-                        _ => junk.push((key.clone(), field)),
+                        // Not an entry this store writes.
+                        _ => dead.push((key.clone(), field)),
                     }
                 }
             }
-            out.checked += candidates.len() as u64;
-            let mut dead = junk;
-            for part in candidates.chunks(PIPELINE_CHUNK) {
+            out.checked += entries.len() as u64;
+            for part in entries.chunks(PIPELINE_CHUNK) {
                 let mut pipe = redis::pipe();
                 for (_, id) in part {
                     let k = self.keys(id);
                     pipe.hget(&k.bucket, &k.field);
                 }
                 let values: Vec<Option<Vec<u8>>> = pipe.query_async(&mut self.conn.clone()).await?;
-                for ((key, id), value) in part.iter().zip(values) {
-                    // A value in neither form is left, with its entry, for
-                    // the audit to report.
-                    let live = value.is_some_and(|v| {
-                        parse_value(&v).is_none_or(|parsed| parsed.expires_at() > now)
-                    });
-                    if !live {
+                // A value in neither form is left, with its entry, for the
+                // audit to report.
+                let gone: Vec<&(String, SessionId)> = part
+                    .iter()
+                    .zip(values)
+                    .filter(|(_, v)| {
+                        v.as_ref().is_none_or(|v| {
+                            parse_value(v).is_some_and(|parsed| parsed.expires_at() <= now)
+                        })
+                    })
+                    .map(|(entry, _)| entry)
+                    .collect();
+                let ids: Vec<SessionId> = gone.iter().map(|(_, id)| *id).collect();
+                let codes = self.revoke_each(&ids, "", &[]).await?;
+                for ((key, id), code) in gone.into_iter().zip(codes) {
+                    if code == 2 {
                         dead.push((key.clone(), id.as_bytes().to_vec()));
                     }
                 }
@@ -326,7 +373,6 @@ where
     pub async fn audit_users(&self) -> Result<UserIndexAudit> {
         use std::collections::HashMap;
         let users = self.users()?;
-        let hold = users.config().hold_secs();
         let mut conn = self.conn.clone();
         let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let mut audit = UserIndexAudit::default();
@@ -383,7 +429,6 @@ where
         }
         for field in entries.keys().filter(|f| !matched.contains(*f)) {
             match SessionId::from_slice(field).filter(|id| id.width() == self.id_width()) {
-                Some(id) if u64::from(id.stamp()) + hold >= now => audit.pending += 1,
                 Some(_) => audit.orphans += 1,
                 None => audit.misplaced += 1,
             }
