@@ -137,8 +137,11 @@ where
     Ok(())
 }
 
-/// Sends a pipeline of script calls, loading the script and retrying once
-/// if the server has lost it. An error names the location of the first item
+/// Sends a pipeline of script calls; the calls the server answered with
+/// `NOSCRIPT` (it had lost the script) are sent again, alone, once the
+/// script is loaded. Only those: on a cluster some primaries may have run
+/// their calls already, and a second insert would find its own session
+/// and report the id taken. An error names the location of the first item
 /// that failed.
 pub(crate) async fn pipelined<C, L, T>(
     conn: &C,
@@ -152,25 +155,29 @@ where
     L: crate::Layout,
     T: redis::FromRedisValue,
 {
-    let mut pipe = redis::pipe();
-    for inv in invocations {
-        pipe.invoke_script(inv);
-    }
-    let mut conn = conn.clone();
-    let result = match pipe.query_async(&mut conn).await {
-        Err(e) if is_noscript(&e) => {
-            load_all(&mut conn, &[script]).await?;
-            pipe.query_async(&mut conn).await
-        }
-        other => other,
-    };
-    result.map_err(pipeline_error(layout, ids, 1))
+    let replies = pipelined_each(conn, invocations, script).await?;
+    replies
+        .into_iter()
+        .enumerate()
+        .map(|(i, reply)| {
+            let located = |e| {
+                crate::Error::from_redis(e, || match ids.get(i) {
+                    Some(id) => layout.location(id),
+                    None => format!("{}: a pipeline", layout.name()),
+                })
+            };
+            reply
+                .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
+                .map_err(located)
+        })
+        .collect()
 }
 
 /// Sends a pipeline of script calls and returns each call's own result, so
 /// one failing call (a key of the wrong type, say) does not hide the
-/// others'. Loads the script and sends again once if the server had lost
-/// it. An error reaching the server at all is the outer error.
+/// others'. The calls answered `NOSCRIPT` are sent again, alone, once the
+/// script is loaded. An error reaching the server at all is the outer
+/// error.
 pub(crate) async fn pipelined_each<C>(
     conn: &C,
     invocations: &[redis::ScriptInvocation<'_>],
@@ -179,6 +186,9 @@ pub(crate) async fn pipelined_each<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send,
 {
+    if invocations.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for inv in invocations {
@@ -186,9 +196,20 @@ where
     }
     let mut conn = conn.clone();
     let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(&mut conn).await?;
-    if replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) {
+    let lost: Vec<usize> = (0..replies.len())
+        .filter(|&i| replies[i].as_ref().is_err_and(is_noscript))
+        .collect();
+    if !lost.is_empty() {
         load_all(&mut conn, &[script]).await?;
-        replies = pipe.query_async(&mut conn).await?;
+        let mut again = redis::pipe();
+        again.ignore_errors();
+        for &i in &lost {
+            again.invoke_script(&invocations[i]);
+        }
+        let answers: Vec<redis::RedisResult<redis::Value>> = again.query_async(&mut conn).await?;
+        for (i, answer) in lost.into_iter().zip(answers) {
+            replies[i] = answer;
+        }
     }
     Ok(replies)
 }

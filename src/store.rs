@@ -162,6 +162,11 @@ where
         self
     }
 
+    /// The idle timeout, if touches extend sessions.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.rolling.then(|| self.ttl())
+    }
+
     /// The absolute lifetime, if the store has one.
     pub fn absolute_lifetime(&self) -> Option<Duration> {
         self.absolute_secs.map(Duration::from_secs)

@@ -46,6 +46,20 @@
 //! before it creates the new one (at the end of the request), so the two
 //! are never live together.
 //!
+//! With a user index ([`crate::CompactConfig::with_user_index`]), the
+//! store offers "your devices" ([`TowerStore::sessions_of`]) and "log out
+//! everywhere" ([`TowerStore::revoke_all`], [`TowerStore::revoke_others`]).
+//! It reads each session's owner from its data ([`axum_login_owner`] by
+//! default: the `user_id` axum-login keeps) and writes it at the head of
+//! the record (MessagePack `nil` for a session of no one: one byte), so a
+//! revocation can tell whose a session is; its index entry is written when
+//! the session is created with an owner (axum-login's log-in cycles the
+//! id, so it creates one), or saved with a new one. A label for the
+//! listing comes from the data too: a string under [`DEFAULT_LABEL_KEY`]
+//! (`device`) is moved to the entry (cut to [`MAX_LABEL_BYTES`]) and not
+//! kept in the record, which it would only make longer.
+//! New ids then end in their issue time ([`crate::users`]).
+//!
 //! Records are encoded with [`crate::json_map`] (keys as codes, byte arrays
 //! as binary) and the expiry is kept once, in the bucket's value, to the
 //! second, as the peer store's `EXAT` keeps it. An axum-login session with
@@ -62,9 +76,51 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, SessionId};
+use crate::identity::{Identity, MAX_NAME_BYTES};
 use crate::json_map;
+use crate::layout::compact::NO_OWNER;
 use crate::layout::{Compact, CompactConfig, Expiry, Inserted, Layout, Seen, Written};
 use crate::sweep::{PassReport, SweepConfig, Sweeper};
+use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession};
+
+/// Reads a session's owner from its data.
+pub type OwnerOf = fn(&HashMap<String, Value>) -> Option<Identity>;
+
+/// The owner axum-login records: `user_id` under `axum-login.data`; an
+/// unsigned integer, or a string (a UUID in its usual form, else a name of
+/// at most 64 bytes). Anything else is no one.
+pub fn axum_login_owner(data: &HashMap<String, Value>) -> Option<Identity> {
+    match data.get("axum-login.data")?.get("user_id")? {
+        Value::Number(n) => n.as_u64().map(Identity::Int),
+        Value::String(s) => Some(match parse_uuid(s) {
+            Some(uuid) => Identity::Uuid(uuid),
+            None if s.len() <= MAX_NAME_BYTES => Identity::Name(s.clone()),
+            None => return None,
+        }),
+        _ => None,
+    }
+}
+
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let groups: Vec<&str> = text.split('-').collect();
+    if groups.iter().map(|g| g.len()).ne([8, 4, 4, 4, 12]) {
+        return None;
+    }
+    hex::decode(groups.concat()).ok()?.try_into().ok()
+}
+
+/// The session data key whose string [`TowerStore`] moves to the index
+/// entry's label by default.
+pub const DEFAULT_LABEL_KEY: &str = "device";
+
+/// `text` cut to [`MAX_LABEL_BYTES`] at a character boundary.
+fn label_of(text: &str) -> String {
+    let mut end = text.len().min(MAX_LABEL_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
 
 /// Ids tried by one `create` before it reports an error: a 128-bit random
 /// id that is taken twice in a row means a broken random source.
@@ -79,6 +135,10 @@ pub struct TowerStore<C> {
     sweeper: Arc<Sweeper<C>>,
     write_threshold: f64,
     memo: Arc<Memo>,
+    /// With a user index: whose a session is, and the data key of its
+    /// label.
+    owner: Option<(OwnerOf, Option<&'static str>)>,
+    idle: Option<std::time::Duration>,
 }
 
 impl<C> Clone for TowerStore<C>
@@ -91,6 +151,8 @@ where
             sweeper: self.sweeper.clone(),
             write_threshold: self.write_threshold,
             memo: self.memo.clone(),
+            owner: self.owner,
+            idle: self.idle,
         }
     }
 }
@@ -123,12 +185,36 @@ where
             ));
         }
         let sweeper = Arc::new(Sweeper::new(layout.clone(), SweepConfig::default()));
+        let owner = layout
+            .user_index()
+            .map(|_| (axum_login_owner as OwnerOf, Some(DEFAULT_LABEL_KEY)));
         Ok(Self {
             layout,
             sweeper,
             write_threshold: 0.0,
             memo: Arc::new(Memo::new(DEFAULT_MEMO_CAPACITY)),
+            owner,
+            idle: None,
         })
+    }
+
+    /// Reads owners with `owner` rather than [`axum_login_owner`], and
+    /// labels from `label_key` rather than [`DEFAULT_LABEL_KEY`] (`None`:
+    /// no labels). A store with a user index only; without one this does
+    /// nothing.
+    pub fn with_owner(mut self, owner: OwnerOf, label_key: Option<&'static str>) -> Self {
+        if self.owner.is_some() {
+            self.owner = Some((owner, label_key));
+        }
+        self
+    }
+
+    /// The idle timeout the app's `SessionManagerLayer` gives sessions
+    /// (`Expiry::OnInactivity`), from which a listing tells when each was
+    /// last used.
+    pub fn with_idle_timeout(mut self, idle: std::time::Duration) -> Self {
+        self.idle = Some(idle);
+        self
     }
 
     /// Lets a save that changes nothing but the expiry skip the write when
@@ -175,17 +261,35 @@ where
         expires_at: i64,
         mut fresh: impl FnMut() -> i128,
     ) -> Result<i128> {
-        let bytes = encode(data)?;
+        let (bytes, head) = self.encode(data)?;
         let at = expiry_secs(expires_at)?;
+        // A store with a user index issues its own, stamped, ids.
+        let stamped = self.layout.stamps_ids();
+        if stamped {
+            id = tower_id(&self.layout.new_id().await?);
+        }
         for _ in 0..CREATE_ATTEMPTS {
             match self
                 .layout
                 .insert(&session_id(id), &bytes, Expiry::At(at))
                 .await?
             {
-                Inserted::IdTaken | Inserted::Late => id = fresh(),
+                Inserted::IdTaken | Inserted::Late => {
+                    id = if stamped {
+                        tower_id(&self.layout.new_id().await?)
+                    } else {
+                        fresh()
+                    };
+                }
                 Inserted::Created { .. } => {
-                    self.memo.put(id, &bytes, at);
+                    self.memo.put(id, &bytes, head, at);
+                    if let Some(owner) = self.head(&bytes, head)
+                        && let Some(label) = self.label(data)
+                    {
+                        self.layout
+                            .set_label(owner, &session_id(id), Some(&label))
+                            .await?;
+                    }
                     return Ok(id);
                 }
                 // Stored and gone at once, as a key set with a past EXAT.
@@ -205,9 +309,16 @@ where
         data: &HashMap<String, Value>,
         expires_at: i64,
     ) -> Result<bool> {
-        let bytes = encode(data)?;
+        let (bytes, head) = self.encode(data)?;
         let at = expiry_secs(expires_at)?;
         let memory = self.memo.get(id);
+        // A session that gains an owner (or changes it) in a save: its
+        // index entry first, as for a create.
+        if let Some(owner) = self.head(&bytes, head)
+            && memory.is_none_or(|m| m.head != self.memo.digest(owner))
+        {
+            self.layout.ensure_entry(owner, &session_id(id)).await?;
+        }
         if let Some(memory) = &memory
             && self.write_threshold > 0.0
             && self
@@ -218,7 +329,7 @@ where
         }
         let seen = memory.map(|m| m.seen);
         match self.layout.save(&session_id(id), &bytes, at, seen).await? {
-            Written::Done => self.memo.put(id, &bytes, at),
+            Written::Done => self.memo.put(id, &bytes, head, at),
             Written::Missing | Written::Conflict => {
                 self.memo.take(id);
             }
@@ -232,11 +343,13 @@ where
         let Some(stored) = self.layout.load(&sid).await? else {
             return Ok(None);
         };
-        let data = json_map::decode(&stored.record).map_err(|e| Error::CorruptRecord {
+        let corrupt = |reason: String| Error::CorruptRecord {
             location: self.layout.location(&sid),
-            reason: e.to_string(),
-        })?;
-        self.memo.put(id, &stored.record, stored.expires_at);
+            reason,
+        };
+        let head = self.head_len(&stored.record).map_err(corrupt)?;
+        let data = json_map::decode(&stored.record[head..]).map_err(|e| corrupt(e.to_string()))?;
+        self.memo.put(id, &stored.record, head, stored.expires_at);
         Ok(Some((data, stored.expires_at as i64)))
     }
 
@@ -254,6 +367,102 @@ where
     pub async fn sweep(&self) -> Result<PassReport> {
         self.sweeper.pass().await
     }
+
+    /// A record: with a user index, the owner (or `nil`) first; and the
+    /// length of that head.
+    fn encode(&self, data: &HashMap<String, Value>) -> Result<(Vec<u8>, usize)> {
+        let Some((owner_of, label_key)) = self.owner else {
+            return Ok((encode(data)?, 0));
+        };
+        let mut bytes = Vec::with_capacity(32);
+        match owner_of(data) {
+            Some(owner) => owner.encode(&mut bytes),
+            None => bytes.push(NO_OWNER),
+        }
+        let head = bytes.len();
+        // The label lives in the index entry, not in the record.
+        match label_key.filter(|k| data.contains_key(*k)) {
+            Some(key) => {
+                let mut rest = data.clone();
+                rest.remove(key);
+                bytes.extend_from_slice(&encode(&rest)?);
+            }
+            None => bytes.extend_from_slice(&encode(data)?),
+        }
+        Ok((bytes, head))
+    }
+
+    /// The label a session's data carries.
+    fn label(&self, data: &HashMap<String, Value>) -> Option<String> {
+        let key = self.owner?.1?;
+        data.get(key)?.as_str().map(label_of)
+    }
+
+    /// The owner's bytes at the head of a record, if it has one.
+    fn head<'r>(&self, bytes: &'r [u8], head: usize) -> Option<&'r [u8]> {
+        (head > 0 && bytes.first() != Some(&NO_OWNER)).then(|| &bytes[..head])
+    }
+
+    /// The length of a stored record's head (0 without a user index).
+    fn head_len(&self, record: &[u8]) -> std::result::Result<usize, String> {
+        if self.owner.is_none() {
+            return Ok(0);
+        }
+        if record.first() == Some(&NO_OWNER) {
+            return Ok(1);
+        }
+        let (_, rest) = crate::record::split(record)?;
+        Ok(record.len() - rest.len())
+    }
+
+    /// The live sessions of `owner` ("your devices"); compare each `id`
+    /// with the current session's through [`tower_id`]. Needs a user index.
+    pub async fn sessions_of(&self, owner: &Identity) -> Result<Vec<UserSession>> {
+        let mut head = Vec::new();
+        owner.encode(&mut head);
+        let idle = self.idle.map(|d| d.as_secs());
+        let mut listed: Vec<UserSession> = self
+            .layout
+            .user_sessions(&head)
+            .await?
+            .into_iter()
+            .map(|(id, stored, label)| {
+                let signed_in_at = u64::from(id.stamp());
+                UserSession {
+                    id,
+                    signed_in_at,
+                    last_seen: idle.map(|i| stored.expires_at.saturating_sub(i).max(signed_in_at)),
+                    expires_at: stored.expires_at,
+                    label,
+                }
+            })
+            .collect();
+        listed.sort_by_key(|s| (s.signed_in_at, s.id));
+        Ok(listed)
+    }
+
+    /// Revokes every session of `owner` ("log out everywhere").
+    pub async fn revoke_all(&self, owner: &Identity) -> Result<Revoked> {
+        let mut head = Vec::new();
+        owner.encode(&mut head);
+        self.layout.revoke_user(&head, None).await
+    }
+
+    /// Revokes every session of `owner` but `keep` (the current one).
+    pub async fn revoke_others(&self, owner: &Identity, keep: i128) -> Result<Revoked> {
+        let mut head = Vec::new();
+        owner.encode(&mut head);
+        self.layout
+            .revoke_user(&head, Some(&session_id(keep)))
+            .await
+    }
+}
+
+/// The tower-sessions id (`Id.0`) of a 128-bit session id.
+pub fn tower_id(id: &SessionId) -> i128 {
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&id.as_bytes()[..16]);
+    i128::from_le_bytes(bytes)
 }
 
 /// The sessionpack id for a tower-sessions id: its 16 bytes, little-endian
@@ -288,6 +497,8 @@ struct Memo {
 #[derive(Clone, Copy, Debug)]
 struct Memory {
     digest: u64,
+    /// A digest of the record's owner head (see [`TowerStore`]).
+    head: u64,
     seen: Seen,
 }
 
@@ -300,12 +511,17 @@ impl Memo {
         }
     }
 
-    fn put(&self, id: i128, bytes: &[u8], expires_at: u64) {
+    fn digest(&self, bytes: &[u8]) -> u64 {
+        self.hasher.hash_one(bytes)
+    }
+
+    fn put(&self, id: i128, bytes: &[u8], head: usize, expires_at: u64) {
         if self.capacity == 0 {
             return;
         }
         let memory = Memory {
             digest: self.hasher.hash_one(bytes),
+            head: self.digest(&bytes[..head.min(bytes.len())]),
             seen: Seen {
                 expires_at,
                 record_len: bytes.len(),
@@ -504,7 +720,7 @@ mod tests {
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_secs();
-        memo.put(1, b"abc", now + 1000);
+        memo.put(1, b"abc", 0, now + 1000);
         assert!(unchanged(&memo, 1, b"abc", now + 1050, 0.1));
         assert!(
             !unchanged(&memo, 1, b"abc", now + 1200, 0.1),
@@ -518,7 +734,7 @@ mod tests {
         assert!(!unchanged(&memo, 2, b"abc", now + 1010, 0.1), "never seen");
         memo.take(1);
         assert!(!unchanged(&memo, 1, b"abc", now + 1010, 0.1));
-        memo.put(3, b"abc", now - 1);
+        memo.put(3, b"abc", 0, now - 1);
         assert!(
             !unchanged(&memo, 3, b"abc", now + 10, 1.0),
             "stored one expired"
@@ -529,7 +745,7 @@ mod tests {
     fn the_memo_keeps_the_most_recent_sessions() {
         let memo = Memo::new(4);
         for id in 1..=5 {
-            memo.put(id, b"x", 100 + id as u64);
+            memo.put(id, b"x", 0, 100 + id as u64);
         }
         // Generations of two: {1, 2} were dropped when 5 came.
         assert!(memo.get(1).is_none() && memo.get(2).is_none());
@@ -537,13 +753,13 @@ mod tests {
             assert_eq!(memo.get(id).unwrap().seen.expires_at, 100 + id as u64);
         }
         // A session put again lives in the newer generation only.
-        memo.put(3, b"xy", 200);
+        memo.put(3, b"xy", 0, 200);
         assert_eq!(memo.get(3).unwrap().seen.record_len, 2);
         assert_eq!(memo.take(3).unwrap().seen.record_len, 2);
         assert!(memo.get(3).is_none());
 
         let none = Memo::new(0);
-        none.put(1, b"x", 100);
+        none.put(1, b"x", 0, 100);
         assert!(none.get(1).is_none(), "capacity 0 remembers nothing");
     }
 }

@@ -15,6 +15,7 @@ use reqwest::StatusCode;
 use sessionpack::CompactConfig;
 use sessionpack::server::LocalServer;
 use sessionpack::tower::TowerStore;
+use sessionpack::users::UserIndexConfig;
 
 /// The app on a free loopback port, its store, and the server under it.
 struct Running {
@@ -32,7 +33,8 @@ impl Drop for Running {
 
 async fn start(idle: time::Duration) -> Running {
     let server = common::server();
-    let store = TowerStore::new(common::manager(&server).await, CompactConfig::new(6))
+    let config = CompactConfig::new(6).with_user_index(UserIndexConfig::new(3));
+    let store = TowerStore::new(common::manager(&server).await, config)
         .await
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -83,16 +85,23 @@ async fn get(client: &reqwest::Client, url: String) -> (StatusCode, String) {
     (r.status(), r.text().await.unwrap())
 }
 
-/// Sessions held in the store's buckets, read from Redis directly.
+/// Sessions held in the store's buckets, read from Redis directly: fields
+/// of a session's length (a tombstone left for the user index is a byte
+/// longer).
 async fn sessions_in_redis(server: &LocalServer) -> u64 {
     let mut raw = common::raw(server).await;
     let keys: Vec<String> = raw.keys("sp:{*}:*").await.unwrap();
+    let field_len = sessionpack::Buckets::new("sp", 6)
+        .unwrap()
+        .with_id_width(sessionpack::IdWidth::Bits128)
+        .field_len();
     let mut n = 0;
     for key in keys
         .iter()
-        .filter(|k| !k.ends_with(":i") && !k.contains(":o:"))
+        .filter(|k| !k.ends_with(":i") && !k.ends_with(":u") && !k.contains(":o:"))
     {
-        n += raw.hlen::<_, u64>(key).await.unwrap();
+        let fields: Vec<Vec<u8>> = raw.hkeys(key).await.unwrap();
+        n += fields.iter().filter(|f| f.len() == field_len).count() as u64;
     }
     n
 }
@@ -268,4 +277,78 @@ async fn an_idle_session_expires_and_a_sweep_removes_it() {
     use axum_login::tower_sessions::ExpiredDeletion;
     app.store.delete_expired().await.unwrap();
     assert_eq!(sessions_in_redis(&app.server).await, 0);
+}
+
+/// "Your devices" and "log out everywhere": two browsers log in as one
+/// user, each listed with its device and the one asking marked current;
+/// logging out the others ends the other browser's session only; logging
+/// out everywhere ends both; another user's session is never touched.
+#[tokio::test]
+async fn devices_are_listed_and_logged_out_elsewhere_or_everywhere() {
+    let run = start(time::Duration::minutes(30)).await;
+    let base = &run.base;
+    let browser = |agent: &str| {
+        let jar = Arc::new(reqwest::cookie::Jar::default());
+        reqwest::Client::builder()
+            .cookie_provider(jar)
+            .user_agent(agent)
+            .build()
+            .unwrap()
+    };
+    let (laptop, phone, other) = (browser("laptop"), browser("phone"), browser("tablet"));
+    for c in [&laptop, &phone] {
+        assert_eq!(login(c, base, "ferris", "crab").await, StatusCode::OK);
+    }
+    assert_eq!(login(&other, base, "corro", "unsafe").await, StatusCode::OK);
+    let (status, text) = get(&laptop, format!("{base}/devices")).await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("current") && l.ends_with("on laptop")),
+        "{text}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("other") && l.ends_with("on phone")),
+        "{text}"
+    );
+
+    let r = laptop
+        .post(format!("{base}/devices/logout-others"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "logged out 1 other sessions");
+    assert_eq!(
+        get(&phone, format!("{base}/me")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(get(&laptop, format!("{base}/me")).await.0, StatusCode::OK);
+    let (_, text) = get(&laptop, format!("{base}/devices")).await;
+    assert_eq!(text.lines().count(), 1, "{text}");
+
+    assert_eq!(login(&phone, base, "ferris", "crab").await, StatusCode::OK);
+    let r = phone
+        .post(format!("{base}/logout-everywhere"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "logged out 2 sessions");
+    for c in [&laptop, &phone] {
+        assert_eq!(
+            get(c, format!("{base}/me")).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(get(&other, format!("{base}/me")).await.0, StatusCode::OK);
+    let audit = run.store.layout().audit_users().await.unwrap();
+    assert_eq!(
+        (audit.sessions, audit.unindexed, audit.misplaced),
+        (1, 0, 0),
+        "{audit:?}"
+    );
 }

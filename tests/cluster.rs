@@ -383,3 +383,44 @@ async fn the_user_index_holds_on_a_cluster() {
     common::users::creates_in_flight_are_blocked_and_leftovers_swept(conn(&c).await).await;
     common::users::revoke_all_races_traffic(conn(&c).await, "race").await;
 }
+
+/// A primary that has lost its scripts (restarted, or `SCRIPT FLUSH`ed)
+/// answers its share of a bulk insert with `NOSCRIPT`; only that share is
+/// sent again. Sending the whole pipeline again made the other primaries'
+/// inserts find their own sessions and report their ids taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_lost_its_scripts_gets_only_its_own_calls_again() {
+    let c = start();
+    let layout = Compact::new(
+        conn(&c).await,
+        CompactConfig::new(8).with_namespace("noscript"),
+    )
+    .await
+    .unwrap();
+    let record = sessionpack::record::encode(&70_000u64, &()).unwrap();
+    let batch = |n| -> Vec<_> {
+        (0..n)
+            .map(|_| (sessionpack::SessionId::generate().unwrap(), record.clone()))
+            .collect()
+    };
+    use sessionpack::Layout;
+    layout.insert_many(&batch(300), 600).await.unwrap();
+    let primary = c.primaries()[0].url();
+    let mut one = sessionpack::connect(&primary).await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut one)
+        .await
+        .unwrap();
+    let items = batch(300);
+    let results = layout.insert_many(&items, 600).await.unwrap();
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, sessionpack::Inserted::Created { .. })),
+        "{results:?}"
+    );
+    let ids: Vec<_> = items.iter().map(|(id, _)| *id).collect();
+    let found = layout.load_many(&ids).await.unwrap();
+    assert!(found.iter().all(Option::is_some));
+}

@@ -435,3 +435,43 @@ async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
     }
     assert!(stopped > 0, "no pass was stopped part way");
 }
+
+/// An insert sent twice (its reply lost, the call sent again) finds its
+/// own session and reports it created, at the expiry it got, in every form
+/// and on both paths (plain commands, and the script for an expiry close
+/// to now or a record out of line); another record under the id is a
+/// taken id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_sent_twice_is_created_once() {
+    use sessionpack::{Expiry, Inserted, Layout, SessionId};
+    let server = common::server();
+    let layout = compact(&server, 6).await;
+    let records = [
+        sessionpack::record::encode(&70_000u64, &()).unwrap(),
+        sessionpack::record::encode(&5u64, &"a note").unwrap(),
+        sessionpack::record::encode(&5u64, &"x".repeat(200)).unwrap(),
+    ];
+    let (secs, _): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    for record in &records {
+        // In(600) takes the plain path for inline records; At(soon) the
+        // script (too close to now for the clock estimate to call).
+        for expiry in [Expiry::In(600), Expiry::At(secs + 1)] {
+            let id = SessionId::generate().unwrap();
+            let first = layout.insert(&id, record, expiry).await.unwrap();
+            let Inserted::Created { expires_at } = first else {
+                panic!("{first:?}");
+            };
+            let again = layout.insert(&id, record, expiry).await.unwrap();
+            assert_eq!(again, Inserted::Created { expires_at }, "{expiry:?}");
+            let other = &records[(records.iter().position(|r| r == record).unwrap() + 1) % 3];
+            assert_eq!(
+                layout.insert(&id, other, expiry).await.unwrap(),
+                Inserted::IdTaken
+            );
+            assert_eq!(layout.load(&id).await.unwrap().unwrap().record, *record);
+        }
+    }
+}

@@ -6,14 +6,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::Form;
-use axum::http::StatusCode;
+use axum::extract::{Extension, Form};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum_login::tower_sessions::{Expiry, SessionManagerLayer};
 use axum_login::{AuthManagerLayerBuilder, AuthUser, AuthnBackend, UserId, login_required};
 use serde::Deserialize;
-use sessionpack::tower::TowerStore;
+use sessionpack::identity::Identity;
+use sessionpack::tower::{TowerStore, tower_id};
 
 /// A user of the example. A real app keeps a password hash; the session
 /// keeps `auth_hash`, and changing it logs the user out everywhere.
@@ -111,28 +112,55 @@ impl AuthnBackend for Backend {
 
 type AuthSession = axum_login::AuthSession<Backend>;
 
-/// The app: `/` public, `POST /login`, `GET /me` and `GET /visits` for
-/// logged-in users only, `POST /logout`. Sessions end after `idle` without
-/// a request.
-pub fn app(store: TowerStore<redis::aio::ConnectionManager>, idle: time::Duration) -> Router {
-    let sessions = SessionManagerLayer::new(store)
+type Store = TowerStore<redis::aio::ConnectionManager>;
+
+/// The app: `/` public, `POST /login`, `GET /me`, `GET /visits`, `GET
+/// /devices` (the user's sessions), `POST /devices/logout-others` and
+/// `POST /logout-everywhere` for logged-in users only, `POST /logout`.
+/// Sessions end after `idle` without a request. The store needs a user
+/// index for the devices routes.
+pub fn app(store: Store, idle: time::Duration) -> Router {
+    let idle_std = std::time::Duration::from_secs(idle.whole_seconds().max(0) as u64);
+    let store = store.with_idle_timeout(idle_std);
+    let sessions = SessionManagerLayer::new(store.clone())
         .with_secure(false)
         .with_expiry(Expiry::OnInactivity(idle));
     let auth = AuthManagerLayerBuilder::new(Backend::demo(), sessions).build();
     Router::new()
         .route("/me", get(me))
         .route("/visits", get(visits))
+        .route("/devices", get(devices))
+        .route("/devices/logout-others", post(logout_others))
+        .route("/logout-everywhere", post(logout_everywhere))
         .route_layer(login_required!(Backend))
         .route("/", get(|| async { "welcome" }))
         .route("/login", post(login))
         .route("/logout", post(logout))
         .layer(auth)
+        .layer(Extension(store))
 }
 
-async fn login(mut auth: AuthSession, Form(creds): Form<Credentials>) -> impl IntoResponse {
+async fn login(
+    mut auth: AuthSession,
+    headers: HeaderMap,
+    Form(creds): Form<Credentials>,
+) -> impl IntoResponse {
     match auth.authenticate(creds).await {
         Ok(Some(user)) => match auth.login(&user).await {
-            Ok(()) => (StatusCode::OK, format!("logged in as {}", user.name)),
+            Ok(()) => {
+                // The device, for the user's list of sessions.
+                let device = headers
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("unknown device");
+                if auth.session.insert("device", device).await.is_err() {
+                    return (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "session store failed".into(),
+                    );
+                }
+                (StatusCode::OK, format!("logged in as {}", user.name))
+            }
             Err(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "session store failed".into(),
@@ -164,6 +192,73 @@ async fn visits(auth: AuthSession) -> impl IntoResponse {
     let n: u64 = session.get("visits").await.ok().flatten().unwrap_or(0) + 1;
     match session.insert("visits", n).await {
         Ok(()) => (StatusCode::OK, n.to_string()),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+    }
+}
+
+fn owner(user: &User) -> Identity {
+    Identity::Int(user.id as u64)
+}
+
+/// The signed-in user's sessions, one a line: `current` or `other`, the
+/// id's first hex digits, the sign-in time and the device.
+async fn devices(auth: AuthSession, Extension(store): Extension<Store>) -> impl IntoResponse {
+    let Some(user) = auth.user else {
+        return (StatusCode::UNAUTHORIZED, String::new());
+    };
+    let current = auth.session.id().map(|id| id.0);
+    match store.sessions_of(&owner(&user)).await {
+        Ok(sessions) => {
+            let lines: Vec<String> = sessions
+                .iter()
+                .map(|s| {
+                    let which = if Some(tower_id(&s.id)) == current {
+                        "current"
+                    } else {
+                        "other"
+                    };
+                    format!(
+                        "{which} {} signed in at {} on {}",
+                        s.id.redacted(),
+                        s.signed_in_at,
+                        s.label.as_deref().unwrap_or("an unknown device")
+                    )
+                })
+                .collect();
+            (StatusCode::OK, lines.join("\n"))
+        }
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+    }
+}
+
+/// Logs the user out of every other session (after a password change).
+async fn logout_others(auth: AuthSession, Extension(store): Extension<Store>) -> impl IntoResponse {
+    let (Some(user), Some(current)) = (auth.user, auth.session.id()) else {
+        return (StatusCode::UNAUTHORIZED, String::new());
+    };
+    match store.revoke_others(&owner(&user), current.0).await {
+        Ok(r) => (
+            StatusCode::OK,
+            format!("logged out {} other sessions", r.removed),
+        ),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+    }
+}
+
+/// Logs the user out everywhere, this session included.
+async fn logout_everywhere(
+    mut auth: AuthSession,
+    Extension(store): Extension<Store>,
+) -> impl IntoResponse {
+    let Some(user) = auth.user.clone() else {
+        return (StatusCode::UNAUTHORIZED, String::new());
+    };
+    match store.revoke_all(&owner(&user)).await {
+        Ok(r) => {
+            // The cookie goes too; the session is already gone.
+            let _ = auth.logout().await;
+            (StatusCode::OK, format!("logged out {} sessions", r.removed))
+        }
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
     }
 }

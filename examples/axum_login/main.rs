@@ -5,6 +5,8 @@
 //! cargo run --example axum_login --features tower-sessions-014
 //! curl -c jar -d 'name=ferris&password=crab' localhost:3000/login
 //! curl -b jar localhost:3000/me
+//! curl -b jar localhost:3000/devices
+//! curl -b jar -X POST localhost:3000/logout-everywhere
 //! ```
 //!
 //! `REDIS_URL` names the server (default `redis://127.0.0.1:6379/`),
@@ -15,6 +17,7 @@ mod app;
 use sessionpack::CompactConfig;
 use sessionpack::sweep::{SweepConfig, Sweeper};
 use sessionpack::tower::TowerStore;
+use sessionpack::users::UserIndexConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,7 +25,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let conn = sessionpack::connect(&url).await?;
     // Rolling expiry writes only when it moves by a tenth of the lifetime.
-    let store = TowerStore::new(conn, CompactConfig::default())
+    // A user index: "your devices" and "log out everywhere".
+    let config = CompactConfig::default().with_user_index(UserIndexConfig::default());
+    let store = TowerStore::new(conn, config)
         .await?
         .with_write_threshold(0.1);
     // One sweeper per process; leases keep several processes from

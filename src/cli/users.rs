@@ -245,7 +245,8 @@ fn table(user: &Identity, sessions: &[UserSession], now: u64) -> String {
             "{:10} {:>14} {:>14} {:>14}  {}\n",
             s.id.redacted(),
             format!("{} ago", ago(s.signed_in_at, now)),
-            format!("{} ago", ago(s.last_seen, now)),
+            s.last_seen
+                .map_or("-".to_owned(), |t| format!("{} ago", ago(t, now))),
             ago(now, s.expires_at),
             s.label.as_deref().unwrap_or("")
         );

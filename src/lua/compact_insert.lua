@@ -9,8 +9,9 @@
 --          was written (unix seconds, by the caller's estimate of the
 --          server's time), else absent; ARGV[8]: how long after that the
 --          session may still land
--- Returns the expiry; 0 if the field is taken (or a revocation left a
--- tombstone for it); -1 if an 'at' expiry passed; -2 if the entry was
+-- Returns the expiry (the stored one when the same record is already
+-- there: an insert sent twice); 0 if the field is taken (or a revocation
+-- left a tombstone for it); -1 if an 'at' expiry passed; -2 if the entry was
 -- written longer ago than ARGV[8] (or that far ahead).
 local now, from = server_clock()
 if ARGV[7] then
@@ -30,6 +31,20 @@ elseif expiry <= now then
 end
 -- HSETNX checks the HASH's type before anything is written.
 if redis.call('HSETNX', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry)) == 0 then
+  -- A call the client sent again (a reply lost on the way) finds its own
+  -- live session: done, at the expiry it got. Another record is a taken id.
+  local stored = redis.call('HGET', KEYS[1], ARGV[1])
+  local same
+  if ARGV[3] == 'i' then
+    same = is_integer_form(stored) and holds(stored, ARGV[4], '')
+  elseif ARGV[3] == 'o' then
+    same = is_out_of_line(stored) and redis.call('GET', KEYS[3]) == ARGV[4]
+  else
+    same = not is_integer_form(stored) and string.sub(stored, 5) == ARGV[4]
+  end
+  if same and expiry_of(stored) > now then
+    return expiry_of(stored)
+  end
   return 0
 end
 -- A foreign key where the index goes: take the field back out and report.

@@ -8,9 +8,18 @@
 --          still land, by any server's clock (the grace and twice the skew)
 -- Returns 1 if the user's live session was removed; 0 if a live session
 -- is kept (another user's, or any for the sweeper); 2 if there was none,
--- and a tombstone now refuses a create of it for ARGV[5] seconds.
+-- and a tombstone now refuses a create of it for ARGV[5] seconds; 3 if
+-- it had expired (and is reclaimed here): created once, so no create of
+-- it can be in flight.
 local now = server_clock()
-local value = live_value(now)
+local value = redis.call('HGET', KEYS[1], ARGV[1])
+if value and expiry_of(value) <= now then
+  if is_out_of_line(value) then
+    redis.call('DEL', KEYS[3])
+  end
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 3
+end
 if value then
   local owned
   if is_integer_form(value) then

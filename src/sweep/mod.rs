@@ -350,20 +350,27 @@ where
     async fn sweep(&self, range: std::ops::Range<u32>, full: bool) -> Result<PassReport> {
         let started = Instant::now();
         let now = server_time(self.conn()).await?;
+        // The user index first: an entry whose session has expired then
+        // finds it there and reclaims it, where after the buckets' sweep
+        // it would find nothing and leave a tombstone.
+        let mut index = None;
+        if let SweepTarget::Compact(l) = &self.target
+            && full
+        {
+            index = Some(
+                l.sweep_user_buckets(self.user_buckets(l, range.clone()), now)
+                    .await?,
+            );
+        }
         let outcome = match &self.target {
             SweepTarget::Bucketed(l) => {
                 sweep_buckets(l, range.clone(), self.config.step_limit, None).await?
             }
-            SweepTarget::Compact(l) => compact::sweep_groups(l, range.clone(), now, full).await?,
+            SweepTarget::Compact(l) => compact::sweep_groups(l, range, now, full).await?,
         };
         let mut report = PassReport::default();
         report.add(outcome, now);
-        if let SweepTarget::Compact(l) = &self.target
-            && full
-        {
-            let swept = l
-                .sweep_user_buckets(self.user_buckets(l, range), now)
-                .await?;
+        if let Some(swept) = index {
             report.index_checked = swept.checked;
             report.index_dropped = swept.dropped;
             report.bad_buckets += swept.bad;

@@ -236,10 +236,10 @@ pub struct UserSession {
     /// When its id was issued (sign-in, or the last rotation), unix
     /// seconds by the server's clock.
     pub signed_in_at: u64,
-    /// When it was last created, touched or saved, by the store's
-    /// lifetime: its expiry less that lifetime, never before
-    /// `signed_in_at`.
-    pub last_seen: u64,
+    /// When it was last created, touched or saved, told from the idle
+    /// timeout: its expiry less that timeout, never before `signed_in_at`.
+    /// `None` where the store has no idle timeout it knows of.
+    pub last_seen: Option<u64>,
     /// When it expires, unix seconds.
     pub expires_at: u64,
     /// The label the application set ([`crate::Store::set_label`]).
@@ -251,8 +251,9 @@ pub struct UserSession {
 pub struct Revoked {
     /// Live sessions removed.
     pub removed: u64,
-    /// Entries without a session (gone, or a create still in flight): each
-    /// left a tombstone that refuses the create for the hold.
+    /// Entries without a live session: expired ones (reclaimed), or none
+    /// at all (gone, or a create still in flight: each left a tombstone
+    /// that refuses the create for the hold).
     pub absent: u64,
     /// Sessions kept: the one asked to be kept, and other users' sessions
     /// whose identity shares the check.
@@ -264,7 +265,7 @@ pub struct Revoked {
 /// `misplaced`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct UserIndexAudit {
-    /// Live sessions in the buckets.
+    /// Live sessions with an owner in the buckets.
     pub sessions: u64,
     /// Entries in the index.
     pub entries: u64,

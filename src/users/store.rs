@@ -26,7 +26,7 @@ where
     /// first. Needs a store with a user index ([`crate::users`]); one
     /// without answers [`crate::Error::Config`].
     pub async fn sessions_of(&self, identity: &I) -> Result<Vec<UserSession>> {
-        let ttl = self.ttl().as_secs();
+        let idle = self.idle_timeout().map(|d| d.as_secs());
         let mut listed: Vec<UserSession> = self
             .layout()
             .user_sessions(&head(identity))
@@ -37,7 +37,8 @@ where
                 UserSession {
                     id,
                     signed_in_at,
-                    last_seen: stored.expires_at.saturating_sub(ttl).max(signed_in_at),
+                    last_seen: idle
+                        .map(|idle| stored.expires_at.saturating_sub(idle).max(signed_in_at)),
                     expires_at: stored.expires_at,
                     label,
                 }

@@ -46,6 +46,8 @@ use crate::users::{UserIndex, UserIndexConfig};
 
 mod users;
 
+pub use users::NO_OWNER;
+
 /// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
 pub const DEFAULT_BUCKET_BITS: u8 = 14;
 /// `log2` of the buckets that share one hash tag and one index ZSET: 128,
@@ -656,6 +658,9 @@ where
             return Err(self.error(id)(e));
         }
         let created = matches!(set, Some(redis::Value::Int(1)));
+        if !created && server_error(&indexed).is_none() {
+            return self.again(id, record).await;
+        }
         if let Some(e) = server_error(&indexed) {
             // A foreign key where the index goes: take the field back out,
             // so no session is left that the sweeper cannot find.
@@ -673,6 +678,35 @@ where
         } else {
             Inserted::IdTaken
         })
+    }
+
+    /// After an `HSETNX` that found the field: the same live record there
+    /// means this insert was sent twice (a reply lost, the call sent
+    /// again), and it is done; anything else is a taken id.
+    async fn again(&self, id: &SessionId, record: &[u8]) -> Result<Inserted> {
+        let k = self.keys(id);
+        let stored: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(&k.bucket)
+            .arg(&k.field)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let mine = stored
+            .as_deref()
+            .and_then(parse_value)
+            .and_then(|v| match v {
+                Value::Here {
+                    expires_at,
+                    record: r,
+                } if r == record => Some(expires_at),
+                _ => None,
+            });
+        match mine {
+            Some(expires_at) if self.clock.judge(expires_at) == Verdict::Live => {
+                Ok(Inserted::Created { expires_at })
+            }
+            _ => Ok(Inserted::IdTaken),
+        }
     }
 
     /// Writes a live session's record and expiry together, as a
@@ -847,8 +881,10 @@ where
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         let expiry = expiry.check()?;
         id.check_width(self.buckets().id_width())?;
-        if let Some(users) = &self.users {
-            return self.insert_indexed(users, id, record, expiry).await;
+        if let Some(users) = &self.users
+            && let Some(head) = self.owner_head(id, record)?
+        {
+            return self.insert_indexed(users, head, id, record, expiry).await;
         }
         let len = (record.len() + EXPIRY_BYTES) as u64;
         if len <= self.limits.hash_value {

@@ -12,6 +12,8 @@ use crate::record;
 use crate::scripts::{self, COMPACT_REVOKE, PIPELINE_CHUNK, USER_LABEL};
 use crate::users::{self, Revoked, UserIndex, UserIndexAudit};
 
+/// The first byte of a record that belongs to no one: MessagePack `nil`.
+pub const NO_OWNER: u8 = 0xc0;
 /// Most fields one `HDEL` names.
 const HDEL_CHUNK: usize = 1000;
 
@@ -47,6 +49,20 @@ where
         })
     }
 
+    /// The identity a record begins with, as its bytes; `None` for a
+    /// record of no one (one beginning with MessagePack `nil`, as a
+    /// tower-sessions store writes an anonymous session's).
+    pub(super) fn owner_head<'r>(
+        &self,
+        id: &SessionId,
+        record: &'r [u8],
+    ) -> Result<Option<&'r [u8]>> {
+        if record.first() == Some(&NO_OWNER) {
+            return Ok(None);
+        }
+        self.identity_head(id, record).map(Some)
+    }
+
     /// The identity a record begins with, as its bytes.
     fn identity_head<'r>(&self, id: &SessionId, record: &'r [u8]) -> Result<&'r [u8]> {
         let (_, rest) = record::split(record).map_err(|reason| Error::CorruptRecord {
@@ -70,11 +86,12 @@ where
     pub(super) async fn insert_indexed(
         &self,
         users: &UserIndex,
+        head: &[u8],
         id: &SessionId,
         record: &[u8],
         expiry: Expiry,
     ) -> Result<Inserted> {
-        let (bucket, check) = users.place(self.identity_head(id, record)?);
+        let (bucket, check) = users.place(head);
         let key = users.key(bucket);
         let indexed_at = u64::from(self.stamp_now().await?);
         let _: () = redis::cmd("HSET")
@@ -126,8 +143,13 @@ where
         };
         let indexed_at = u64::from(self.stamp_now().await?);
         let mut pipe = redis::pipe();
+        let mut any = false;
         for (id, record) in items {
-            let (bucket, check) = users.place(self.identity_head(id, record)?);
+            let Some(head) = self.owner_head(id, record)? else {
+                continue;
+            };
+            any = true;
+            let (bucket, check) = users.place(head);
             pipe.hset(
                 users.key(bucket),
                 id.as_bytes(),
@@ -135,11 +157,30 @@ where
             )
             .ignore();
         }
-        let _: () = pipe
+        if any {
+            let _: () = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(scripts::pipeline_error(self, &[], 1))?;
+        }
+        Ok(Some(indexed_at))
+    }
+
+    /// Writes `id`'s entry for the identity that records begin with `head`
+    /// unless it has one (a label set is kept): for a session that gains
+    /// an owner when saved, the entry goes first.
+    pub async fn ensure_entry(&self, head: &[u8], id: &SessionId) -> Result<()> {
+        let users = self.users()?;
+        let (bucket, check) = users.place(head);
+        let key = users.key(bucket);
+        let _: i64 = redis::cmd("HSETNX")
+            .arg(&key)
+            .arg(id.as_bytes())
+            .arg(users::entry_value(check, None))
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(scripts::pipeline_error(self, &[], 1))?;
-        Ok(Some(indexed_at))
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        Ok(())
     }
 
     /// The entries of the identity that records begin with `head` (and of
@@ -346,7 +387,7 @@ where
                 let ids: Vec<SessionId> = gone.iter().map(|(_, id)| *id).collect();
                 let codes = self.revoke_each(&ids, "", &[]).await?;
                 for ((key, id), code) in gone.into_iter().zip(codes) {
-                    if code == 2 {
+                    if code >= 2 {
                         dead.push((key.clone(), id.as_bytes().to_vec()));
                     }
                 }
@@ -413,8 +454,11 @@ where
                     let Some(stored) = self.live(&id, Some(value), Some(now)).await? else {
                         continue;
                     };
+                    let Some(head) = self.owner_head(&id, &stored.record)? else {
+                        // No one's session: nothing to index.
+                        continue;
+                    };
                     audit.sessions += 1;
-                    let head = self.identity_head(&id, &stored.record)?;
                     match entries.get(id.as_bytes()) {
                         None => audit.unindexed += 1,
                         Some(place) => {
