@@ -395,6 +395,9 @@ where
     /// losing a concurrent change.
     pub async fn save(&self, session: &Session<A, I>) -> Result<bool> {
         let record = self.encode(&session.identity, &session.attrs)?;
+        // The identity may be new: its index entry first (with a user
+        // index; one round trip).
+        self.layout.index_owner(&session.id, &record).await?;
         let written = self.layout.replace(&session.id, &record, None).await?;
         Ok(written == Written::Done)
     }

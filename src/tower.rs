@@ -139,6 +139,9 @@ pub struct TowerStore<C> {
     /// label.
     owner: Option<(OwnerOf, Option<&'static str>)>,
     idle: Option<std::time::Duration>,
+    /// Seconds after sign-in (the id's stamp) a session dies, whatever
+    /// tower-sessions asks.
+    absolute: Option<u64>,
 }
 
 impl<C> Clone for TowerStore<C>
@@ -153,6 +156,7 @@ where
             memo: self.memo.clone(),
             owner: self.owner,
             idle: self.idle,
+            absolute: self.absolute,
         }
     }
 }
@@ -195,7 +199,18 @@ where
             memo: Arc::new(Memo::new(DEFAULT_MEMO_CAPACITY)),
             owner,
             idle: None,
+            absolute: None,
         })
+    }
+
+    /// Ends every session `lifetime` after it was created, whatever expiry
+    /// tower-sessions gives it (`OnInactivity` rolls it forward on every
+    /// request; this caps it). Counted from the second stamped in the
+    /// session's id (no byte stored), which this store then issues itself;
+    /// by this process's clock for a store without a user index.
+    pub fn with_absolute_lifetime(mut self, lifetime: std::time::Duration) -> Self {
+        self.absolute = Some(lifetime.as_secs().max(1));
+        self
     }
 
     /// Reads owners with `owner` rather than [`axum_login_owner`], and
@@ -262,12 +277,14 @@ where
         mut fresh: impl FnMut() -> i128,
     ) -> Result<i128> {
         let (bytes, head) = self.encode(data)?;
-        let at = expiry_secs(expires_at)?;
-        // A store with a user index issues its own, stamped, ids.
-        let stamped = self.layout.stamps_ids();
+        let asked = expiry_secs(expires_at)?;
+        // A store with a user index, or an absolute lifetime, issues its
+        // own, stamped, ids.
+        let stamped = self.layout.stamps_ids() || self.absolute.is_some();
         if stamped {
-            id = tower_id(&self.layout.new_id().await?);
+            id = tower_id(&self.stamped_id().await?);
         }
+        let mut at = self.capped(id, asked);
         for _ in 0..CREATE_ATTEMPTS {
             match self
                 .layout
@@ -276,10 +293,11 @@ where
             {
                 Inserted::IdTaken | Inserted::Late => {
                     id = if stamped {
-                        tower_id(&self.layout.new_id().await?)
+                        tower_id(&self.stamped_id().await?)
                     } else {
                         fresh()
                     };
+                    at = self.capped(id, asked);
                 }
                 Inserted::Created { .. } => {
                     self.memo.put(id, &bytes, head, at);
@@ -310,7 +328,7 @@ where
         expires_at: i64,
     ) -> Result<bool> {
         let (bytes, head) = self.encode(data)?;
-        let at = expiry_secs(expires_at)?;
+        let at = self.capped(id, expiry_secs(expires_at)?);
         let memory = self.memo.get(id);
         // A session that gains an owner (or changes it) in a save: its
         // index entry first, as for a create.
@@ -340,6 +358,9 @@ where
     /// Loads a live session's data and its expiry (unix seconds).
     pub async fn load_data(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
         let sid = session_id(id);
+        if self.absolute.is_some() && self.capped(id, u64::MAX) <= unix_now() {
+            return Ok(None);
+        }
         let Some(stored) = self.layout.load(&sid).await? else {
             return Ok(None);
         };
@@ -366,6 +387,26 @@ where
     /// One sweeper pass: removes expired sessions.
     pub async fn sweep(&self) -> Result<PassReport> {
         self.sweeper.pass().await
+    }
+
+    /// A new id stamped with its issue time: the layout's (by the server's
+    /// clock, with a user index), or a random one stamped by this
+    /// process's clock.
+    async fn stamped_id(&self) -> Result<SessionId> {
+        let id = self.layout.new_id().await?;
+        Ok(if self.layout.stamps_ids() {
+            id
+        } else {
+            id.with_stamp(u32::try_from(unix_now()).unwrap_or(u32::MAX))
+        })
+    }
+
+    /// An expiry cut to the absolute deadline of `id`, if there is one.
+    fn capped(&self, id: i128, at: u64) -> u64 {
+        match self.absolute {
+            Some(life) => at.min(u64::from(session_id(id).stamp()) + life),
+            None => at,
+        }
     }
 
     /// A record: with a user index, the owner (or `nil`) first; and the
@@ -456,6 +497,12 @@ where
             .revoke_user(&head, Some(&session_id(keep)))
             .await
     }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The tower-sessions id (`Id.0`) of a 128-bit session id.

@@ -388,3 +388,31 @@ async fn delete_removes_the_field_and_any_out_of_line_record() {
     // Deleting what is gone is not an error.
     this.delete(&r.id).await.unwrap();
 }
+
+/// With an absolute lifetime, a session dies that long after it was
+/// created, whatever expiry tower-sessions asks for in a create or in
+/// later saves (rolling expiry asks for more on every request).
+#[tokio::test]
+async fn an_absolute_lifetime_caps_what_tower_sessions_asks() {
+    let server = common::server();
+    let s = store(&server)
+        .await
+        .with_absolute_lifetime(Duration::from_secs(2));
+    let mut r = record(axum_login(7, &[1; 32]), 3600);
+    s.create(&mut r).await.unwrap();
+    let deadline = i64::from(session_id(r.id.0).stamp()) + 2;
+    let loaded = s.load(&r.id).await.unwrap().expect("live");
+    assert!(loaded.expiry_date.unix_timestamp() <= deadline);
+    let mut later = loaded.clone();
+    later.expiry_date = OffsetDateTime::now_utc() + time::Duration::hours(2);
+    s.save(&later).await.unwrap();
+    let saved = s.load(&r.id).await.unwrap().expect("live");
+    assert!(
+        saved.expiry_date.unix_timestamp() <= deadline,
+        "a save went past the deadline"
+    );
+    while OffsetDateTime::now_utc().unix_timestamp() <= deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(s.load(&r.id).await.unwrap().is_none());
+}

@@ -187,6 +187,24 @@ where
     assert_clean(&audit);
     assert_eq!(audit.sessions, 2, "{audit:?}");
 
+    // A save that gives a session another owner indexes it under that
+    // owner: listed, and revoked with the owner's sessions.
+    let mut moved = plain.create(9, ()).await.unwrap();
+    moved.identity = 10;
+    assert!(plain.save(&moved).await.unwrap());
+    let listed = plain.sessions_of(&10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|s| s.id).collect::<Vec<_>>(),
+        vec![moved.id]
+    );
+    assert_eq!(plain.revoke_all(&10).await.unwrap().removed, 1);
+    assert_eq!(plain.load(&moved.id).await.unwrap(), None);
+    assert_eq!(
+        plain.revoke_all(&9).await.unwrap().removed,
+        0,
+        "not 9's any more"
+    );
+
     // A store opened without the index over the same namespace is refused.
     let plain_config = CompactConfig::new(6).with_namespace("listing");
     let refused = Compact::new(conn.clone(), plain_config).await;

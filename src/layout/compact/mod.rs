@@ -871,6 +871,16 @@ where
         self.users.is_some()
     }
 
+    async fn index_owner(&self, id: &SessionId, record: &[u8]) -> Result<()> {
+        if self.users.is_none() {
+            return Ok(());
+        }
+        match self.owner_head(id, record)? {
+            Some(head) => self.ensure_entry(head, id).await,
+            None => Ok(()),
+        }
+    }
+
     async fn new_id(&self) -> Result<SessionId> {
         if self.users.is_none() {
             return SessionId::generate_with(self.id_width());
