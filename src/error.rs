@@ -128,6 +128,16 @@ pub enum Error {
         detail: String,
     },
 
+    /// A session label longer than [`crate::users::MAX_LABEL_BYTES`];
+    /// nothing was written.
+    #[error("session label of {len} bytes exceeds the limit of {limit} bytes")]
+    LabelTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+
     /// The operating system's random number generator failed.
     #[error("operating system random number generator failed: {0}")]
     Rng(String),

@@ -217,6 +217,21 @@ impl UserId for u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Uuid(pub [u8; 16]);
 
+impl std::str::FromStr for Uuid {
+    type Err = String;
+
+    /// The usual form: 32 hex digits in groups of 8-4-4-4-12.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("{text:?} is not a UUID (8-4-4-4-12 hex digits)");
+        let groups: Vec<&str> = text.split('-').collect();
+        if groups.iter().map(|g| g.len()).ne([8, 4, 4, 4, 12]) {
+            return Err(bad());
+        }
+        let bytes = hex::decode(groups.concat()).map_err(|_| bad())?;
+        bytes.try_into().map(Self).map_err(|_| bad())
+    }
+}
+
 impl UserId for Uuid {
     fn encode(&self, out: &mut Vec<u8>) {
         let _ = rmp::encode::write_bin(out, &self.0);
@@ -511,12 +526,23 @@ mod tests {
     }
 
     #[test]
-    fn uuids_display_in_the_usual_form() {
-        let uuid = Identity::Uuid([
+    fn uuids_display_and_parse_in_the_usual_form() {
+        let bytes = [
             0x67, 0xe5, 0x50, 0x44, 0x10, 0xb1, 0x42, 0x6f, 0x92, 0x47, 0xbb, 0x68, 0x0e, 0x5f,
             0xe0, 0xc8,
-        ]);
-        assert_eq!(uuid.to_string(), "67e55044-10b1-426f-9247-bb680e5fe0c8");
+        ];
+        let text = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        assert_eq!(Identity::Uuid(bytes).to_string(), text);
+        assert_eq!(text.parse::<Uuid>(), Ok(Uuid(bytes)));
+        for bad in [
+            "",
+            "67e55044-10b1-426f-9247-bb680e5fe0c",
+            "67e55044x10b1-426f-9247-bb680e5fe0c8",
+            "g7e55044-10b1-426f-9247-bb680e5fe0c8",
+            "67e5504410b1426f9247bb680e5fe0c8",
+        ] {
+            assert!(bad.parse::<Uuid>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -76,7 +76,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, SessionId};
-use crate::identity::{Identity, MAX_NAME_BYTES};
+use crate::identity::{Identity, MAX_NAME_BYTES, Uuid};
 use crate::json_map;
 use crate::layout::compact::NO_OWNER;
 use crate::layout::{Compact, CompactConfig, Expiry, Inserted, Layout, Seen, Written};
@@ -92,21 +92,13 @@ pub type OwnerOf = fn(&HashMap<String, Value>) -> Option<Identity>;
 pub fn axum_login_owner(data: &HashMap<String, Value>) -> Option<Identity> {
     match data.get("axum-login.data")?.get("user_id")? {
         Value::Number(n) => n.as_u64().map(Identity::Int),
-        Value::String(s) => Some(match parse_uuid(s) {
-            Some(uuid) => Identity::Uuid(uuid),
-            None if s.len() <= MAX_NAME_BYTES => Identity::Name(s.clone()),
-            None => return None,
+        Value::String(s) => Some(match s.parse::<Uuid>() {
+            Ok(uuid) => Identity::Uuid(uuid.0),
+            Err(_) if s.len() <= MAX_NAME_BYTES => Identity::Name(s.clone()),
+            Err(_) => return None,
         }),
         _ => None,
     }
-}
-
-fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let groups: Vec<&str> = text.split('-').collect();
-    if groups.iter().map(|g| g.len()).ne([8, 4, 4, 4, 12]) {
-        return None;
-    }
-    hex::decode(groups.concat()).ok()?.try_into().ok()
 }
 
 /// The session data key whose string [`TowerStore`] moves to the index

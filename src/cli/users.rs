@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use crate::buckets::DEFAULT_NAMESPACE;
 use crate::connect::{AnyConnection, Endpoint};
 use crate::error::{Error, Result};
-use crate::identity::{Identity, Name};
+use crate::identity::{Identity, Name, Uuid};
 use crate::meta::StoreMeta;
 use crate::store::DEFAULT_TTL;
 use crate::users::UserSession;
@@ -81,7 +81,7 @@ struct RevokeArgs {
 fn identity(text: &str, form: &str) -> Result<Identity> {
     let bad = |what: &str| Error::Config(format!("{text:?} is not {what}"));
     let int = || text.parse::<u64>().map(Identity::Int);
-    let uuid = || parse_uuid(text).map(Identity::Uuid);
+    let uuid = || text.parse::<Uuid>().ok().map(|u| Identity::Uuid(u.0));
     let name = || {
         Name::new(text)
             .map(|n| Identity::Name(n.as_str().to_owned()))
@@ -100,16 +100,6 @@ fn identity(text: &str, form: &str) -> Result<Identity> {
             "--form {other:?}: auto, int, uuid or name"
         ))),
     }
-}
-
-fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let groups: Vec<&str> = text.split('-').collect();
-    let lens: Vec<usize> = groups.iter().map(|g| g.len()).collect();
-    if lens != [8, 4, 4, 4, 12] {
-        return None;
-    }
-    let bytes = hex::decode(groups.concat()).ok()?;
-    bytes.try_into().ok()
 }
 
 /// Opens the store the metadata records, refusing one without an index.
@@ -263,7 +253,12 @@ mod tests {
         assert_eq!(identity("42", "auto").unwrap(), Identity::Int(42));
         assert_eq!(
             identity("67e55044-10b1-426f-9247-bb680e5fe0c8", "auto").unwrap(),
-            Identity::Uuid(parse_uuid("67e55044-10b1-426f-9247-bb680e5fe0c8").unwrap())
+            Identity::Uuid(
+                "67e55044-10b1-426f-9247-bb680e5fe0c8"
+                    .parse::<Uuid>()
+                    .unwrap()
+                    .0
+            )
         );
         assert_eq!(identity("42", "name").unwrap(), Identity::Name("42".into()));
         assert_eq!(

@@ -219,10 +219,10 @@ pub(crate) fn parse_entry(value: &[u8]) -> Option<(u8, Option<String>)> {
 /// Checks a label's length.
 pub(crate) fn check_label(label: &str) -> crate::Result<()> {
     if label.len() > MAX_LABEL_BYTES {
-        return Err(crate::Error::Config(format!(
-            "a session label is at most {MAX_LABEL_BYTES} bytes; this one is {}",
-            label.len()
-        )));
+        return Err(crate::Error::LabelTooLong {
+            len: label.len(),
+            limit: MAX_LABEL_BYTES,
+        });
     }
     Ok(())
 }

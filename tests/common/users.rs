@@ -132,7 +132,7 @@ where
     let too_long = "y".repeat(sessionpack::users::MAX_LABEL_BYTES + 1);
     assert!(matches!(
         devices.set_label(&phone, Some(&too_long)).await,
-        Err(sessionpack::Error::Config(_))
+        Err(sessionpack::Error::LabelTooLong { len: 33, limit: 32 })
     ));
     plain.touch(&phone.id).await.unwrap().expect("live");
 
