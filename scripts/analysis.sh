@@ -16,7 +16,8 @@
 # `identities` what integer, UUID and 24-byte name identities cost at 1M
 # and 100M emulated. `users` what the per-user index adds to the compact
 # layout at 1M (160- and 128-bit ids, 1 and 3 sessions per user) and 100M
-# emulated, beside a Spring-Session-style SET per user.
+# emulated, beside a Spring-Session-style SET per user, and to each
+# operation's server CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
@@ -60,7 +61,10 @@ for part in "${parts[@]}"; do
         done
         $sp bench memory --sessions 1000000 --emulate 100000000 --layouts compact --bucket-bits 20 \
           --id-bits $ids --user-index none,packed --out analysis/runs/users-100m-emulated-$ids
-      done ;;
+      done
+      # What the index adds to each operation's server CPU.
+      $sp bench throughput --layouts compact,packed-setex --user-index --sessions 50000 \
+        --out analysis/runs/throughput-users ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench

@@ -156,15 +156,28 @@ where
     T: redis::FromRedisValue,
 {
     let replies = pipelined_each(conn, invocations, script).await?;
+    let failed = replies.iter().filter(|r| r.is_err()).count();
+    let total = replies.len();
     replies
         .into_iter()
         .enumerate()
         .map(|(i, reply)| {
-            let located = |e| {
-                crate::Error::from_redis(e, || match ids.get(i) {
+            let located = |e: redis::RedisError| {
+                let error = crate::Error::from_redis(e.clone(), || match ids.get(i) {
                     Some(id) => layout.location(id),
                     None => format!("{}: a pipeline", layout.name()),
-                })
+                });
+                match error {
+                    // One line for the whole pipeline, not one per call.
+                    crate::Error::Redis(_) if failed > 1 => {
+                        crate::Error::Redis(redis::RedisError::from((
+                            e.kind(),
+                            "pipeline",
+                            format!("{failed} commands failed of {total}; the first: {e}"),
+                        )))
+                    }
+                    other => other,
+                }
             };
             reply
                 .and_then(|v| redis::from_redis_value(v).map_err(Into::into))

@@ -45,6 +45,11 @@ pub struct ThroughputArgs {
     /// --replicas M`), to see what writes that survive a failover cost.
     #[arg(long, value_name = "REPLICAS", value_parser = clap::value_parser!(u32).range(1..=8))]
     wait_replicas: Option<u32>,
+    /// Also measure the compact layout with a user index (as many index
+    /// buckets as session buckets), to see what it adds to each
+    /// operation.
+    #[arg(long)]
+    user_index: bool,
     /// Directory for throughput.json and throughput.md.
     #[arg(long, default_value = "results/throughput")]
     out: PathBuf,
@@ -117,38 +122,47 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
             BATCH,
             requests * 4,
         )?);
-        let runs: Vec<(LayoutKind, u8)> = layouts
+        let compact_runs = if args.compact_bits.is_empty() {
+            vec![compact_bits]
+        } else {
+            args.compact_bits.clone()
+        };
+        let indexed = std::iter::once(false).chain(args.user_index.then_some(true));
+        let indexed: Vec<bool> = indexed.collect();
+        let runs: Vec<(LayoutKind, u8, bool)> = layouts
             .iter()
             .flat_map(|&layout| match layout {
-                LayoutKind::Compact if !args.compact_bits.is_empty() => args
-                    .compact_bits
+                LayoutKind::Compact => compact_runs
                     .iter()
-                    .map(|&b| (layout, b))
+                    .flat_map(|&b| indexed.iter().map(move |&i| (layout, b, i)))
                     .collect::<Vec<_>>(),
-                LayoutKind::Compact => vec![(layout, compact_bits)],
-                _ => vec![(layout, bits)],
+                _ => vec![(layout, bits, false)],
             })
             .collect();
         let waits = std::iter::once(None).chain(args.wait_replicas.map(Some));
-        let runs: Vec<(LayoutKind, u8, Option<u32>)> = waits
-            .flat_map(|w| runs.iter().map(move |&(l, b)| (l, b, w)))
+        let runs: Vec<(LayoutKind, u8, bool, Option<u32>)> = waits
+            .flat_map(|w| runs.iter().map(move |&(l, b, i)| (l, b, i, w)))
             .collect();
         spread.clear();
-        for &(layout, bits, wait) in &runs {
+        for &(layout, bits, users, wait) in &runs {
             // Only what this run wrote is there: the target was checked above.
             nodes.flush().await?;
             let empty = nodes.samples().await?;
-            let label = if layout.is_bucketed() {
+            let mut label = if layout.is_bucketed() {
                 format!("{layout} 2^{bits}")
             } else {
                 layout.name().to_owned()
             };
+            if users {
+                label += " + user index";
+            }
+            let how = Run { layout, bits, users };
             let measured = match wait {
-                None => measure(conn.clone(), layout, bits, &label, &args, &mut nodes).await?,
+                None => measure(conn.clone(), how, &label, &args, &mut nodes).await?,
                 Some(n) => {
                     let waiting = WaitForReplicas::new(conn.clone(), n, WAIT_TIMEOUT);
                     let label = throughput::wait_label(&label, n);
-                    measure(waiting, layout, bits, &label, &args, &mut nodes).await?
+                    measure(waiting, how, &label, &args, &mut nodes).await?
                 }
             };
             for r in &measured {
@@ -242,11 +256,19 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
     Ok(())
 }
 
-/// Opens `layout` at `bits` over `conn` and measures every operation on it.
-async fn measure<C>(
-    conn: C,
+/// One layout to measure.
+#[derive(Clone, Copy)]
+struct Run {
     layout: LayoutKind,
     bits: u8,
+    /// A compact layout with a user index of as many buckets.
+    users: bool,
+}
+
+/// Opens a layout over `conn` and measures every operation on it.
+async fn measure<C>(
+    conn: C,
+    run: Run,
     label: &str,
     args: &ThroughputArgs,
     nodes: &mut Nodes,
@@ -254,7 +276,12 @@ async fn measure<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let opened = layout.open(conn, bits).await?;
+    let mut opened = run.layout.open(conn, run.bits).await?;
+    if let (true, crate::layout::AnyLayout::Compact(c)) = (run.users, &mut opened) {
+        let config = crate::users::UserIndexConfig::new(run.bits);
+        let index = crate::users::UserIndex::new(c.buckets().namespace(), config)?;
+        *c = c.clone().with_users(Some(index));
+    }
     throughput::measure(
         label,
         Store::new(opened),
