@@ -156,7 +156,11 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
             if users {
                 label += " + user index";
             }
-            let how = Run { layout, bits, users };
+            let how = Run {
+                layout,
+                bits,
+                users,
+            };
             let measured = match wait {
                 None => measure(conn.clone(), how, &label, &args, &mut nodes).await?,
                 Some(n) => {
