@@ -17,14 +17,15 @@
 # and 100M emulated. `users` what the per-user index adds to the compact
 # layout at 1M (160- and 128-bit ids, 1 and 3 sessions per user) and 100M
 # emulated, beside a Spring-Session-style SET per user, and to each
-# operation's server CPU.
+# operation's server CPU. `tokens` one-time tokens at 1M, packed against the
+# talk's key per token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -65,6 +66,7 @@ for part in "${parts[@]}"; do
       # What the index adds to each operation's server CPU.
       $sp bench throughput --layouts compact,packed-setex --user-index --sessions 50000 \
         --out analysis/runs/throughput-users ;;
+    tokens) $sp bench tokens --tokens 1000000 --consume 100000 --out analysis/runs/tokens ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench

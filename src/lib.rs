@@ -26,6 +26,7 @@ mod scripts;
 pub mod server;
 pub mod store;
 pub mod sweep;
+pub mod tokens;
 #[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
 pub mod tower;
 pub mod users;

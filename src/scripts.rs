@@ -83,6 +83,8 @@ pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
     "compact_common.lua",
     "compact_remove.lua"
 );
+pub(crate) static COMPACT_TAKE: LazyLock<Script> =
+    script!("server_clock.lua", "compact_common.lua", "compact_take.lua");
 pub(crate) static COMPACT_REVOKE: LazyLock<Script> = script!(
     "server_clock.lua",
     "compact_common.lua",

@@ -517,3 +517,41 @@ async fn the_users_command_lists_revokes_and_audits() {
         "{err}"
     );
 }
+
+/// `bench tokens` loads both layouts, consumes every sampled token exactly
+/// once in each (it refuses to report otherwise), and writes its report;
+/// the packed tokens take fewer bytes than a key each.
+#[test]
+fn bench_tokens_measures_both_layouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "tokens",
+        "--tokens",
+        "20000",
+        "--consume",
+        "2000",
+        "--out",
+        out,
+    ]));
+    assert!(
+        text.contains("setex (the talk's)") && text.contains("packed 2^"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("tokens.json")).unwrap())
+            .unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["consumed"], 2000, "{r}");
+    }
+    let bytes = |i: usize| runs[i]["bytes_per_token"].as_f64().unwrap();
+    assert!(
+        bytes(1) < bytes(0) / 2.0,
+        "packed {} vs setex {}",
+        bytes(1),
+        bytes(0)
+    );
+}

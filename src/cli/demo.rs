@@ -73,6 +73,7 @@ pub(super) async fn run(args: DemoArgs) -> Result<()> {
         Err(e) => println!("hostile   cookie refused: {e}"),
         Ok(found) => println!("hostile   cookie unexpectedly accepted: {found:?}"),
     }
+    tokens_demo(conn.clone()).await?;
 
     let before = used_memory(&mut conn).await?;
     let batch: Vec<(u64, Cart)> = (0..args.sessions).map(|i| (i, Cart::default())).collect();
@@ -90,6 +91,26 @@ pub(super) async fn run(args: DemoArgs) -> Result<()> {
         args.sessions as f64 / elapsed.as_secs_f64(),
         keys,
         after.saturating_sub(before) as f64 / args.sessions.max(1) as f64
+    );
+    Ok(())
+}
+
+/// One-time tokens: issue, peek, consume once, and a second consume.
+async fn tokens_demo(conn: redis::aio::ConnectionManager) -> Result<()> {
+    use crate::harness::tokens::Verify;
+    use crate::tokens::Tokens;
+    let tokens: Tokens<_, Verify> = Tokens::open(conn, 8).await?;
+    let token = tokens
+        .issue(&Verify::nth(234), Duration::from_secs(3600))
+        .await?;
+    println!(
+        "token     issued {token:?} for {:?}",
+        tokens.peek(&token).await?.map(|v| v.email)
+    );
+    println!(
+        "          consumed: {:?}; again: {:?}",
+        tokens.consume(&token).await?.map(|v| v.act_id),
+        tokens.consume(&token).await?.map(|v| v.act_id)
     );
     Ok(())
 }

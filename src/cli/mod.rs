@@ -10,6 +10,7 @@ mod bench_churn;
 mod bench_memory;
 mod bench_sweep;
 mod bench_throughput;
+mod bench_tokens;
 mod bench_tower;
 mod demo;
 mod sweep;
@@ -65,6 +66,9 @@ pub enum Bench {
     /// sessionpack's tower-sessions store beside the peer crate, profile by
     /// profile: bytes, server CPU per call, calls per second.
     Tower(bench_tower::TowerArgs),
+    /// One-time tokens packed in buckets beside a key per token: bytes per
+    /// token, consumes per second, server CPU per consume.
+    Tokens(bench_tokens::TokensArgs),
 }
 
 /// Runs one parsed command line.
@@ -76,6 +80,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Sweep(args)) => bench_sweep::run(args).await,
         Command::Bench(Bench::Churn(args)) => bench_churn::run(args).await,
         Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
+        Command::Bench(Bench::Tokens(args)) => bench_tokens::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Users(args) => users::run(args).await,

@@ -8,5 +8,6 @@ pub mod nodes;
 pub mod plot;
 pub mod report;
 pub mod throughput;
+pub mod tokens;
 pub mod tower;
 pub mod user_load;

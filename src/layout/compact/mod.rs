@@ -44,6 +44,7 @@ use crate::scripts::{
 };
 use crate::users::{UserIndex, UserIndexConfig};
 
+mod take;
 mod users;
 
 pub use users::NO_OWNER;
