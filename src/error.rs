@@ -128,6 +128,15 @@ pub enum Error {
         detail: String,
     },
 
+    /// A lock was not free within the time its caller would wait.
+    #[error("lock {key} still held by another after waiting {waited:?}")]
+    LockTimeout {
+        /// The lock's key.
+        key: String,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
+
     /// A session label longer than [`crate::users::MAX_LABEL_BYTES`];
     /// nothing was written.
     #[error("session label of {len} bytes exceeds the limit of {limit} bytes")]

@@ -118,6 +118,7 @@ pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_order.lua", "
 pub(crate) static BUCKET_EVICT: LazyLock<Script> = script!("bucket_order.lua", "bucket_evict.lua");
 pub(crate) static LOCK_CLAIM: LazyLock<Script> = script!("lock_claim.lua");
 pub(crate) static LOCK_RELEASE: LazyLock<Script> = script!("lock_release.lua");
+pub(crate) static LOCK_FENCED: LazyLock<Script> = script!("lock_fenced.lua");
 pub(crate) static LOCK_EXTEND: LazyLock<Script> = script!("lock_extend.lua");
 
 /// Most script calls sent in one pipeline by the layouts' bulk operations.
