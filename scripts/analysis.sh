@@ -66,7 +66,11 @@ for part in "${parts[@]}"; do
       # What the index adds to each operation's server CPU.
       $sp bench throughput --layouts compact,packed-setex --user-index --sessions 50000 \
         --out analysis/runs/throughput-users ;;
-    tokens) $sp bench tokens --tokens 1000000 --consume 100000 --out analysis/runs/tokens ;;
+    tokens)
+      # The advisor's bucket count (~122 tokens a bucket), and 2^15 (~30).
+      $sp bench tokens --tokens 1000000 --consume 100000 --out analysis/runs/tokens
+      $sp bench tokens --tokens 1000000 --consume 100000 --bucket-bits 15 \
+        --out analysis/runs/tokens-2-15 ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench

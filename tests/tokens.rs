@@ -134,7 +134,8 @@ async fn expired_tokens_consume_as_none_and_are_swept() {
     );
     let sweeper = Sweeper::new(tokens.layout().clone(), SweepConfig::default());
     let report = sweeper.sweep_range_full(0..sweeper.units()).await.unwrap();
-    assert_eq!(report.reclaimed, 499);
+    // The consume of an expired token leaves it to the sweeper.
+    assert_eq!(report.reclaimed, 500);
     for (i, token) in long.iter().enumerate() {
         assert_eq!(tokens.consume(token).await.unwrap(), Some(verify(i as u64)));
     }

@@ -1,14 +1,27 @@
 -- Takes a live entry out of its bucket in one step (a one-time token's
 -- consume): returns its value and, when its record is out of line, the
--- record; nil when there is no live entry. An expired one is reclaimed.
--- KEYS[1..3], ARGV[1..2]: see compact_common.lua
-local now = server_clock()
-local value = live_value(now)
+-- record; nil when there is no live entry (an expired one is left to the
+-- sweeper). Kept short, with no helpers, as compact_save.lua is: every
+-- consume runs it. Values are as compact_common.lua describes.
+-- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET (unused);
+-- KEYS[3]: the entry's out-of-line record key
+-- ARGV[1]: the field
+local value = redis.call('HGET', KEYS[1], ARGV[1])
 if not value then
   return false
 end
+local expiry
+local b1, b2, b3, b4 = string.byte(value, 1, 4)
+if b1 >= 48 and b1 <= 57 then
+  expiry = tonumber(string.sub(value, -10))
+else
+  expiry = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+if expiry <= tonumber(redis.call('TIME')[1]) then
+  return false
+end
 local side = ''
-if is_out_of_line(value) then
+if #value == 5 and string.byte(value, 5) == 193 then
   side = redis.call('GET', KEYS[3]) or ''
   redis.call('DEL', KEYS[3])
 end

@@ -13,7 +13,8 @@ where
 {
     /// Removes a live entry and returns it, in one script: of any number
     /// of callers taking the same id at once, exactly one gets it. `None`
-    /// when there is no live entry (never stored, taken, or expired).
+    /// when there is no live entry (never stored, taken, or expired: an
+    /// expired one is left for the sweeper).
     pub async fn take(&self, id: &SessionId) -> Result<Option<Stored>> {
         id.check_width(self.id_width())?;
         let inv = self.invocation(&COMPACT_TAKE, id);
