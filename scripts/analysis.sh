@@ -18,14 +18,15 @@
 # layout at 1M (160- and 128-bit ids, 1 and 3 sessions per user) and 100M
 # emulated, beside a Spring-Session-style SET per user, and to each
 # operation's server CPU. `tokens` one-time tokens at 1M, packed against the
-# talk's key per token.
+# talk's key per token. `ratelimit` the talk's exact log against the packed
+# GCRA limiter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens ratelimit 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -71,6 +72,7 @@ for part in "${parts[@]}"; do
       $sp bench tokens --tokens 1000000 --consume 100000 --out analysis/runs/tokens
       $sp bench tokens --tokens 1000000 --consume 100000 --bucket-bits 15 \
         --out analysis/runs/tokens-2-15 ;;
+    ratelimit) $sp bench ratelimit --clients 100000 --out analysis/runs/ratelimit ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench

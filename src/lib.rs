@@ -21,6 +21,7 @@ pub mod limits;
 pub mod lock;
 pub mod meta;
 pub mod profile;
+pub mod ratelimit;
 pub mod record;
 mod scripts;
 pub mod server;

@@ -113,6 +113,9 @@ pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
 );
 
 pub(crate) static USER_LABEL: LazyLock<Script> = script!("user_label.lua");
+pub(crate) static RATELIMIT_LOG: LazyLock<Script> = script!("ratelimit_log.lua");
+pub(crate) static RATELIMIT_GCRA: LazyLock<Script> = script!("ratelimit_gcra.lua");
+pub(crate) static RATELIMIT_SWEEP: LazyLock<Script> = script!("ratelimit_sweep.lua");
 pub(crate) static META_CLAIM: LazyLock<Script> = script!("meta_claim.lua");
 pub(crate) static BUCKET_SWEEP: LazyLock<Script> = script!("bucket_order.lua", "bucket_sweep.lua");
 pub(crate) static BUCKET_EVICT: LazyLock<Script> = script!("bucket_order.lua", "bucket_evict.lua");

@@ -555,3 +555,38 @@ fn bench_tokens_measures_both_layouts() {
         bytes(0)
     );
 }
+
+/// `bench ratelimit` measures both limiters: the exact log never admits
+/// more than the limit in a window; GCRA admits at most a burst more.
+#[test]
+fn bench_ratelimit_measures_both_limiters() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "ratelimit",
+        "--clients",
+        "500",
+        "--limit",
+        "5",
+        "--burst-windows",
+        "3",
+        "--burst-window-ms",
+        "300",
+        "--out",
+        out,
+    ]));
+    assert!(
+        text.contains("log (the talk's)") && text.contains("gcra 2^"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("ratelimit.json")).unwrap())
+            .unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs[0]["most_in_a_window"], 5, "{}", runs[0]);
+    let gcra_most = runs[1]["most_in_a_window"].as_u64().unwrap();
+    assert!((5..=9).contains(&gcra_most), "{}", runs[1]);
+    let bytes = |i: usize| runs[i]["bytes_per_client"].as_f64().unwrap();
+    assert!(bytes(1) < bytes(0), "gcra {} vs log {}", bytes(1), bytes(0));
+}

@@ -93,19 +93,7 @@ pub(super) async fn run(args: TokensArgs) -> Result<()> {
             r.server_cpu_us_per_consume / base.server_cpu_us_per_consume
         );
     }
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
-    let json = serde_json::to_string_pretty(&serde_json::json!({
-        "command": command,
-        "server": server.name(),
-        "runs": runs,
-    }))
-    .map_err(|e| Error::Config(e.to_string()))?;
-    for (name, text) in [("tokens.json", json), ("tokens.md", md.clone())] {
-        let path = args.out.join(name);
-        std::fs::write(&path, text)
-            .map_err(|e| Error::Config(format!("cannot write {}: {e}", path.display())))?;
-    }
+    super::write_report(&args.out, "tokens", &server.name(), &runs, &md)?;
     println!("\n{md}");
     Ok(())
 }

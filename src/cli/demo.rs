@@ -74,6 +74,7 @@ pub(super) async fn run(args: DemoArgs) -> Result<()> {
         Ok(found) => println!("hostile   cookie unexpectedly accepted: {found:?}"),
     }
     tokens_demo(conn.clone()).await?;
+    locks_and_limits_demo(conn.clone()).await?;
 
     let before = used_memory(&mut conn).await?;
     let batch: Vec<(u64, Cart)> = (0..args.sessions).map(|i| (i, Cart::default())).collect();
@@ -111,6 +112,40 @@ async fn tokens_demo(conn: redis::aio::ConnectionManager) -> Result<()> {
         "          consumed: {:?}; again: {:?}",
         tokens.consume(&token).await?.map(|v| v.act_id),
         tokens.consume(&token).await?.map(|v| v.act_id)
+    );
+    Ok(())
+}
+
+/// A lock with its fencing tokens, and both rate limiters.
+async fn locks_and_limits_demo(conn: redis::aio::ConnectionManager) -> Result<()> {
+    use crate::lock::Lock;
+    use crate::ratelimit::{Gcra, Limit, SlidingLog};
+    let lock = Lock::new(conn.clone(), "demo")?;
+    let first = lock.try_acquire(Duration::from_secs(10)).await?;
+    let second = lock.try_acquire(Duration::from_secs(10)).await?;
+    println!(
+        "lock      taken with fence {:?}; a second taker gets {:?}",
+        first.as_ref().map(|g| g.fence()),
+        second.map(|g| g.fence())
+    );
+    if let Some(guard) = first {
+        guard.release().await?;
+    }
+    let limit = Limit::new(3, Duration::from_secs(1))?;
+    let log = SlidingLog::new(conn.clone(), "rl", limit);
+    let gcra = Gcra::new(conn, "rl", 4, limit)?;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (l, g) = (log.check("demo").await?, gcra.check("demo").await?);
+        seen.push(format!(
+            "{}/{}",
+            if l.allowed { "ok" } else { "429" },
+            if g.allowed { "ok" } else { "429" }
+        ));
+    }
+    println!(
+        "limits    3 per second, 4 requests (log/gcra): {}",
+        seen.join(" ")
     );
     Ok(())
 }

@@ -8,6 +8,7 @@ use crate::error::Result;
 mod advise;
 mod bench_churn;
 mod bench_memory;
+mod bench_ratelimit;
 mod bench_sweep;
 mod bench_throughput;
 mod bench_tokens;
@@ -69,6 +70,39 @@ pub enum Bench {
     /// One-time tokens packed in buckets beside a key per token: bytes per
     /// token, consumes per second, server CPU per consume.
     Tokens(bench_tokens::TokensArgs),
+    /// Rate limits: the talk's exact log beside the packed GCRA limiter:
+    /// bytes per client, server CPU per check, requests admitted per
+    /// window under bursts.
+    Ratelimit(bench_ratelimit::RateLimitArgs),
+}
+
+/// Writes a benchmark's report files into `dir` (made if missing): its
+/// JSON (`{command, server, runs}`) as `<stem>.json` and `md` as
+/// `<stem>.md`.
+fn write_report<T: serde::Serialize>(
+    dir: &std::path::Path,
+    stem: &str,
+    server: &str,
+    runs: &T,
+    md: &str,
+) -> Result<()> {
+    use crate::error::Error;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::Config(format!("cannot create {}: {e}", dir.display())))?;
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "command": bench_memory::command_line(),
+        "server": server,
+        "runs": runs,
+    }))
+    .map_err(|e| Error::Config(e.to_string()))?;
+    for (path, text) in [
+        (dir.join(format!("{stem}.json")), json),
+        (dir.join(format!("{stem}.md")), md.to_owned()),
+    ] {
+        std::fs::write(&path, text)
+            .map_err(|e| Error::Config(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
 }
 
 /// Runs one parsed command line.
@@ -81,6 +115,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Churn(args)) => bench_churn::run(args).await,
         Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
         Command::Bench(Bench::Tokens(args)) => bench_tokens::run(args).await,
+        Command::Bench(Bench::Ratelimit(args)) => bench_ratelimit::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Users(args) => users::run(args).await,

@@ -6,6 +6,7 @@ pub mod info;
 pub mod memory;
 pub mod nodes;
 pub mod plot;
+pub mod ratelimit;
 pub mod report;
 pub mod throughput;
 pub mod tokens;

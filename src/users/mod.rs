@@ -174,7 +174,7 @@ impl UserIndex {
 /// agree). The finaliser matters: FNV-1a alone leaves its top bits, which
 /// choose the bucket, almost unchanged by the last byte of a key, so
 /// consecutive integer ids would share a bucket.
-fn place_hash(bytes: &[u8]) -> u64 {
+pub(crate) fn place_hash(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         h ^= u64::from(b);
