@@ -20,6 +20,13 @@ use std::time::{Duration, Instant};
 /// times for the estimate to decide. It covers clock drift between the
 /// server and this host over [`MAX_AGE`], far below a second.
 pub const MARGIN: f64 = 1.0;
+
+/// This process's clock, unix seconds (0 before 1970).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 /// Age after which the estimate is refreshed.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
 /// Widest gap between sending a `TIME` and taking in its reply for the

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::clock::unix_now;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::identity::UserId;
@@ -395,9 +396,6 @@ where
     /// losing a concurrent change.
     pub async fn save(&self, session: &Session<A, I>) -> Result<bool> {
         let record = self.encode(&session.identity, &session.attrs)?;
-        // The identity may be new: its index entry first (with a user
-        // index; one round trip).
-        self.layout.index_owner(&session.id, &record).await?;
         let written = self.layout.replace(&session.id, &record, None).await?;
         Ok(written == Written::Done)
     }
@@ -489,13 +487,6 @@ impl<L, A, I> Store<L, A, I> {
         self.absolute_secs
             .map_or(self.ttl_secs, |abs| self.ttl_secs.min(abs))
     }
-}
-
-/// This process's clock, unix seconds.
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The positions whose insert found the id taken (or, with a user index,

@@ -121,21 +121,8 @@ where
     /// Issues a token carrying `payload` that lives `ttl` (whole seconds,
     /// at least one; at most [`crate::layout::MAX_TTL_SECS`]).
     pub async fn issue(&self, payload: &P, ttl: Duration) -> Result<Token> {
-        let record = Self::encode(payload)?;
-        let expiry = Expiry::In(ttl.as_secs().max(1)).check()?;
-        for _ in 0..ATTEMPTS {
-            let token = self.layout.new_id().await?;
-            match self.layout.insert(&token, &record, expiry).await? {
-                Inserted::Created { .. } => return Ok(token),
-                Inserted::IdTaken | Inserted::Late => continue,
-                Inserted::AlreadyExpired => {
-                    return Err(Error::InvalidTtl {
-                        detail: format!("the server refused a lifetime of {ttl:?}"),
-                    });
-                }
-            }
-        }
-        Err(Error::Contended { attempts: ATTEMPTS })
+        let ttl = crate::layout::check_ttl(ttl.as_secs().max(1))?;
+        self.issue_record(&Self::encode(payload)?, ttl).await
     }
 
     /// Issues a token for each payload, all living `ttl`, in pipelined
@@ -156,6 +143,8 @@ where
         Ok(items.into_iter().map(|(token, _)| token).collect())
     }
 
+    /// Stores `record` under a fresh token, drawing again on the (128-bit)
+    /// chance that it is taken.
     async fn issue_record(&self, record: &[u8], ttl: u64) -> Result<Token> {
         for _ in 0..ATTEMPTS {
             let token = self.layout.new_id().await?;

@@ -70,10 +70,10 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+use crate::clock::unix_now;
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, SessionId};
 use crate::identity::{Identity, MAX_NAME_BYTES, Uuid};
@@ -81,7 +81,7 @@ use crate::json_map;
 use crate::layout::compact::NO_OWNER;
 use crate::layout::{Compact, CompactConfig, Expiry, Inserted, Layout, Seen, Written};
 use crate::sweep::{PassReport, SweepConfig, Sweeper};
-use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession};
+use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession, head};
 
 /// Reads a session's owner from its data.
 pub type OwnerOf = fn(&HashMap<String, Value>) -> Option<Identity>;
@@ -451,50 +451,21 @@ where
     /// The live sessions of `owner` ("your devices"); compare each `id`
     /// with the current session's through [`tower_id`]. Needs a user index.
     pub async fn sessions_of(&self, owner: &Identity) -> Result<Vec<UserSession>> {
-        let mut head = Vec::new();
-        owner.encode(&mut head);
-        let idle = self.idle.map(|d| d.as_secs());
-        let mut listed: Vec<UserSession> = self
-            .layout
-            .user_sessions(&head)
-            .await?
-            .into_iter()
-            .map(|(id, stored, label)| {
-                let signed_in_at = u64::from(id.stamp());
-                UserSession {
-                    id,
-                    signed_in_at,
-                    last_seen: idle.map(|i| stored.expires_at.saturating_sub(i).max(signed_in_at)),
-                    expires_at: stored.expires_at,
-                    label,
-                }
-            })
-            .collect();
-        listed.sort_by_key(|s| (s.signed_in_at, s.id));
-        Ok(listed)
+        let found = self.layout.user_sessions(&head(owner)).await?;
+        Ok(UserSession::listing(found, self.idle.map(|d| d.as_secs())))
     }
 
     /// Revokes every session of `owner` ("log out everywhere").
     pub async fn revoke_all(&self, owner: &Identity) -> Result<Revoked> {
-        let mut head = Vec::new();
-        owner.encode(&mut head);
-        self.layout.revoke_user(&head, None).await
+        self.layout.revoke_user(&head(owner), None).await
     }
 
     /// Revokes every session of `owner` but `keep` (the current one).
     pub async fn revoke_others(&self, owner: &Identity, keep: i128) -> Result<Revoked> {
-        let mut head = Vec::new();
-        owner.encode(&mut head);
         self.layout
-            .revoke_user(&head, Some(&session_id(keep)))
+            .revoke_user(&head(owner), Some(&session_id(keep)))
             .await
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The tower-sessions id (`Id.0`) of a 128-bit session id.
@@ -601,9 +572,7 @@ impl Memo {
     /// lifetime left.
     fn unchanged(&self, memory: &Memory, bytes: &[u8], at: u64, fraction: f64) -> bool {
         let stored = memory.seen.expires_at;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = unix_now();
         memory.digest == self.hasher.hash_one(bytes)
             && at >= stored
             && stored > now
@@ -755,10 +724,7 @@ mod tests {
     #[test]
     fn the_memo_skips_only_unchanged_data_and_short_moves() {
         let memo = Memo::new(DEFAULT_MEMO_CAPACITY);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
+        let now = unix_now();
         memo.put(1, b"abc", 0, now + 1000);
         assert!(unchanged(&memo, 1, b"abc", now + 1050, 0.1));
         assert!(

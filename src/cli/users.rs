@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use crate::buckets::DEFAULT_NAMESPACE;
+use crate::clock::unix_now;
 use crate::connect::{AnyConnection, Endpoint};
 use crate::error::{Error, Result};
 use crate::identity::{Identity, Name, Uuid};
@@ -147,7 +148,7 @@ pub(super) async fn run(args: UsersArgs) -> Result<()> {
             if args.json {
                 println!("{}", json(&sessions));
             } else {
-                print!("{}", table(&user, &sessions, now()));
+                print!("{}", table(&user, &sessions, unix_now()));
             }
         }
         Action::Revoke(RevokeArgs { user: args, keep }) => {
@@ -185,12 +186,6 @@ pub(super) async fn run(args: UsersArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn json(sessions: &[UserSession]) -> String {

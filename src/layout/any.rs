@@ -152,10 +152,6 @@ where
         each!(self, l => l.stamps_ids())
     }
 
-    async fn index_owner(&self, id: &SessionId, record: &[u8]) -> Result<()> {
-        each!(self, l => l.index_owner(id, record).await)
-    }
-
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> Result<Inserted> {
         each!(self, l => l.insert(id, record, expiry).await)
     }

@@ -218,18 +218,6 @@ pub trait Layout: Send + Sync {
         false
     }
 
-    /// Before a write that may give a session a new owner (a save): a
-    /// layout with a user index writes the owner's entry for `id` unless
-    /// there is one, so no revocation can miss it. Others do nothing.
-    fn index_owner(
-        &self,
-        id: &SessionId,
-        record: &[u8],
-    ) -> impl Future<Output = Result<()>> + Send {
-        let _ = (id, record);
-        async { Ok(()) }
-    }
-
     /// Stores a new session unless the id is taken.
     fn insert(
         &self,
@@ -318,9 +306,6 @@ macro_rules! delegate_layout {
             }
             fn stamps_ids(&self) -> bool {
                 (**self).stamps_ids()
-            }
-            fn index_owner(&self, id: &SessionId, record: &[u8]) -> impl Future<Output = Result<()>> + Send {
-                (**self).index_owner(id, record)
             }
             fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> impl Future<Output = Result<Inserted>> + Send {
                 (**self).insert(id, record, expiry)

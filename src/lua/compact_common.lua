@@ -89,6 +89,24 @@ local function holds(value, ident, record)
   return stored == record
 end
 
+-- Whether a stored value's record belongs to an identity: `ident` its
+-- decimal digits if it is an integer (else ''), `head` its MessagePack
+-- form, which a record begins with ('' matches no one).
+local function owned_by(value, ident, head)
+  if is_integer_form(value) then
+    local stored = string.sub(value, 1, -11)
+    if stored == '' then
+      stored = '0'
+    end
+    return ident ~= '' and stored == ident
+  end
+  local record = string.sub(value, 5)
+  if record == OUT_OF_LINE then
+    record = redis.call('GET', KEYS[3]) or ''
+  end
+  return head ~= '' and string.sub(record, 1, #head) == head
+end
+
 -- The live session's value and expiry, or nil. An expired one found here
 -- is reclaimed on the spot.
 local function live_value(now)

@@ -4,7 +4,13 @@
 -- ARGV[5]: '1' to write only if the stored record is the expected one
 -- ARGV[6], ARGV[7]: the expected identity in decimal ('' unless the
 --                   expected record is identity-only) and record
--- Returns 1 if written, 0 if there is no live session, -1 on a mismatch.
+-- ARGV[8], ARGV[9]: for a store with a user index, the new record's
+--                   identity in decimal (or '') and MessagePack head,
+--                   when the caller has not written its index entry
+-- Returns 1 if written, 0 if there is no live session, -1 on a mismatch,
+-- -3 (nothing written) if the new record has another owner than the
+-- stored one and ARGV[9] was given: the caller writes that owner's index
+-- entry and sends the write again without it.
 local now = server_clock()
 local value, expiry = live_value(now)
 if not value then
@@ -12,6 +18,9 @@ if not value then
 end
 if ARGV[5] == '1' and not holds(value, ARGV[6], ARGV[7]) then
   return -1
+end
+if ARGV[9] and not owned_by(value, ARGV[8], ARGV[9]) then
+  return -3
 end
 local was_out_of_line = is_out_of_line(value)
 redis.call('HSET', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry))

@@ -21,20 +21,7 @@ if value and expiry_of(value) <= now then
   return 3
 end
 if value then
-  local owned
-  if is_integer_form(value) then
-    local head = string.sub(value, 1, -11)
-    if head == '' then
-      head = '0'
-    end
-    owned = ARGV[3] ~= '' and head == ARGV[3]
-  else
-    local record = string.sub(value, 5)
-    if record == OUT_OF_LINE then
-      record = redis.call('GET', KEYS[3]) or ''
-    end
-    owned = ARGV[4] ~= '' and string.sub(record, 1, #ARGV[4]) == ARGV[4]
-  end
+  local owned = owned_by(value, ARGV[3], ARGV[4])
   if not owned then
     return 0
   end

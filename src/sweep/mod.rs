@@ -353,28 +353,24 @@ where
         // The user index first: an entry whose session has expired then
         // finds it there and reclaims it, where after the buckets' sweep
         // it would find nothing and leave a tombstone.
-        let mut index = None;
+        let mut report = PassReport::default();
         if let SweepTarget::Compact(l) = &self.target
             && full
         {
-            index = Some(
-                l.sweep_user_buckets(self.user_buckets(l, range.clone()), now)
-                    .await?,
-            );
+            let swept = l
+                .sweep_user_buckets(self.user_buckets(l, range.clone()), now)
+                .await?;
+            report.index_checked = swept.checked;
+            report.index_dropped = swept.dropped;
+            report.bad_buckets = swept.bad;
         }
         let outcome = match &self.target {
             SweepTarget::Bucketed(l) => {
-                sweep_buckets(l, range.clone(), self.config.step_limit, None).await?
+                sweep_buckets(l, range, self.config.step_limit, None).await?
             }
             SweepTarget::Compact(l) => compact::sweep_groups(l, range, now, full).await?,
         };
-        let mut report = PassReport::default();
         report.add(outcome, now);
-        if let Some(swept) = index {
-            report.index_checked = swept.checked;
-            report.index_dropped = swept.dropped;
-            report.bad_buckets += swept.bad;
-        }
         report.took = started.elapsed();
         Ok(report)
     }
@@ -388,25 +384,6 @@ where
         let (n, g) = (u64::from(users.count()), u64::from(self.units()));
         let at = |unit: u32| (u64::from(unit) * n / g) as u32;
         at(groups.start)..at(groups.end)
-    }
-
-    /// Sweeps the user index of a compact store over `range` of
-    /// [`Sweeper::units`] (no leases): entries whose sessions are gone go.
-    /// A full pass does this too.
-    pub async fn sweep_users(&self, range: std::ops::Range<u32>) -> Result<PassReport> {
-        let started = Instant::now();
-        let mut report = PassReport::default();
-        if let SweepTarget::Compact(l) = &self.target {
-            let now = server_time(self.conn()).await?;
-            let swept = l
-                .sweep_user_buckets(self.user_buckets(l, range), now)
-                .await?;
-            report.index_checked = swept.checked;
-            report.index_dropped = swept.dropped;
-            report.bad_buckets = swept.bad;
-        }
-        report.took = started.elapsed();
-        Ok(report)
     }
 
     /// One pass: every segment whose lease this sweeper can take (or

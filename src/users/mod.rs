@@ -246,6 +246,40 @@ pub struct UserSession {
     pub label: Option<String>,
 }
 
+impl UserSession {
+    /// A user's live sessions as found in the index, oldest sign-in first;
+    /// `last_seen` told from the idle timeout `idle_secs`, when known.
+    pub(crate) fn listing(
+        found: Vec<(SessionId, crate::layout::Stored, Option<String>)>,
+        idle_secs: Option<u64>,
+    ) -> Vec<Self> {
+        let mut listed: Vec<Self> = found
+            .into_iter()
+            .map(|(id, stored, label)| {
+                let signed_in_at = u64::from(id.stamp());
+                Self {
+                    id,
+                    signed_in_at,
+                    last_seen: idle_secs
+                        .map(|idle| stored.expires_at.saturating_sub(idle).max(signed_in_at)),
+                    expires_at: stored.expires_at,
+                    label,
+                }
+            })
+            .collect();
+        listed.sort_by_key(|s| (s.signed_in_at, s.id));
+        listed
+    }
+}
+
+/// An identity as a record begins with it: what the index places and
+/// revocations compare.
+pub(crate) fn head<I: crate::identity::UserId>(identity: &I) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9);
+    identity.encode(&mut out);
+    out
+}
+
 /// What a revocation did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Revoked {

@@ -3,18 +3,12 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Revoked, UserSession};
+use super::{Revoked, UserSession, head};
 use crate::error::Result;
 use crate::id::SessionId;
 use crate::identity::UserId;
 use crate::layout::Compact;
 use crate::store::{Session, Store};
-
-fn head<I: UserId>(identity: &I) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9);
-    identity.encode(&mut out);
-    out
-}
 
 impl<C, A, I> Store<Compact<C>, A, I>
 where
@@ -26,26 +20,9 @@ where
     /// first. Needs a store with a user index ([`crate::users`]); one
     /// without answers [`crate::Error::Config`].
     pub async fn sessions_of(&self, identity: &I) -> Result<Vec<UserSession>> {
+        let found = self.layout().user_sessions(&head(identity)).await?;
         let idle = self.idle_timeout().map(|d| d.as_secs());
-        let mut listed: Vec<UserSession> = self
-            .layout()
-            .user_sessions(&head(identity))
-            .await?
-            .into_iter()
-            .map(|(id, stored, label)| {
-                let signed_in_at = u64::from(id.stamp());
-                UserSession {
-                    id,
-                    signed_in_at,
-                    last_seen: idle
-                        .map(|idle| stored.expires_at.saturating_sub(idle).max(signed_in_at)),
-                    expires_at: stored.expires_at,
-                    label,
-                }
-            })
-            .collect();
-        listed.sort_by_key(|s| (s.signed_in_at, s.id));
-        Ok(listed)
+        Ok(UserSession::listing(found, idle))
     }
 
     /// Revokes every session of `identity` ("log out everywhere"). When

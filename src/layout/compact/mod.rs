@@ -872,16 +872,6 @@ where
         self.users.is_some()
     }
 
-    async fn index_owner(&self, id: &SessionId, record: &[u8]) -> Result<()> {
-        if self.users.is_none() {
-            return Ok(());
-        }
-        match self.owner_head(id, record)? {
-            Some(head) => self.ensure_entry(head, id).await,
-            None => Ok(()),
-        }
-    }
-
     async fn new_id(&self) -> Result<SessionId> {
         if self.users.is_none() {
             return SessionId::generate_with(self.id_width());
@@ -941,10 +931,32 @@ where
         expected: Option<&[u8]>,
     ) -> Result<Written> {
         let form = self.form(record);
-        let mut inv = self.invocation(&COMPACT_REPLACE, id);
-        inv.arg(form.code()).arg(&*Self::payload(form, record));
-        Self::expected_args(&mut inv, expected);
-        Ok(Written::from_code(self.call(id, &inv).await?))
+        let payload = Self::payload(form, record);
+        let invocation = |owner: Option<&[u8]>| {
+            let mut inv = self.invocation(&COMPACT_REPLACE, id);
+            inv.arg(form.code()).arg(&*payload);
+            Self::expected_args(&mut inv, expected);
+            if let Some(head) = owner {
+                let ident = record::int_only(head).map_or(String::new(), |n| n.to_string());
+                inv.arg(ident).arg(head);
+            }
+            inv
+        };
+        // With a user index, a write that gives the session another owner
+        // is refused until that owner's entry is written (first, as for a
+        // create); a write that keeps the owner costs nothing more.
+        let owner = match &self.users {
+            Some(_) => self.owner_head(id, record)?,
+            None => None,
+        };
+        if let Some(head) = owner {
+            let code: i64 = self.call(id, &invocation(Some(head))).await?;
+            if code != -3 {
+                return Ok(Written::from_code(code));
+            }
+            self.ensure_entry(head, id).await?;
+        }
+        Ok(Written::from_code(self.call(id, &invocation(None)).await?))
     }
 
     async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {

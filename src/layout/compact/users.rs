@@ -14,6 +14,9 @@ use crate::users::{self, Revoked, UserIndex, UserIndexAudit};
 
 /// The first byte of a record that belongs to no one: MessagePack `nil`.
 pub const NO_OWNER: u8 = 0xc0;
+/// The byte a tombstone's field ends in (`TOMBSTONE` in
+/// `compact_common.lua`).
+const TOMBSTONE: u8 = 0xc0;
 /// Most fields one `HDEL` names.
 const HDEL_CHUNK: usize = 1000;
 
@@ -406,6 +409,25 @@ impl<C> Compact<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
+    /// Every one of `keys`' fields and values, 256 keys a pipeline.
+    async fn hgetall_each(
+        &self,
+        keys: impl Iterator<Item = String>,
+    ) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
+        let keys: Vec<String> = keys.collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(256) {
+            let mut pipe = redis::pipe();
+            for key in chunk {
+                pipe.hgetall(key);
+            }
+            let replies: Vec<Vec<(Vec<u8>, Vec<u8>)>> =
+                pipe.query_async(&mut self.conn.clone()).await?;
+            out.extend(replies);
+        }
+        Ok(out)
+    }
+
     /// Checks the whole user index against every session: each live
     /// session has its entry, in the bucket and with the check its
     /// identity gives, and each entry has a live session. Reads every
@@ -414,58 +436,51 @@ where
     pub async fn audit_users(&self) -> Result<UserIndexAudit> {
         use std::collections::HashMap;
         let users = self.users()?;
-        let mut conn = self.conn.clone();
-        let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        let (now, _): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
         let mut audit = UserIndexAudit::default();
         // Every entry: id -> (index bucket, check), or None if malformed.
         let mut entries: HashMap<Vec<u8>, Option<(u32, u8)>> = HashMap::new();
-        for chunk in (0..users.count()).collect::<Vec<_>>().chunks(256) {
-            let mut pipe = redis::pipe();
-            for &b in chunk {
-                pipe.hgetall(users.key(b));
-            }
-            let replies: Vec<Vec<(Vec<u8>, Vec<u8>)>> = pipe.query_async(&mut conn).await?;
-            for (&b, pairs) in chunk.iter().zip(replies) {
-                for (field, value) in pairs {
-                    let place = users::parse_entry(&value).map(|(check, _)| (b, check));
-                    entries.insert(field, place);
-                }
+        let index = self
+            .hgetall_each((0..users.count()).map(|b| users.key(b)))
+            .await?;
+        for (b, pairs) in (0u32..).zip(index) {
+            for (field, value) in pairs {
+                let place = users::parse_entry(&value).map(|(check, _)| (b, check));
+                entries.insert(field, place);
             }
         }
         audit.entries = entries.len() as u64;
         let scheme = self.scheme();
         let tombstone_len = self.buckets().field_len() + 1;
         let mut matched = std::collections::HashSet::new();
-        for chunk in (0..self.buckets().count()).collect::<Vec<_>>().chunks(256) {
-            let mut pipe = redis::pipe();
-            for &b in chunk {
-                pipe.hgetall(scheme.bucket_key(b));
-            }
-            let replies: Vec<Vec<(Vec<u8>, Vec<u8>)>> = pipe.query_async(&mut conn).await?;
-            for (&b, pairs) in chunk.iter().zip(replies) {
-                for (field, value) in pairs {
-                    if field.len() == tombstone_len && field.last() == Some(&0xc0) {
-                        audit.tombstones += 1;
-                        continue;
-                    }
-                    let Some(id) = self.buckets().id_of(b, &field) else {
-                        continue;
-                    };
-                    let Some(stored) = self.live(&id, Some(value), Some(now)).await? else {
-                        continue;
-                    };
-                    let Some(head) = self.owner_head(&id, &stored.record)? else {
-                        // No one's session: nothing to index.
-                        continue;
-                    };
-                    audit.sessions += 1;
-                    match entries.get(id.as_bytes()) {
-                        None => audit.unindexed += 1,
-                        Some(place) => {
-                            matched.insert(id.as_bytes().to_vec());
-                            if *place != Some(users.place(head)) {
-                                audit.misplaced += 1;
-                            }
+        let buckets = self
+            .hgetall_each((0..self.buckets().count()).map(|b| scheme.bucket_key(b)))
+            .await?;
+        for (b, pairs) in (0u32..).zip(buckets) {
+            for (field, value) in pairs {
+                if field.len() == tombstone_len && field.last() == Some(&TOMBSTONE) {
+                    audit.tombstones += 1;
+                    continue;
+                }
+                let Some(id) = self.buckets().id_of(b, &field) else {
+                    continue;
+                };
+                let Some(stored) = self.live(&id, Some(value), Some(now)).await? else {
+                    continue;
+                };
+                let Some(head) = self.owner_head(&id, &stored.record)? else {
+                    // No one's session: nothing to index.
+                    continue;
+                };
+                audit.sessions += 1;
+                match entries.get(id.as_bytes()) {
+                    None => audit.unindexed += 1,
+                    Some(place) => {
+                        matched.insert(id.as_bytes().to_vec());
+                        if *place != Some(users.place(head)) {
+                            audit.misplaced += 1;
                         }
                     }
                 }
