@@ -147,6 +147,16 @@ pub enum Error {
         limit: usize,
     },
 
+    /// A viewed item empty or longer than the store keeps
+    /// ([`crate::viewed::ViewedConfig::item_bytes`]); nothing was written.
+    #[error("viewed item of {len} bytes: items are 1 to {limit} bytes")]
+    ItemTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+
     /// The operating system's random number generator failed.
     #[error("operating system random number generator failed: {0}")]
     Rng(String),

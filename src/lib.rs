@@ -31,6 +31,7 @@ pub mod tokens;
 #[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
 pub mod tower;
 pub mod users;
+pub mod viewed;
 pub mod wait;
 
 pub use buckets::Buckets;

@@ -38,6 +38,11 @@ pub struct StoreMeta {
     pub user_grace_secs: u64,
     /// The user index's clock skew allowance, seconds; 0 without an index.
     pub user_skew_secs: u64,
+    /// Viewed items kept per session ([`crate::viewed`]); 0 for a store
+    /// that keeps none.
+    pub viewed_keep: u8,
+    /// The largest viewed item in bytes; 0 without viewed items.
+    pub viewed_item_bytes: u8,
 }
 
 impl fmt::Display for StoreMeta {
@@ -53,6 +58,14 @@ impl fmt::Display for StoreMeta {
                 f,
                 ", a user index of 2^{bits} buckets ({} s grace, {} s skew)",
                 self.user_grace_secs, self.user_skew_secs
+            ),
+        }?;
+        match self.viewed_keep {
+            0 => Ok(()),
+            keep => write!(
+                f,
+                ", the last {keep} viewed items of up to {} bytes",
+                self.viewed_item_bytes
             ),
         }
     }
@@ -73,7 +86,15 @@ impl StoreMeta {
         format!("{namespace}:meta")
     }
 
-    fn fields(&self) -> [(&'static str, String); 7] {
+    /// The viewed items it records, if any.
+    pub fn viewed(&self) -> Option<crate::viewed::ViewedConfig> {
+        (self.viewed_keep > 0).then_some(crate::viewed::ViewedConfig {
+            keep: self.viewed_keep,
+            item_bytes: self.viewed_item_bytes,
+        })
+    }
+
+    fn fields(&self) -> [(&'static str, String); 9] {
         [
             ("layout", self.layout.clone()),
             ("bucket_bits", self.bucket_bits.to_string()),
@@ -82,6 +103,8 @@ impl StoreMeta {
             ("user_bits", self.user_bits.to_string()),
             ("user_grace_secs", self.user_grace_secs.to_string()),
             ("user_skew_secs", self.user_skew_secs.to_string()),
+            ("viewed_keep", self.viewed_keep.to_string()),
+            ("viewed_item_bytes", self.viewed_item_bytes.to_string()),
         ]
     }
 
@@ -111,6 +134,10 @@ impl StoreMeta {
             user_bits: u8::try_from(optional("user_bits")?).map_err(|_| bad("user_bits"))?,
             user_grace_secs: optional("user_grace_secs")?,
             user_skew_secs: optional("user_skew_secs")?,
+            // Absent from stores recorded before viewed items existed.
+            viewed_keep: u8::try_from(optional("viewed_keep")?).map_err(|_| bad("viewed_keep"))?,
+            viewed_item_bytes: u8::try_from(optional("viewed_item_bytes")?)
+                .map_err(|_| bad("viewed_item_bytes"))?,
         })
     }
 

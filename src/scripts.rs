@@ -112,6 +112,9 @@ pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
     "compact_evict.lua"
 );
 
+pub(crate) static VIEWED_ADD: LazyLock<Script> =
+    script!("server_clock.lua", "compact_common.lua", "viewed_add.lua");
+
 pub(crate) static USER_LABEL: LazyLock<Script> = script!("user_label.lua");
 pub(crate) static RATELIMIT_LOG: LazyLock<Script> = script!("ratelimit_log.lua");
 pub(crate) static RATELIMIT_GCRA: LazyLock<Script> = script!("ratelimit_gcra.lua");

@@ -376,17 +376,22 @@ where
     /// or `None` if the session is gone. Without an idle timeout it only
     /// says whether the session is live, and until when.
     pub async fn touch(&self, id: &SessionId) -> Result<Option<u64>> {
-        if !self.rolling {
-            return Ok(self.load(id).await?.map(|s| s.expires_at));
-        }
-        match self.capped(id, self.ttl_secs) {
-            0 => {
+        match self.touch_ttl(id) {
+            None => Ok(self.load(id).await?.map(|s| s.expires_at)),
+            Some(0) => {
                 // Past its absolute deadline: gone, whatever its expiry.
                 self.layout.remove(id, None).await?;
                 Ok(None)
             }
-            ttl => self.layout.touch(id, ttl).await,
+            Some(ttl) => self.layout.touch(id, ttl).await,
         }
+    }
+
+    /// The lifetime a touch of `id` gives, from now: `None` without an
+    /// idle timeout (a touch leaves the expiry), 0 past its absolute
+    /// deadline.
+    pub(crate) fn touch_ttl(&self, id: &SessionId) -> Option<u64> {
+        self.rolling.then(|| self.capped(id, self.ttl_secs))
     }
 
     /// Overwrites a live session's identity and attributes, keeping its
@@ -454,6 +459,10 @@ where
                 Inserted::Created { .. } => {}
                 Inserted::IdTaken | Inserted::Late => continue,
                 Inserted::AlreadyExpired => return Ok(None),
+            }
+            if let Err(e) = self.layout.carry_over(id, &new_id).await {
+                let _ = self.layout.remove(&new_id, None).await;
+                return Err(e);
             }
             // The old id goes only if no one wrote to it or touched it
             // meanwhile; otherwise the copy is stale: drop it and go again.

@@ -384,6 +384,18 @@ async fn the_user_index_holds_on_a_cluster() {
     common::users::revoke_all_races_traffic(conn(&c).await, "race").await;
 }
 
+/// Recently viewed items on a cluster: a bucket's chunk keys share its
+/// hash tag, so a view, and every removal of a session with its items, is
+/// one script on one slot; the book's list, removal on every path and
+/// concurrent views behave as on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewed_items_hold_on_a_cluster() {
+    let c = start();
+    common::viewed::the_newest_items_are_kept_as_the_book_keeps_them(conn(&c).await).await;
+    common::viewed::items_go_with_their_session(conn(&c).await).await;
+    common::viewed::concurrent_views_keep_the_list_whole(conn(&c).await).await;
+}
+
 /// A primary that has lost its scripts (restarted, or `SCRIPT FLUSH`ed)
 /// mid-way through a store's life: a bulk insert spanning every primary
 /// still stores each session exactly once and reports each created. (The

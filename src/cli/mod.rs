@@ -13,6 +13,7 @@ mod bench_sweep;
 mod bench_throughput;
 mod bench_tokens;
 mod bench_tower;
+mod bench_viewed;
 mod demo;
 mod sweep;
 mod target;
@@ -74,6 +75,10 @@ pub enum Bench {
     /// bytes per client, server CPU per check, requests admitted per
     /// window under bursts.
     Ratelimit(bench_ratelimit::RateLimitArgs),
+    /// Recently viewed items packed beside the sessions against the book's
+    /// ZSET per session: bytes per session, views per second, server CPU
+    /// per view.
+    Viewed(bench_viewed::ViewedArgs),
 }
 
 /// Writes a benchmark's report files into `dir` (made if missing): its
@@ -116,6 +121,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
         Command::Bench(Bench::Tokens(args)) => bench_tokens::run(args).await,
         Command::Bench(Bench::Ratelimit(args)) => bench_ratelimit::run(args).await,
+        Command::Bench(Bench::Viewed(args)) => bench_viewed::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Users(args) => users::run(args).await,

@@ -12,3 +12,4 @@ pub mod throughput;
 pub mod tokens;
 pub mod tower;
 pub mod user_load;
+pub mod viewed;

@@ -185,6 +185,10 @@ where
         each!(self, l => l.insert_many(items, ttl_secs).await)
     }
 
+    async fn carry_over(&self, from: &SessionId, to: &SessionId) -> Result<()> {
+        each!(self, l => l.carry_over(from, to).await)
+    }
+
     async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
         each!(self, l => l.load_many(ids).await)
     }

@@ -272,6 +272,18 @@ pub trait Layout: Send + Sync {
         }
     }
 
+    /// Gives the live session `to` what a layout keeps beside `from`'s
+    /// record (a compact store's viewed items), for a rotation, before
+    /// `from` is removed. Nothing by default.
+    fn carry_over(
+        &self,
+        from: &SessionId,
+        to: &SessionId,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (from, to);
+        async { Ok(()) }
+    }
+
     /// Loads many sessions; one result per id, in order.
     fn load_many(
         &self,
@@ -324,6 +336,9 @@ macro_rules! delegate_layout {
             }
             fn insert_many(&self, items: &[(SessionId, Vec<u8>)], ttl_secs: u64) -> impl Future<Output = Result<Vec<Inserted>>> + Send {
                 (**self).insert_many(items, ttl_secs)
+            }
+            fn carry_over(&self, from: &SessionId, to: &SessionId) -> impl Future<Output = Result<()>> + Send {
+                (**self).carry_over(from, to)
             }
             fn load_many(&self, ids: &[SessionId]) -> impl Future<Output = Result<Vec<Option<Stored>>>> + Send {
                 (**self).load_many(ids)

@@ -5,6 +5,8 @@
 -- record key, so no record outlives its entry whenever the caller stops.
 -- KEYS[1]: the group's index ZSET
 -- KEYS[1 + i]: the HASH of the bucket whose index member is ARGV[2 + i]
+-- KEYS[#ARGV..]: where the store keeps viewed items, each bucket's viewed
+--                chunks in turn (see viewed_of)
 -- ARGV[1]: the cutoff expiry; ARGV[2]: the cutoff field
 -- Returns {expired removed, live removed, n, then n pairs of (member,
 --          field) to evict out of line, then bad members...}.
@@ -45,7 +47,7 @@ for i = 3, #ARGV do
         earliest = expiry
       end
     end
-    settle(key, member, gone, earliest)
+    settle(key, member, gone, earliest, viewed_of(i - 2, #ARGV - 2, 2))
   end
 end
 reply[3] = #evict / 2

@@ -4,6 +4,8 @@
 -- KEYS[2]: the group's index ZSET, bucket -> a lower bound of its earliest
 --          expiry
 -- KEYS[3]: the session's out-of-line record key (where given)
+-- KEYS[4..]: in scripts on one session, the bucket's viewed chunks, where
+--            the store keeps viewed items (src/viewed/mod.rs)
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- A value holds its session's expiry. Two forms:
 -- - integer: the decimal digits of identity * 10^10 + expiry, which Redis
@@ -107,6 +109,14 @@ local function owned_by(value, ident, head)
   return head ~= '' and string.sub(record, 1, #head) == head
 end
 
+-- Removes a session's viewed items with it (KEYS[4..], see above). A chunk
+-- key of another type is not the store's: it is left alone.
+local function drop_viewed(field)
+  for k = 4, #KEYS do
+    pcall(redis.call, 'HDEL', KEYS[k], field)
+  end
+end
+
 -- The live session's value and expiry, or nil. An expired one found here
 -- is reclaimed on the spot.
 local function live_value(now)
@@ -122,6 +132,7 @@ local function live_value(now)
     redis.call('DEL', KEYS[3])
   end
   redis.call('HDEL', KEYS[1], ARGV[1])
+  drop_viewed(ARGV[1])
   return nil
 end
 

@@ -2,6 +2,7 @@
 -- record key goes with its field in one step.
 -- KEYS[1]: the bucket's HASH
 -- KEYS[1 + i]: the out-of-line record key of ARGV[2 + i]
+-- KEYS[#ARGV..]: the bucket's viewed chunks, where the store keeps them
 -- ARGV[1]: the cap's cutoff expiry; ARGV[2]: the cap's cutoff field
 -- ARGV[3..]: the fields to evict
 -- A session touched since the cap step chose it (now past the cutoff) or
@@ -17,6 +18,9 @@ for i = 3, #ARGV do
       redis.call('DEL', KEYS[i - 1])
     end
     redis.call('HDEL', KEYS[1], field)
+    for k = #ARGV, #KEYS do
+      pcall(redis.call, 'HDEL', KEYS[k], field)
+    end
     evicted = evicted + 1
   end
 end

@@ -1,6 +1,6 @@
 -- Removes a session from its bucket. The index entry stays a lower bound;
 -- the sweeper rescores it.
--- KEYS[1..3], ARGV[1..2]: see compact_common.lua
+-- KEYS[1..], ARGV[1..2]: see compact_common.lua
 -- ARGV[3]: '1' to remove only if the stored record is the expected one and
 --          its expiry is ARGV[6]
 -- ARGV[4], ARGV[5]: the expected identity in decimal (or '') and record
@@ -18,4 +18,5 @@ if is_out_of_line(value) then
   redis.call('DEL', KEYS[3])
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
+drop_viewed(ARGV[1])
 return 1

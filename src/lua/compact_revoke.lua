@@ -1,6 +1,6 @@
 -- Revokes one session of a user, for a store with a user index; or, for
 -- the sweeper, settles an index entry whose session looked gone.
--- KEYS[1..3], ARGV[1..2]: see compact_common.lua
+-- KEYS[1..], ARGV[1..2]: see compact_common.lua
 -- ARGV[3]: the user's identity in decimal if it is an integer, else ''
 -- ARGV[4]: the user's identity as a record begins with it (MessagePack);
 --          '' (with ARGV[3] '') for the sweeper: a live session is kept
@@ -18,6 +18,7 @@ if value and expiry_of(value) <= now then
     redis.call('DEL', KEYS[3])
   end
   redis.call('HDEL', KEYS[1], ARGV[1])
+  drop_viewed(ARGV[1])
   return 3
 end
 if value then
@@ -29,6 +30,7 @@ if value then
     redis.call('DEL', KEYS[3])
   end
   redis.call('HDEL', KEYS[1], ARGV[1])
+  drop_viewed(ARGV[1])
   return 1
 end
 local until_ = now + tonumber(ARGV[5])

@@ -5,6 +5,7 @@
 -- caller. Values are as compact_common.lua describes.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET;
 -- KEYS[3]: the session's out-of-line record key
+-- KEYS[4..]: the bucket's viewed chunks, where the store keeps them
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the new value; ARGV[4]: the new expiry, unix seconds
 -- ARGV[5]: the record when it goes out of line, else ''
@@ -33,6 +34,9 @@ if expiry <= now then
   redis.call('HDEL', KEYS[1], ARGV[1])
   if was_out_of_line then
     redis.call('DEL', KEYS[3])
+  end
+  for k = 4, #KEYS do
+    pcall(redis.call, 'HDEL', KEYS[k], ARGV[1])
   end
   return 1
 end

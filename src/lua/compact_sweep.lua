@@ -3,6 +3,8 @@
 -- lost, removing the entry and the key of a bucket left empty).
 -- KEYS[1]: the group's index ZSET
 -- KEYS[1 + i]: the HASH of the bucket whose index member is ARGV[i]
+-- KEYS[2 + #ARGV..]: where the store keeps viewed items, each bucket's
+--                    viewed chunks in turn (see viewed_of)
 -- Out-of-line records carry their session's expiry as EXAT on their own key,
 -- so Redis reclaims an expired one itself.
 -- A bucket key of another type is skipped, changed in nothing, and its
@@ -33,7 +35,7 @@ for i = 1, #ARGV do
       end
     end
     reply[1] = reply[1] + #gone
-    settle(key, member, gone, earliest)
+    settle(key, member, gone, earliest, viewed_of(i, #ARGV, 2))
   end
 end
 return reply

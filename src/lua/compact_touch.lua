@@ -1,6 +1,6 @@
 -- Rolls a live session's expiry forward, in its value. The index entry,
 -- a lower bound of the bucket's earliest expiry, stays one.
--- KEYS[1..3], ARGV[1..2]: see compact_common.lua
+-- KEYS[1..], ARGV[1..2]: see compact_common.lua
 -- ARGV[3]: seconds from now
 -- Returns the new expiry, or nil if there is no live session.
 local now, from = server_clock()

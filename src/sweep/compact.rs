@@ -83,6 +83,11 @@ where
                     inv.key(scheme.bucket_key(base + m));
                 }
                 for &m in members {
+                    for key in layout.viewed_keys(base + m) {
+                        inv.key(key);
+                    }
+                }
+                for &m in members {
                     inv.arg(m);
                 }
                 inv
@@ -186,6 +191,11 @@ where
                 for bucket in buckets.clone() {
                     inv.key(scheme.bucket_key(bucket));
                 }
+                for bucket in buckets.clone() {
+                    for key in layout.viewed_keys(bucket) {
+                        inv.key(key);
+                    }
+                }
                 inv.arg(cutoff.expiry).arg(&cutoff.field);
                 for m in 0..buckets.end - buckets.start {
                     inv.arg(m);
@@ -228,6 +238,9 @@ where
                 inv.key(scheme.bucket_key(*bucket));
                 for field in fields {
                     inv.key(scheme.out_of_line_key(*bucket, field));
+                }
+                for key in layout.viewed_keys(*bucket) {
+                    inv.key(key);
                 }
                 inv.arg(cutoff.expiry).arg(&cutoff.field);
                 for field in fields {

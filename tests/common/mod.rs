@@ -4,6 +4,7 @@
 
 pub mod suite;
 pub mod users;
+pub mod viewed;
 
 use redis::aio::ConnectionManager;
 use sessionpack::server::LocalServer;

@@ -43,9 +43,11 @@ use crate::scripts::{
     COMPACT_TOUCH, PIPELINE_CHUNK,
 };
 use crate::users::{UserIndex, UserIndexConfig};
+use crate::viewed::ViewedConfig;
 
 mod take;
 mod users;
+mod viewed;
 
 pub use users::NO_OWNER;
 
@@ -77,6 +79,9 @@ pub struct CompactConfig {
     pub id_width: IdWidth,
     /// The per-user index ([`crate::users`]), off by default.
     pub user_index: Option<UserIndexConfig>,
+    /// Recently viewed items per session ([`crate::viewed`]), off by
+    /// default.
+    pub viewed: Option<ViewedConfig>,
 }
 
 impl Default for CompactConfig {
@@ -86,6 +91,7 @@ impl Default for CompactConfig {
             bucket_bits: DEFAULT_BUCKET_BITS,
             id_width: IdWidth::default(),
             user_index: None,
+            viewed: None,
         }
     }
 }
@@ -116,6 +122,13 @@ impl CompactConfig {
     /// to 400 sessions.
     pub fn with_user_index(mut self, config: UserIndexConfig) -> Self {
         self.user_index = Some(config);
+        self
+    }
+
+    /// Keeps each session's recently viewed items ([`crate::viewed`]);
+    /// `ViewedConfig::default()` keeps the last 25 of up to 8 bytes.
+    pub fn with_viewed(mut self, config: ViewedConfig) -> Self {
+        self.viewed = Some(config);
         self
     }
 }
@@ -328,6 +341,11 @@ impl GroupedBuckets {
     pub fn out_of_line_key(&self, bucket: u32, field: &[u8]) -> String {
         format!("{}:o:{}", self.bucket_key(bucket), hex::encode(field))
     }
+
+    /// Chunk `chunk` of a bucket's viewed items ([`crate::viewed`]).
+    pub fn viewed_key(&self, bucket: u32, chunk: usize) -> String {
+        format!("{}:v{chunk}", self.bucket_key(bucket))
+    }
 }
 
 /// Sessions packed into listpack HASH buckets, expiry inside each value,
@@ -341,6 +359,8 @@ pub struct Compact<C> {
     clock: Arc<ServerClock>,
     watch: Arc<OutOfLineWatch>,
     users: Option<UserIndex>,
+    /// The viewed items kept, and their chunks per bucket.
+    viewed: Option<(ViewedConfig, usize)>,
 }
 
 impl<C> std::fmt::Debug for Compact<C> {
@@ -359,6 +379,8 @@ pub(crate) struct Keys {
     pub(crate) member: u32,
     pub(crate) field: Vec<u8>,
     pub(crate) bucket_no: u32,
+    /// The bucket's viewed chunk keys, where the store keeps viewed items.
+    pub(crate) viewed: Vec<String>,
 }
 
 impl<C> Compact<C>
@@ -381,8 +403,15 @@ where
             meta.user_grace_secs = users.config().grace_secs;
             meta.user_skew_secs = users.config().skew_secs;
         }
+        if let Some(viewed) = &config.viewed {
+            viewed.chunks()?;
+            meta.viewed_keep = viewed.keep;
+            meta.viewed_item_bytes = viewed.item_bytes;
+        }
         let (limits, policy) = super::open_bucket_store(&conn, &meta, buckets.namespace()).await?;
-        let mut layout = Self::with_limits(conn, buckets, limits).with_users(users);
+        let mut layout = Self::with_limits(conn, buckets, limits)
+            .with_users(users)
+            .with_viewed(config.viewed)?;
         layout.eviction_policy = policy;
         Ok(layout)
     }
@@ -428,6 +457,7 @@ where
             clock: Default::default(),
             watch: Default::default(),
             users: None,
+            viewed: None,
         }
     }
 
@@ -464,7 +494,16 @@ where
             member: self.scheme.member(bucket),
             field: self.buckets().field(id),
             bucket_no: bucket,
+            viewed: self.viewed_keys(bucket),
         }
+    }
+
+    /// A bucket's viewed chunk keys; none where the store keeps no viewed
+    /// items.
+    pub(crate) fn viewed_keys(&self, bucket: u32) -> Vec<String> {
+        (0..self.viewed_chunks())
+            .map(|c| self.scheme.viewed_key(bucket, c))
+            .collect()
     }
 
     /// How a record is stored: the integer form where it is smaller, out
@@ -500,16 +539,19 @@ where
         }
     }
 
-    /// A script call on `id`'s bucket: bucket, index and out-of-line keys;
-    /// field and member.
+    /// A script call on `id`'s bucket: bucket, index and out-of-line keys,
+    /// then the viewed chunk keys (a script removing the session removes
+    /// its chunk fields); field and member.
     fn invocation<'a>(&self, script: &'a Script, id: &SessionId) -> ScriptInvocation<'a> {
         let k = self.keys(id);
         let mut inv = script.prepare_invoke();
         inv.key(&k.bucket)
             .key(&k.index)
-            .key(self.scheme.out_of_line_key(k.bucket_no, &k.field))
-            .arg(&k.field)
-            .arg(k.member);
+            .key(self.scheme.out_of_line_key(k.bucket_no, &k.field));
+        for key in &k.viewed {
+            inv.key(key);
+        }
+        inv.arg(&k.field).arg(k.member);
         inv
     }
 
@@ -779,21 +821,23 @@ where
         id.check_width(self.buckets().id_width())?;
         let k = self.keys(id);
         let mut conn = self.conn.clone();
-        let removed: i64 = if seen_inline {
+        let removed: i64 = if seen_inline && k.viewed.is_empty() {
             redis::cmd("HDEL")
                 .arg(&k.bucket)
                 .arg(&k.field)
                 .query_async(&mut conn)
                 .await
         } else {
-            redis::pipe()
-                .atomic()
-                .hdel(&k.bucket, &k.field)
-                .del(self.scheme.out_of_line_key(k.bucket_no, &k.field))
-                .ignore()
-                .query_async::<(i64,)>(&mut conn)
-                .await
-                .map(|(n,)| n)
+            let mut pipe = redis::pipe();
+            pipe.atomic().hdel(&k.bucket, &k.field);
+            if !seen_inline {
+                pipe.del(self.scheme.out_of_line_key(k.bucket_no, &k.field))
+                    .ignore();
+            }
+            for key in &k.viewed {
+                pipe.hdel(key, &k.field).ignore();
+            }
+            pipe.query_async::<(i64,)>(&mut conn).await.map(|(n,)| n)
         }
         .map_err(self.error(id))?;
         Ok(removed > 0)
@@ -988,6 +1032,10 @@ where
             out.extend(codes.into_iter().map(Inserted::from_code));
         }
         Ok(out)
+    }
+
+    async fn carry_over(&self, from: &SessionId, to: &SessionId) -> Result<()> {
+        self.copy_viewed(from, to).await
     }
 
     async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {

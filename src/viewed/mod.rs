@@ -1,0 +1,219 @@
+//! Recently viewed items: the last `keep` items each session viewed, newest
+//! first, recorded with the session's touch in one step and gone with the
+//! session. The book's `viewed:<token>` ZSET per session, packed.
+//!
+//! The book keeps one ZSET per session (`ZADD viewed:<token> <ts> <item>`,
+//! trimmed to 25 with `ZREMRANGEBYRANK`), a top-level key each. Here a
+//! compact store opened with [`crate::CompactConfig::with_viewed`] keeps a
+//! session's list in its bucket's *viewed chunks*: `2..=16` listpack HASHes
+//! beside the bucket (`sp:{7f4}:7:v0`, `sp:{7f4}:7:v1`, ...), each holding
+//! the session's field again with a value of at most [`CHUNK_BYTES`]
+//! bytes: the list, newest first, each item its length in one byte and its
+//! bytes. Chunk `k` holds the items that did not fit chunks `0..k`, so a
+//! short list uses only chunk 0. A chunk key never holds more fields than
+//! its bucket holds sessions, and no value exceeds the listpack value
+//! limit, so the chunks stay listpacks whenever the bucket does.
+//!
+//! Every script that removes a session (destroy, expiry found on a touch,
+//! the sweeper, the session cap, a revocation) removes its chunk fields in
+//! the same step, and the sweeper deletes the chunk keys of a bucket it
+//! empties; so a list never outlives its session, and nothing is left
+//! that no sweep removes. A view is one script on the bucket's hash tag: it
+//! checks the session is live, rolls its expiry as a touch does, moves the
+//! item to the front (a repeat view moves it, as `ZADD` of an existing
+//! member does) and keeps the newest `keep`. A rotation carries the list to
+//! the new id.
+//!
+//! The store records `keep` and `item_bytes` in its metadata: a process
+//! opening the namespace with others (or without the lists) would drop
+//! other chunks than the ones written, and is refused.
+
+mod store;
+
+use crate::error::{Error, Result};
+
+/// Items kept per session by default: the book's 25.
+pub const DEFAULT_KEEP: u8 = 25;
+/// Largest item by default: 8 bytes, any `u64` item id.
+pub const DEFAULT_ITEM_BYTES: u8 = 8;
+/// Largest value of one chunk: Redis's default `hash-max-listpack-value`.
+pub const CHUNK_BYTES: usize = 64;
+/// Most chunks per bucket: each is a key beside the bucket, and every
+/// script removing a session names them all.
+pub const MAX_CHUNKS: usize = 16;
+
+/// How many items a store keeps per session, and how large one may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ViewedConfig {
+    /// Items kept per session, newest first (1..=255), default 25.
+    pub keep: u8,
+    /// The largest item in bytes as stored ([`Item::encode`]), 1..=63,
+    /// default 8. It decides the chunk count: each chunk holds
+    /// `64 / (1 + item_bytes)` items at the least.
+    pub item_bytes: u8,
+}
+
+impl Default for ViewedConfig {
+    fn default() -> Self {
+        Self {
+            keep: DEFAULT_KEEP,
+            item_bytes: DEFAULT_ITEM_BYTES,
+        }
+    }
+}
+
+impl ViewedConfig {
+    /// Keeps the newest `keep` items of at most `item_bytes` bytes.
+    pub fn new(keep: u8, item_bytes: u8) -> Self {
+        Self { keep, item_bytes }
+    }
+
+    /// The chunk keys per bucket that hold `keep` items of the largest
+    /// size; an [`Error::Config`] when that is 0 items or more than
+    /// [`MAX_CHUNKS`] chunks.
+    pub fn chunks(&self) -> Result<usize> {
+        let per_chunk = CHUNK_BYTES / (1 + usize::from(self.item_bytes));
+        if self.keep == 0 || self.item_bytes == 0 || per_chunk == 0 {
+            return Err(Error::Config(format!(
+                "viewed items: keep {} items of up to {} bytes; both must be at least 1 and an \
+                 item at most {} bytes",
+                self.keep,
+                self.item_bytes,
+                CHUNK_BYTES - 1
+            )));
+        }
+        let chunks = usize::from(self.keep).div_ceil(per_chunk);
+        if chunks > MAX_CHUNKS {
+            return Err(Error::Config(format!(
+                "viewed items: {} items of up to {} bytes take {chunks} chunks of {CHUNK_BYTES} \
+                 bytes; at most {MAX_CHUNKS}: keep fewer or smaller items",
+                self.keep, self.item_bytes
+            )));
+        }
+        Ok(chunks)
+    }
+
+    /// Checks an item's stored bytes against the size limit.
+    pub(crate) fn check_item(&self, bytes: &[u8]) -> Result<()> {
+        let limit = usize::from(self.item_bytes);
+        if bytes.is_empty() || bytes.len() > limit {
+            return Err(Error::ItemTooLong {
+                len: bytes.len(),
+                limit,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// An item id as a viewed list stores it.
+pub trait Item: Sized {
+    /// Its bytes as stored: 1 to [`ViewedConfig::item_bytes`] of them.
+    fn encode(&self) -> Vec<u8>;
+    /// The item back from its stored bytes; `None` if they are not one.
+    fn decode(bytes: &[u8]) -> Option<Self>;
+}
+
+/// Big-endian without leading zero bytes (at least one byte): ids below
+/// 2^24 take 3 bytes.
+fn encode_uint(n: u64) -> Vec<u8> {
+    let bytes = n.to_be_bytes();
+    let skip = bytes.iter().take_while(|&&b| b == 0).count().min(7);
+    bytes[skip..].to_vec()
+}
+
+fn decode_uint(bytes: &[u8], max: usize) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > max {
+        return None;
+    }
+    Some(bytes.iter().fold(0, |n, &b| (n << 8) | u64::from(b)))
+}
+
+impl Item for u64 {
+    fn encode(&self) -> Vec<u8> {
+        encode_uint(*self)
+    }
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        decode_uint(bytes, 8)
+    }
+}
+
+impl Item for u32 {
+    fn encode(&self) -> Vec<u8> {
+        encode_uint(u64::from(*self))
+    }
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        decode_uint(bytes, 4).and_then(|n| u32::try_from(n).ok())
+    }
+}
+
+impl Item for String {
+    fn encode(&self) -> Vec<u8> {
+        self.as_bytes().to_vec()
+    }
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        String::from_utf8(bytes.to_vec()).ok()
+    }
+}
+
+impl Item for Vec<u8> {
+    fn encode(&self) -> Vec<u8> {
+        self.clone()
+    }
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        Some(bytes.to_vec())
+    }
+}
+
+/// The items of a session's chunks, in order (newest first); `None` if a
+/// chunk is malformed. A missing chunk ends the list.
+pub(crate) fn parse_chunks(chunks: &[Option<Vec<u8>>]) -> Option<Vec<Vec<u8>>> {
+    let mut items = Vec::new();
+    for chunk in chunks {
+        let Some(chunk) = chunk else { break };
+        let mut rest = chunk.as_slice();
+        while let Some((&len, tail)) = rest.split_first() {
+            let len = usize::from(len);
+            if len == 0 || tail.len() < len {
+                return None;
+            }
+            items.push(tail[..len].to_vec());
+            rest = &tail[len..];
+        }
+    }
+    Some(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_take_their_significant_bytes() {
+        for (n, len) in [(0u64, 1), (255, 1), (256, 2), (1 << 23, 3), (u64::MAX, 8)] {
+            let bytes = n.encode();
+            assert_eq!(bytes.len(), len, "{n}");
+            assert_eq!(u64::decode(&bytes), Some(n));
+        }
+        assert_eq!(u32::decode(&u64::MAX.encode()), None);
+        assert_eq!(u64::decode(&[]), None);
+    }
+
+    #[test]
+    fn chunk_counts_follow_the_item_size() {
+        assert_eq!(ViewedConfig::default().chunks().unwrap(), 4);
+        assert_eq!(ViewedConfig::new(25, 3).chunks().unwrap(), 2);
+        assert_eq!(ViewedConfig::new(16, 3).chunks().unwrap(), 1);
+        assert!(ViewedConfig::new(0, 8).chunks().is_err());
+        assert!(ViewedConfig::new(25, 64).chunks().is_err());
+        assert!(ViewedConfig::new(255, 32).chunks().is_err());
+    }
+
+    #[test]
+    fn chunks_parse_in_order_and_a_missing_one_ends_the_list() {
+        let read = [Some(vec![1, 7, 2, 1, 0]), None, Some(vec![1, 9])];
+        assert_eq!(parse_chunks(&read).unwrap(), vec![vec![7], vec![1, 0]]);
+        assert_eq!(parse_chunks(&[Some(vec![3, 1])]), None, "truncated");
+        assert_eq!(parse_chunks(&[Some(vec![0])]), None, "empty item");
+    }
+}

@@ -1,0 +1,177 @@
+//! Recently viewed items on one real `redis-server`: the book's list kept
+//! view for view, gone with the session on every path, concurrent views,
+//! and hostile input. The shared scenarios also run on a cluster in
+//! `cluster.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::viewed::{self, Page};
+use sessionpack::viewed::ViewedConfig;
+use sessionpack::{Compact, CompactConfig, Error, SessionId, Store};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_newest_items_are_kept_as_the_book_keeps_them() {
+    let server = common::server();
+    viewed::the_newest_items_are_kept_as_the_book_keeps_them(common::manager(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_go_with_their_session() {
+    let server = common::server();
+    viewed::items_go_with_their_session(common::manager(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_views_keep_the_list_whole() {
+    let server = common::server();
+    viewed::concurrent_views_keep_the_list_whole(common::manager(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_input_is_refused_and_writes_nothing() {
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let layout = viewed::layout(conn.clone(), "vbad").await;
+    let store: Store<_, Page> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let s = store.create(1, Page::default()).await.unwrap();
+    // Items the store does not keep.
+    for item in ["", "123456789"] {
+        assert!(
+            matches!(
+                store.view(&s.id, &item.to_owned()).await,
+                Err(Error::ItemTooLong { limit: 8, .. })
+            ),
+            "{item:?}"
+        );
+    }
+    assert_eq!(viewed::chunk_fields(&layout, &s.id).await, 0);
+    // An id of another width.
+    let narrow = SessionId::generate_with(sessionpack::IdWidth::Bits128).unwrap();
+    assert!(matches!(
+        store.view(&narrow, &1u64).await,
+        Err(Error::InvalidId(_))
+    ));
+    // A chunk key of another type: a typed error, and the session's expiry
+    // and list untouched.
+    store.view(&s.id, &5u64).await.unwrap().unwrap();
+    let before = store.load(&s.id).await.unwrap().unwrap().expires_at;
+    let bucket = layout.buckets().bucket_of(&s.id);
+    let chunk0 = layout.scheme().viewed_key(bucket, 0);
+    let mut raw = common::raw(&server).await;
+    let _: () = redis::cmd("RENAME")
+        .arg(&chunk0)
+        .arg("kept")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&chunk0)
+        .arg("x")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert!(matches!(
+        store.view(&s.id, &6u64).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert_eq!(
+        store.load(&s.id).await.unwrap().unwrap().expires_at,
+        before,
+        "nothing written"
+    );
+    assert!(matches!(
+        store.viewed::<u64>(&s.id).await,
+        Err(Error::WrongType { .. })
+    ));
+    // A destroy still removes the session, leaving the foreign key alone.
+    let other = store.create(2, Page::default()).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&chunk0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("RENAME")
+        .arg("kept")
+        .arg(&chunk0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.viewed::<u64>(&s.id).await.unwrap(),
+        Some(vec![5]),
+        "the list as it was"
+    );
+    // A corrupt chunk: a typed error on read, never a panic.
+    let field = layout.buckets().field(&s.id);
+    let _: () = redis::cmd("HSET")
+        .arg(&chunk0)
+        .arg(&field)
+        .arg(b"\x09ab".as_slice())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.viewed::<u64>(&s.id).await,
+        Err(Error::CorruptRecord { .. })
+    ));
+    // Items of another type than stored.
+    store.destroy(&s.id).await.unwrap();
+    store.view(&other.id, &"a name".to_owned()).await.unwrap();
+    assert!(matches!(
+        store.viewed::<u32>(&other.id).await,
+        Err(Error::CorruptRecord { .. })
+    ));
+    assert_eq!(
+        store.viewed::<String>(&other.id).await.unwrap(),
+        Some(vec!["a name".to_owned()])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_without_lists_or_with_others_is_refused() {
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let plain = Compact::new(conn.clone(), CompactConfig::new(4).with_namespace("vplain"))
+        .await
+        .unwrap();
+    let store: Store<_, Page> = Store::new(plain);
+    let s = store.create(1, Page::default()).await.unwrap();
+    assert!(matches!(
+        store.view(&s.id, &1u64).await,
+        Err(Error::Config(_))
+    ));
+    viewed::layout(conn.clone(), "vmeta").await;
+    for config in [
+        CompactConfig::new(4).with_namespace("vmeta"),
+        CompactConfig::new(4)
+            .with_namespace("vmeta")
+            .with_viewed(ViewedConfig::new(10, 8)),
+        CompactConfig::new(4)
+            .with_namespace("vplain")
+            .with_viewed(ViewedConfig::default()),
+    ] {
+        assert!(
+            matches!(
+                Compact::new(conn.clone(), config).await,
+                Err(Error::Config(_))
+            ),
+            "opened with other viewed items than recorded"
+        );
+    }
+    for bad in [
+        ViewedConfig::new(0, 8),
+        ViewedConfig::new(25, 64),
+        ViewedConfig::new(255, 40),
+    ] {
+        let config = CompactConfig::new(4)
+            .with_namespace("vnew")
+            .with_viewed(bad);
+        assert!(matches!(
+            Compact::new(conn.clone(), config).await,
+            Err(Error::Config(_))
+        ));
+    }
+}
