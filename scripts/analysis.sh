@@ -19,14 +19,15 @@
 # emulated, beside a Spring-Session-style SET per user, and to each
 # operation's server CPU. `tokens` one-time tokens at 1M, packed against the
 # talk's key per token. `ratelimit` the talk's exact log against the packed
-# GCRA limiter.
+# GCRA limiter. `viewed` recently viewed items at 1M sessions of 25 items,
+# packed beside the buckets against the book's ZSET per session.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens ratelimit 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens ratelimit viewed 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -73,6 +74,11 @@ for part in "${parts[@]}"; do
       $sp bench tokens --tokens 1000000 --consume 100000 --bucket-bits 15 \
         --out analysis/runs/tokens-2-15 ;;
     ratelimit) $sp bench ratelimit --clients 100000 --out analysis/runs/ratelimit ;;
+    viewed)
+      # 1M sessions with 25 items each, then 500k views, against the book.
+      $sp bench viewed --sessions 1000000 --views 500000 --out analysis/runs/viewed
+      # 20,000 sessions: the book's global login: and recent: keys small.
+      $sp bench viewed --sessions 20000 --views 200000 --out analysis/runs/viewed-20k ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench
