@@ -36,6 +36,12 @@ fn demo_runs_against_its_own_server() {
         "4",
     ]));
     assert!(text.contains("rotated   old id finds None"), "{text}");
+    assert!(
+        text.contains("newest first Some([1001, 1003, 1002])")
+            && text.contains("viewed Some([1001, 1003, 1002])")
+            && text.contains("its viewed items with it: None"),
+        "{text}"
+    );
     assert!(text.contains("hostile   cookie refused"), "{text}");
     assert!(text.contains("2000 sessions"), "{text}");
 }
@@ -553,6 +559,46 @@ fn bench_tokens_measures_both_layouts() {
         "packed {} vs setex {}",
         bytes(1),
         bytes(0)
+    );
+}
+
+/// `bench viewed` loads both layouts with full lists, then views: the
+/// packed items take well under the book's bytes, every list key stays a
+/// listpack, and every view finds its session.
+#[test]
+fn bench_viewed_measures_the_packed_lists_against_the_books() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "viewed",
+        "--sessions",
+        "5000",
+        "--views",
+        "5000",
+        "--out",
+        out,
+    ]));
+    assert!(
+        text.contains("book (ZSET per session)") && text.contains("packed 2^"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("viewed.json")).unwrap())
+            .unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["list_keys_converted"], 0, "{r}");
+        assert!(r["views_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(runs[0]["list_keys"], 5000, "a ZSET per session");
+    let items = |i: usize| runs[i]["item_bytes"].as_f64().unwrap();
+    assert!(
+        items(1) < items(0) / 2.0,
+        "packed {} vs the book's {}",
+        items(1),
+        items(0)
     );
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::Target;
 use crate::error::Result;
 use crate::harness::info::MemorySample;
+use crate::viewed::ViewedConfig;
 use crate::{Compact, CompactConfig, Store};
 
 /// Arguments of `sessionpack demo`.
@@ -36,7 +37,8 @@ pub(super) async fn run(args: DemoArgs) -> Result<()> {
     let (target, url) = args.target.connect_server("demo").await?;
     target.flush().await?;
     let mut conn = crate::connect(&url).await?;
-    let layout = Compact::new(conn.clone(), CompactConfig::new(args.bucket_bits)).await?;
+    let config = CompactConfig::new(args.bucket_bits).with_viewed(ViewedConfig::default());
+    let layout = Compact::new(conn.clone(), config).await?;
     println!(
         "server {} with {} compact buckets; listpack limits {:?}",
         url,
@@ -56,6 +58,13 @@ pub(super) async fn run(args: DemoArgs) -> Result<()> {
         .map(|s| s.attrs.items);
     println!("updated   cart -> {updated:?}");
     println!("touched   expires at {:?}", store.touch(&session.id).await?);
+    for item in [1001u64, 1002, 1003, 1001] {
+        store.view(&session.id, &item).await?;
+    }
+    println!(
+        "viewed    1001, 1002, 1003, 1001 -> newest first {:?}",
+        store.viewed::<u64>(&session.id).await?
+    );
     let rotated = store.rotate(&session.id).await?;
     println!(
         "rotated   old id finds {:?}",
@@ -64,10 +73,15 @@ pub(super) async fn run(args: DemoArgs) -> Result<()> {
     if let Some(new_id) = rotated {
         let loaded = store.load(&new_id).await?;
         println!(
-            "          new id {new_id:?} finds identity {:?}",
-            loaded.map(|s| s.identity)
+            "          new id {new_id:?} finds identity {:?}, viewed {:?}",
+            loaded.map(|s| s.identity),
+            store.viewed::<u64>(&new_id).await?
         );
-        println!("destroyed {}", store.destroy(&new_id).await?);
+        println!(
+            "destroyed {}, its viewed items with it: {:?}",
+            store.destroy(&new_id).await?,
+            store.viewed::<u64>(&new_id).await?
+        );
     }
     match store.load_cookie("not-a-session-id").await {
         Err(e) => println!("hostile   cookie refused: {e}"),
