@@ -252,15 +252,23 @@ async fn the_sweep_daemon_reads_the_stores_bucket_bits_and_refuses_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_daemon_sweeps_a_compact_store_by_its_metadata() {
     let server = common::server();
+    // With viewed items, which the daemon removes with their sessions.
     let layout = sessionpack::Compact::new(
         common::manager(&server).await,
-        sessionpack::CompactConfig::new(9).with_id_width(sessionpack::IdWidth::Bits128),
+        sessionpack::CompactConfig::new(9)
+            .with_id_width(sessionpack::IdWidth::Bits128)
+            .with_viewed(sessionpack::viewed::ViewedConfig::default()),
     )
     .await
     .unwrap();
-    let short: Store<_, ()> = Store::new(layout).with_ttl(Duration::from_secs(1));
+    let short: Store<_, ()> = Store::new(layout.clone())
+        .with_ttl(Duration::from_secs(1))
+        .with_lifetimes(None, None);
     let batch: Vec<(u64, ())> = (0..700).map(|i| (i, ())).collect();
-    short.create_many(&batch).await.unwrap();
+    let ids = short.create_many(&batch).await.unwrap();
+    for id in &ids[..50] {
+        short.view_many(id, &[1u64, 2, 3]).await.unwrap().unwrap();
+    }
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let url = server.url();
     let text = stdout(&sessionpack(&[
@@ -272,6 +280,12 @@ async fn the_sweep_daemon_sweeps_a_compact_store_by_its_metadata() {
     ]));
     assert!(text.contains("sweeping 512 buckets"), "{text}");
     assert!(text.contains("700 reclaimed"), "{text}");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("sp:{*")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(keys, Vec::<String>::new(), "bucket and chunk keys left");
 }
 
 /// The daemon and the advisor take a named cluster; the daemon reclaims

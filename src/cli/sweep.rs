@@ -69,6 +69,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
                 .with_namespace(args.namespace.clone())
                 .with_id_width(width);
             config.user_index = meta.as_ref().and_then(StoreMeta::user_index);
+            config.viewed = meta.as_ref().and_then(StoreMeta::viewed);
             let layout = Compact::new(conn, config).await?;
             let count = layout.buckets().count();
             (layout.into(), count)

@@ -127,10 +127,11 @@ async fn open(args: &StoreArgs) -> Result<Compact<AnyConnection>> {
         )));
     };
     let width = IdWidth::from_bits(meta.id_bits).unwrap_or_default();
-    let config = CompactConfig::new(meta.bucket_bits)
+    let mut config = CompactConfig::new(meta.bucket_bits)
         .with_namespace(args.namespace.clone())
         .with_id_width(width)
         .with_user_index(users);
+    config.viewed = meta.viewed();
     Compact::new(conn, config).await
 }
 
