@@ -396,6 +396,84 @@ async fn viewed_items_hold_on_a_cluster() {
     common::viewed::concurrent_views_keep_the_list_whole(conn(&c).await).await;
 }
 
+/// The talk's patterns on a cluster: tokens packed under hash tags, a
+/// lock and its fence counter sharing one, a client's log and retry set
+/// sharing one, GCRA buckets each its own; every script stays in one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_locks_and_rate_limits_hold_on_a_cluster() {
+    use sessionpack::lock::Lock;
+    use sessionpack::ratelimit::{Gcra, Limit, SlidingLog};
+    use sessionpack::tokens::Tokens;
+    let c = start();
+    let conn = conn(&c).await;
+    // Tokens: many, spread over every primary; each consumed once.
+    let tokens: Tokens<_, String> = Tokens::open(conn.clone(), 6).await.unwrap();
+    let payloads: Vec<String> = (0..300).map(|n| format!("reset {n}")).collect();
+    let issued = tokens
+        .issue_many(&payloads, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let racers: Vec<_> = (0..4)
+        .map(|_| {
+            let tokens = tokens.clone();
+            let issued = issued.clone();
+            tokio::spawn(async move {
+                let mut won = Vec::new();
+                for t in &issued {
+                    if let Some(p) = tokens.consume(t).await.unwrap() {
+                        won.push(p);
+                    }
+                }
+                won
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for r in racers {
+        won.extend(r.await.unwrap());
+    }
+    won.sort();
+    let mut expected = payloads.clone();
+    expected.sort();
+    assert_eq!(won, expected, "each token consumed exactly once");
+    // Locks: the fence grows across holders.
+    let lock = Lock::new(conn.clone(), "report").unwrap();
+    let first = lock
+        .try_acquire(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        lock.try_acquire(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let fence = first.fence();
+    assert!(first.release().await.unwrap());
+    let second = lock
+        .try_acquire(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(second.fence() > fence);
+    assert!(second.release().await.unwrap());
+    // Rate limits: both admit the limit and refuse the next, for clients
+    // on every primary.
+    let limit = Limit::new(3, Duration::from_secs(60)).unwrap();
+    let log = SlidingLog::new(conn.clone(), "rl", limit);
+    let gcra = Gcra::new(conn.clone(), "gc", 4, limit).unwrap();
+    for client in (0..12).map(|n| format!("client-{n}")) {
+        for n in 0..4 {
+            let by_log = log.check(&client).await.unwrap();
+            let by_gcra = gcra.check(&client).await.unwrap();
+            assert_eq!(by_log.allowed, n < 3, "log, {client}, request {n}");
+            assert_eq!(by_gcra.allowed, n < 3, "gcra, {client}, request {n}");
+        }
+    }
+    assert_eq!(gcra.sweep().await.unwrap(), 0, "no client has lapsed");
+}
+
 /// A primary that has lost its scripts (restarted, or `SCRIPT FLUSH`ed)
 /// mid-way through a store's life: a bulk insert spanning every primary
 /// still stores each session exactly once and reports each created. (The
