@@ -130,6 +130,49 @@ async fn hostile_input_is_refused_and_writes_nothing() {
     );
 }
 
+/// A chunk key evicted (or deleted) loses the items it held, never shows
+/// items that are no longer the list's, and the session's removal still
+/// takes everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_chunk_loses_items_but_never_shows_stale_ones() {
+    let server = common::server();
+    let layout = viewed::layout(common::manager(&server).await, "vevict").await;
+    let store: Store<_, Page> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let s = store.create(1, Page::default()).await.unwrap();
+    let items: Vec<u64> = (0..25).map(|n| 100_000 + n).collect();
+    store.view_many(&s.id, &items).await.unwrap().unwrap();
+    assert_eq!(viewed::chunk_fields(&layout, &s.id).await, 2);
+    let bucket = layout.buckets().bucket_of(&s.id);
+    let mut raw = common::raw(&server).await;
+    let _: () = redis::cmd("DEL")
+        .arg(layout.scheme().viewed_key(bucket, 0))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(store.viewed::<u64>(&s.id).await.unwrap(), Some(vec![]));
+    store.view(&s.id, &7u64).await.unwrap().unwrap();
+    assert_eq!(
+        store.viewed::<u64>(&s.id).await.unwrap(),
+        Some(vec![7]),
+        "the stale chunk 1 is not read"
+    );
+    // Filling chunk 0 again (15 items of 4 bytes leave no room for an
+    // 8-byte one) makes the script read on: the stale chunk is gone.
+    let more: Vec<u64> = (0..14).map(|n| 200_000 + n).collect();
+    store.view_many(&s.id, &more).await.unwrap().unwrap();
+    let list = store.viewed::<u64>(&s.id).await.unwrap().unwrap();
+    assert_eq!(list.len(), 15, "{list:?}");
+    store.view(&s.id, &300_000u64).await.unwrap().unwrap();
+    let list = store.viewed::<u64>(&s.id).await.unwrap().unwrap();
+    assert_eq!(list.len(), 16, "no stale item came back: {list:?}");
+    assert!(
+        list.iter().all(|&n| n < 100_000 || n >= 200_000),
+        "{list:?}"
+    );
+    store.destroy(&s.id).await.unwrap();
+    assert_eq!(viewed::chunk_fields(&layout, &s.id).await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_without_lists_or_with_others_is_refused() {
     let server = common::server();

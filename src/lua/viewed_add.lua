@@ -13,12 +13,14 @@
 -- strings (one string.byte per item), as this runs on every page view.
 -- Returns the session's expiry, or nil (nothing written) if it is not live.
 -- The chunks are read first: a chunk key of another type fails the call
--- before anything is written.
+-- before anything is written. The list ends at the first missing chunk
+-- (src/viewed/mod.rs reads it alike).
 local keep, limit, widest = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local chunks = {}
+local chunks, gap = {}, nil
 for k = 4, #KEYS do
   local chunk = redis.call('HGET', KEYS[k], ARGV[1])
   if not chunk then
+    gap = k
     break
   end
   chunks[#chunks + 1] = chunk
@@ -90,5 +92,12 @@ if pos > 1 then
 end
 for c = written + 1, #chunks do
   redis.call('HDEL', KEYS[3 + c], ARGV[1])
+end
+-- A chunk missing where the list was read to goes with everything after
+-- it: after an evicted chunk key, what follows is not the list's.
+if gap then
+  for k = math.max(gap + 1, 4 + written), #KEYS do
+    redis.call('HDEL', KEYS[k], ARGV[1])
+  end
 end
 return expiry

@@ -166,11 +166,14 @@ impl Item for Vec<u8> {
 }
 
 /// The items of a session's chunks, in order (newest first); `None` if a
-/// chunk is malformed. A missing chunk ends the list.
-pub(crate) fn parse_chunks(chunks: &[Option<Vec<u8>>]) -> Option<Vec<Vec<u8>>> {
+/// chunk is malformed. The list ends at a missing chunk or after one with
+/// room for an item of `widest` bytes, as the view script reads it: a
+/// chunk past those (left by an evicted chunk key) is not the list's.
+pub(crate) fn parse_chunks(chunks: &[Option<Vec<u8>>], widest: u8) -> Option<Vec<Vec<u8>>> {
     let mut items = Vec::new();
     for chunk in chunks {
         let Some(chunk) = chunk else { break };
+        let last = chunk.len() + 1 + usize::from(widest) <= CHUNK_BYTES;
         let mut rest = chunk.as_slice();
         while let Some((&len, tail)) = rest.split_first() {
             let len = usize::from(len);
@@ -179,6 +182,9 @@ pub(crate) fn parse_chunks(chunks: &[Option<Vec<u8>>]) -> Option<Vec<Vec<u8>>> {
             }
             items.push(tail[..len].to_vec());
             rest = &tail[len..];
+        }
+        if last {
+            break;
         }
     }
     Some(items)
@@ -210,10 +216,15 @@ mod tests {
     }
 
     #[test]
-    fn chunks_parse_in_order_and_a_missing_one_ends_the_list() {
+    fn chunks_parse_in_order_and_end_where_the_script_ends_them() {
         let read = [Some(vec![1, 7, 2, 1, 0]), None, Some(vec![1, 9])];
-        assert_eq!(parse_chunks(&read).unwrap(), vec![vec![7], vec![1, 0]]);
-        assert_eq!(parse_chunks(&[Some(vec![3, 1])]), None, "truncated");
-        assert_eq!(parse_chunks(&[Some(vec![0])]), None, "empty item");
+        assert_eq!(parse_chunks(&read, 8).unwrap(), vec![vec![7], vec![1, 0]]);
+        // A full chunk 0 goes on to chunk 1; one with room ends the list.
+        let full: Vec<u8> = [2u8, 1, 1].repeat(20);
+        let read = [Some(full.clone()), Some(vec![1, 9])];
+        assert_eq!(parse_chunks(&read, 4).unwrap().len(), 21);
+        assert_eq!(parse_chunks(&read, 3).unwrap().len(), 20);
+        assert_eq!(parse_chunks(&[Some(vec![3, 1])], 8), None, "truncated");
+        assert_eq!(parse_chunks(&[Some(vec![0])], 8), None, "empty item");
     }
 }

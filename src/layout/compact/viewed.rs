@@ -109,7 +109,7 @@ where
     /// `None` if there is no live session. One transaction reads the
     /// session and its chunks together.
     pub async fn viewed(&self, id: &SessionId) -> Result<Option<Vec<Vec<u8>>>> {
-        self.viewed_or_refuse()?;
+        let config = self.viewed_or_refuse()?;
         id.check_width(self.buckets().id_width())?;
         let k = self.keys(id);
         let mut pipe = redis::pipe();
@@ -129,7 +129,7 @@ where
         let chunks = replies
             .map(redis::from_redis_value)
             .collect::<std::result::Result<Vec<Option<Vec<u8>>>, _>>()?;
-        parse_chunks(&chunks)
+        parse_chunks(&chunks, config.item_bytes)
             .map(Some)
             .ok_or_else(|| Error::CorruptRecord {
                 location: self.buckets().location(id),
