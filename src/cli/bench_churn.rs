@@ -42,11 +42,7 @@ pub(super) async fn run(args: ChurnArgs) -> Result<()> {
     let mut runs: Vec<ChurnRun> = Vec::new();
     let mut server = None;
     for (i, kind) in layouts.into_iter().enumerate() {
-        // A fresh process per layout when the server is ours.
-        if let (true, Some(local)) = (i > 0, &target.local) {
-            local.restart()?;
-        }
-        target.flush().await?;
+        target.fresh(i > 0).await?;
         let mut conn = crate::connect(&url).await?;
         let info = ServerInfo::read(&mut conn).await?;
         let pick = match kind {

@@ -56,10 +56,7 @@ pub(super) async fn run(args: RateLimitArgs) -> Result<()> {
     let mut runs: Vec<LimiterRun> = Vec::new();
     let mut server = None;
     for packed in [false, true] {
-        if let (true, Some(local)) = (packed, &target.local) {
-            local.restart()?;
-        }
-        target.flush().await?;
+        target.fresh(packed).await?;
         let mut conn = crate::connect(&url).await?;
         server = Some(ServerInfo::read(&mut conn).await?);
         // The load uses the long window; the burst test a short one, on

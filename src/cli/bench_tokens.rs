@@ -44,11 +44,7 @@ pub(super) async fn run(args: TokensArgs) -> Result<()> {
     });
     let mut runs: Vec<TokenRun> = Vec::new();
     for packed in [false, true] {
-        // A fresh process per layout when the server is ours.
-        if let (true, Some(local)) = (packed, &target.local) {
-            local.restart()?;
-        }
-        target.flush().await?;
+        target.fresh(packed).await?;
         let run = if packed {
             tokens::packed(&url, args.tokens, bits, consume, args.clients).await?
         } else {

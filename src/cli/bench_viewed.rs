@@ -56,11 +56,7 @@ pub(super) async fn run(args: ViewedArgs) -> Result<()> {
     };
     let mut runs: Vec<ViewedRun> = Vec::new();
     for packed in [false, true] {
-        // A fresh process per layout when the server is ours.
-        if let (true, Some(local)) = (packed, &target.local) {
-            local.restart()?;
-        }
-        target.flush().await?;
+        target.fresh(packed).await?;
         let run = if packed {
             viewed::packed(&url, load, bits).await?
         } else {

@@ -142,4 +142,14 @@ impl Connected {
         }
         Ok(())
     }
+
+    /// Readies the server for the next layout of a bench: with `restart`,
+    /// a fresh process when the server is ours (RSS and fragmentation
+    /// start clean; a named server is only emptied), then empty.
+    pub async fn fresh(&self, restart: bool) -> Result<()> {
+        if let (true, Some(local)) = (restart, &self.local) {
+            local.restart()?;
+        }
+        self.flush().await
+    }
 }

@@ -283,6 +283,16 @@ where
     }
 }
 
+/// A memory sample taken once db 0's dicts have finished rehashing (up
+/// to two minutes), for the benches that load one layout per server.
+pub async fn settled_sample<C>(conn: &mut C) -> Result<MemorySample>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    wait_for_rehash(conn, std::time::Duration::from_secs(120)).await?;
+    MemorySample::read(conn).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::CommandStats;

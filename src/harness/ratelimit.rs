@@ -2,11 +2,11 @@
 //! exact log and the packed GCRA limiter, and how many requests each
 //! admits in a window when a client bursts.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::info::{MemorySample, server_cpu_secs, wait_for_rehash};
+use super::info::{server_cpu_secs, settled_sample};
 use crate::error::Result;
 use crate::ratelimit::{Decision, Gcra, Limit, SlidingLog};
 
@@ -62,8 +62,7 @@ pub async fn run(
     clients: u64,
     burst_windows: u32,
 ) -> Result<LimiterRun> {
-    wait_for_rehash(conn, Duration::from_secs(60)).await?;
-    let empty = MemorySample::read(conn).await?;
+    let empty = settled_sample(conn).await?;
     let cpu = server_cpu_secs(conn).await?;
     let started = Instant::now();
     let per = u64::from(limit.requests());
@@ -83,8 +82,7 @@ pub async fn run(
     }
     let took = started.elapsed().as_secs_f64();
     let cpu = server_cpu_secs(conn).await? - cpu;
-    wait_for_rehash(conn, Duration::from_secs(60)).await?;
-    let full = MemorySample::read(conn).await?;
+    let full = settled_sample(conn).await?;
     let checks = (clients * per) as f64;
 
     // Each window: the limit at once, then as many again spread evenly

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::info::{MemorySample, server_cpu_secs, wait_for_rehash};
+use super::info::{MemorySample, server_cpu_secs, settled_sample};
 use crate::error::{Error, Result};
 use crate::id::{IdWidth, SessionId};
 use crate::tokens::Tokens;
@@ -148,11 +148,6 @@ impl TokenRun {
             consumed,
         }
     }
-}
-
-async fn settled_sample(conn: &mut redis::aio::ConnectionManager) -> Result<MemorySample> {
-    wait_for_rehash(conn, Duration::from_secs(120)).await?;
-    MemorySample::read(conn).await
 }
 
 /// Consumes each of `tokens` once with `clients` concurrent callers;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::info::{MemorySample, server_cpu_secs, wait_for_rehash};
+use super::info::{MemorySample, server_cpu_secs, settled_sample};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::layout::{Compact, CompactConfig};
@@ -223,11 +223,6 @@ impl ViewedRun {
             server_cpu_us_per_view,
         }
     }
-}
-
-async fn settled_sample(conn: &mut redis::aio::ConnectionManager) -> Result<MemorySample> {
-    wait_for_rehash(conn, Duration::from_secs(120)).await?;
-    MemorySample::read(conn).await
 }
 
 /// How many of `keys` exist, and how many of those are not `encoding`.
