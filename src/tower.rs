@@ -466,6 +466,29 @@ where
             .revoke_user(&head(owner), Some(&session_id(keep)))
             .await
     }
+
+    /// Records that the live session `id` (tower-sessions' `Id.0`) viewed
+    /// `item`, for a store opened with viewed items ([`crate::viewed`]).
+    /// tower-sessions keeps the expiry, so a view leaves it. Returns
+    /// whether the session is live. A session tower-sessions has not saved
+    /// yet has no id, and a `cycle_id` (log-in) starts a new list.
+    pub async fn view<T: crate::viewed::Item>(&self, id: i128, item: &T) -> Result<bool> {
+        let found = self
+            .layout
+            .view(&session_id(id), &item.encode(), None)
+            .await?;
+        Ok(found.is_some())
+    }
+
+    /// The items the live session `id` viewed, newest first; `None` if it
+    /// is gone.
+    pub async fn viewed<T: crate::viewed::Item>(&self, id: i128) -> Result<Option<Vec<T>>> {
+        let sid = session_id(id);
+        let Some(items) = self.layout.viewed(&sid).await? else {
+            return Ok(None);
+        };
+        crate::viewed::decode_items(&items, || self.layout.location(&sid)).map(Some)
+    }
 }
 
 /// The tower-sessions id (`Id.0`) of a 128-bit session id.

@@ -16,6 +16,7 @@ use sessionpack::CompactConfig;
 use sessionpack::server::LocalServer;
 use sessionpack::tower::TowerStore;
 use sessionpack::users::UserIndexConfig;
+use sessionpack::viewed::ViewedConfig;
 
 /// The app on a free loopback port, its store, and the server under it.
 struct Running {
@@ -33,7 +34,9 @@ impl Drop for Running {
 
 async fn start(idle: time::Duration) -> Running {
     let server = common::server();
-    let config = CompactConfig::new(6).with_user_index(UserIndexConfig::new(3));
+    let config = CompactConfig::new(6)
+        .with_user_index(UserIndexConfig::new(3))
+        .with_viewed(ViewedConfig::default());
     let store = TowerStore::new(common::manager(&server).await, config)
         .await
         .unwrap();
@@ -96,10 +99,9 @@ async fn sessions_in_redis(server: &LocalServer) -> u64 {
         .with_id_width(sessionpack::IdWidth::Bits128)
         .field_len();
     let mut n = 0;
-    for key in keys
-        .iter()
-        .filter(|k| !k.ends_with(":i") && !k.ends_with(":u") && !k.contains(":o:"))
-    {
+    for key in keys.iter().filter(|k| {
+        !k.ends_with(":i") && !k.ends_with(":u") && !k.contains(":o:") && !k.contains(":v")
+    }) {
         let fields: Vec<Vec<u8>> = raw.hkeys(key).await.unwrap();
         n += fields.iter().filter(|f| f.len() == field_len).count() as u64;
     }
@@ -277,6 +279,53 @@ async fn an_idle_session_expires_and_a_sweep_removes_it() {
     use axum_login::tower_sessions::ExpiredDeletion;
     app.store.delete_expired().await.unwrap();
     assert_eq!(sessions_in_redis(&app.server).await, 0);
+}
+
+/// Viewed-item lists held in Redis: fields of the viewed chunk keys.
+async fn lists_in_redis(server: &LocalServer) -> u64 {
+    let mut raw = common::raw(server).await;
+    let keys: Vec<String> = raw.keys("sp:{*}:*:v*").await.unwrap();
+    let mut n = 0;
+    for key in keys {
+        let len: u64 = raw.hlen(&key).await.unwrap();
+        n += len;
+    }
+    n
+}
+
+/// Recently viewed items over HTTP: product pages listed newest first (a
+/// repeat moves to the front); logging in starts a new list (axum-login
+/// cycles the session id) and removes the old one with its session;
+/// logging out removes the list with the session.
+#[tokio::test]
+async fn product_pages_are_recently_viewed_and_go_with_the_session() {
+    let run = start(time::Duration::minutes(30)).await;
+    let base = &run.base;
+    let (client, _) = client();
+    // The first page makes the session; the rest are recorded.
+    for n in [1, 2, 3, 2] {
+        assert_eq!(
+            get(&client, format!("{base}/items/{n}")).await.0,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(get(&client, format!("{base}/recent")).await.1, "2,3");
+    assert_eq!(lists_in_redis(&run.server).await, 1);
+    assert_eq!(login(&client, base, "ferris", "crab").await, StatusCode::OK);
+    assert_eq!(get(&client, format!("{base}/recent")).await.1, "");
+    assert_eq!(lists_in_redis(&run.server).await, 0, "the old id's list");
+    for n in [5, 6] {
+        get(&client, format!("{base}/items/{n}")).await;
+    }
+    assert_eq!(get(&client, format!("{base}/recent")).await.1, "6,5");
+    let r = client.post(format!("{base}/logout")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        lists_in_redis(&run.server).await,
+        0,
+        "gone with the session"
+    );
+    assert_eq!(sessions_in_redis(&run.server).await, 0);
 }
 
 /// "Your devices" and "log out everywhere": two browsers log in as one

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Extension, Form};
+use axum::extract::{Extension, Form, Path};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -116,9 +116,11 @@ type Store = TowerStore<redis::aio::ConnectionManager>;
 
 /// The app: `/` public, `POST /login`, `GET /me`, `GET /visits`, `GET
 /// /devices` (the user's sessions), `POST /devices/logout-others` and
-/// `POST /logout-everywhere` for logged-in users only, `POST /logout`.
+/// `POST /logout-everywhere` for logged-in users only, `POST /logout`;
+/// `GET /items/{n}` (a product page, recorded in the session's recently
+/// viewed items) and `GET /recent` (them, newest first) for any session.
 /// Sessions end after `idle` without a request. The store needs a user
-/// index for the devices routes.
+/// index for the devices routes and viewed items for the item routes.
 pub fn app(store: Store, idle: time::Duration) -> Router {
     let idle_std = std::time::Duration::from_secs(idle.whole_seconds().max(0) as u64);
     let store = store.with_idle_timeout(idle_std);
@@ -134,6 +136,8 @@ pub fn app(store: Store, idle: time::Duration) -> Router {
         .route("/logout-everywhere", post(logout_everywhere))
         .route_layer(login_required!(Backend))
         .route("/", get(|| async { "welcome" }))
+        .route("/items/{n}", get(item))
+        .route("/recent", get(recent))
         .route("/login", post(login))
         .route("/logout", post(logout))
         .layer(auth)
@@ -258,6 +262,45 @@ async fn logout_everywhere(
             // The cookie goes too; the session is already gone.
             let _ = auth.logout().await;
             (StatusCode::OK, format!("logged out {} sessions", r.removed))
+        }
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+    }
+}
+
+/// A product page: recorded in the session's recently viewed items. A
+/// visitor without a session gets one (tower-sessions saves it after this
+/// response), so the first page is recorded from the second request on.
+async fn item(
+    auth: AuthSession,
+    Extension(store): Extension<Store>,
+    Path(n): Path<u64>,
+) -> impl IntoResponse {
+    let session = auth.session;
+    let Some(id) = session.id() else {
+        return match session.insert("browsing", true).await {
+            Ok(()) => (StatusCode::OK, format!("item {n}")),
+            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        };
+    };
+    match store.view(id.0, &n).await {
+        Ok(_) => (StatusCode::OK, format!("item {n}")),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+    }
+}
+
+/// The session's recently viewed items, newest first, comma-separated.
+async fn recent(auth: AuthSession, Extension(store): Extension<Store>) -> impl IntoResponse {
+    let Some(id) = auth.session.id() else {
+        return (StatusCode::OK, String::new());
+    };
+    match store.viewed::<u64>(id.0).await {
+        Ok(items) => {
+            let items: Vec<String> = items
+                .unwrap_or_default()
+                .iter()
+                .map(u64::to_string)
+                .collect();
+            (StatusCode::OK, items.join(","))
         }
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
     }

@@ -7,6 +7,8 @@
 //! curl -b jar localhost:3000/me
 //! curl -b jar localhost:3000/devices
 //! curl -b jar -X POST localhost:3000/logout-everywhere
+//! curl -c jar -b jar localhost:3000/items/42
+//! curl -b jar localhost:3000/recent
 //! ```
 //!
 //! `REDIS_URL` names the server (default `redis://127.0.0.1:6379/`),
@@ -18,6 +20,7 @@ use sessionpack::CompactConfig;
 use sessionpack::sweep::{SweepConfig, Sweeper};
 use sessionpack::tower::TowerStore;
 use sessionpack::users::UserIndexConfig;
+use sessionpack::viewed::ViewedConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,8 +28,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let conn = sessionpack::connect(&url).await?;
     // Rolling expiry writes only when it moves by a tenth of the lifetime.
-    // A user index: "your devices" and "log out everywhere".
-    let config = CompactConfig::default().with_user_index(UserIndexConfig::default());
+    // A user index: "your devices" and "log out everywhere"; and each
+    // session's last 25 viewed items.
+    let config = CompactConfig::default()
+        .with_user_index(UserIndexConfig::default())
+        .with_viewed(ViewedConfig::default());
     let store = TowerStore::new(conn, config)
         .await?
         .with_write_threshold(0.1);

@@ -165,6 +165,27 @@ impl Item for Vec<u8> {
     }
 }
 
+/// Stored items as `T`s; one that is not is an [`Error::CorruptRecord`] at
+/// `location`.
+pub(crate) fn decode_items<T: Item>(
+    items: &[Vec<u8>],
+    location: impl Fn() -> String,
+) -> Result<Vec<T>> {
+    items
+        .iter()
+        .map(|bytes| {
+            T::decode(bytes).ok_or_else(|| Error::CorruptRecord {
+                location: location(),
+                reason: format!(
+                    "a viewed item of {} bytes is not a {}",
+                    bytes.len(),
+                    std::any::type_name::<T>()
+                ),
+            })
+        })
+        .collect()
+}
+
 /// The items of a session's chunks, in order (newest first); `None` if a
 /// chunk is malformed. The list ends at a missing chunk or after one with
 /// room for an item of `widest` bytes, as the view script reads it: a

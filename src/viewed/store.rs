@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Item;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::SessionId;
 use crate::identity::UserId;
 use crate::layout::{Compact, Layout};
@@ -53,19 +53,6 @@ where
         let Some(items) = self.layout().viewed(id).await? else {
             return Ok(None);
         };
-        items
-            .iter()
-            .map(|bytes| {
-                T::decode(bytes).ok_or_else(|| Error::CorruptRecord {
-                    location: self.layout().location(id),
-                    reason: format!(
-                        "a viewed item of {} bytes is not a {}",
-                        bytes.len(),
-                        std::any::type_name::<T>()
-                    ),
-                })
-            })
-            .collect::<Result<Vec<T>>>()
-            .map(Some)
+        super::decode_items(&items, || self.layout().location(id)).map(Some)
     }
 }
