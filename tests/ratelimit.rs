@@ -139,4 +139,20 @@ async fn gcra_holds_the_rate_admits_one_burst_and_advises_honestly() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(gcra.sweep().await.unwrap() >= 200);
     assert_eq!(keys(&server).await, Vec::<String>::new());
+    // The sweeper task does the same on its own, and stops when dropped.
+    let sweeper = gcra.spawn_sweeper(Duration::from_millis(200));
+    for i in 0..50 {
+        gcra.check(&format!("visitor-{i}")).await.unwrap();
+    }
+    assert!(!keys(&server).await.is_empty());
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(
+        keys(&server).await,
+        Vec::<String>::new(),
+        "swept by the task"
+    );
+    drop(sweeper);
+    gcra.check("late").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(keys(&server).await.len(), 1, "the task has stopped");
 }

@@ -80,3 +80,36 @@ where
         Ok(removed)
     }
 }
+
+impl<C> Gcra<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Sweeps every `every` in a task of its own, so clients that never
+    /// come back do not stay; the task stops when the returned handle is
+    /// dropped. A failed sweep is logged and tried again next time.
+    pub fn spawn_sweeper(&self, every: std::time::Duration) -> GcraSweeper {
+        let limiter = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = limiter.sweep().await {
+                    tracing::warn!(error = %e, prefix = limiter.prefix, "rate-limit sweep failed");
+                }
+            }
+        });
+        GcraSweeper { task }
+    }
+}
+
+/// The task of [`Gcra::spawn_sweeper`]; dropping it stops the task.
+#[derive(Debug)]
+pub struct GcraSweeper {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for GcraSweeper {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

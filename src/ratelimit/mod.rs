@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 mod gcra;
 mod log;
 
-pub use gcra::Gcra;
+pub use gcra::{Gcra, GcraSweeper};
 pub use log::SlidingLog;
 
 /// The longest client id, in bytes: a field in a listpack bucket must stay
