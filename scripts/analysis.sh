@@ -20,14 +20,15 @@
 # operation's server CPU. `tokens` one-time tokens at 1M, packed against the
 # talk's key per token. `ratelimit` the talk's exact log against the packed
 # GCRA limiter. `viewed` recently viewed items at 1M sessions of 25 items,
-# packed beside the buckets against the book's ZSET per session.
+# packed beside the buckets against the book's ZSET per session. `locks`
+# the talk's lease against the fenced lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens ratelimit viewed 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -79,6 +80,7 @@ for part in "${parts[@]}"; do
       $sp bench viewed --sessions 1000000 --views 500000 --out analysis/runs/viewed
       # 20,000 sessions: the book's global login: and recent: keys small.
       $sp bench viewed --sessions 20000 --views 200000 --out analysis/runs/viewed-20k ;;
+    locks) $sp bench locks --locks 100000 --cycles 200000 --out analysis/runs/locks ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet --features peer-bench

@@ -616,6 +616,34 @@ fn bench_viewed_measures_the_packed_lists_against_the_books() {
     );
 }
 
+/// `bench locks` holds every lock it takes, loses none, and measures both
+/// kinds: the fenced lock leaves its counter behind, the talk's nothing.
+#[test]
+fn bench_locks_measures_the_lease_and_the_fenced_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench", "locks", "--locks", "2000", "--cycles", "2000", "--out", out,
+    ]));
+    assert!(
+        text.contains("lease (the talk's)") && text.contains("fenced"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("locks.json")).unwrap())
+            .unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let f = |i: usize, k: &str| runs[i][k].as_f64().unwrap();
+    assert!(f(0, "bytes_per_lock") > 0.0 && f(1, "bytes_per_lock") > f(0, "bytes_per_lock"));
+    // After the release the keyspace's table has not shrunk yet; the
+    // fenced lock leaves a counter key per name on top of that.
+    assert!(
+        f(1, "bytes_left_per_name") > f(0, "bytes_left_per_name") + 30.0,
+        "a fence counter per name"
+    );
+}
+
 /// `bench ratelimit` measures both limiters: the exact log never admits
 /// more than the limit in a window; GCRA admits at most a burst more.
 #[test]

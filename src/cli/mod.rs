@@ -7,6 +7,7 @@ use crate::error::Result;
 
 mod advise;
 mod bench_churn;
+mod bench_locks;
 mod bench_memory;
 mod bench_ratelimit;
 mod bench_sweep;
@@ -75,6 +76,9 @@ pub enum Bench {
     /// bytes per client, server CPU per check, requests admitted per
     /// window under bursts.
     Ratelimit(bench_ratelimit::RateLimitArgs),
+    /// Locks: the talk's lease beside the fenced lock: bytes per lock,
+    /// cycles per second, server CPU per acquire and release.
+    Locks(bench_locks::LocksArgs),
     /// Recently viewed items packed beside the sessions against the book's
     /// ZSET per session: bytes per session, views per second, server CPU
     /// per view.
@@ -122,6 +126,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Tokens(args)) => bench_tokens::run(args).await,
         Command::Bench(Bench::Ratelimit(args)) => bench_ratelimit::run(args).await,
         Command::Bench(Bench::Viewed(args)) => bench_viewed::run(args).await,
+        Command::Bench(Bench::Locks(args)) => bench_locks::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Users(args) => users::run(args).await,

@@ -3,6 +3,7 @@
 
 pub mod churn;
 pub mod info;
+pub mod locks;
 pub mod memory;
 pub mod nodes;
 pub mod plot;
