@@ -5,18 +5,20 @@
 //! The book keeps one ZSET per session (`ZADD viewed:<token> <ts> <item>`,
 //! trimmed to 25 with `ZREMRANGEBYRANK`), a top-level key each. Here a
 //! compact store opened with [`crate::CompactConfig::with_viewed`] keeps a
-//! session's list in its bucket's *viewed chunks*: `2..=16` listpack HASHes
-//! beside the bucket (`sp:{7f4}:7:v0`, `sp:{7f4}:7:v1`, ...), each holding
+//! session's list in its bucket's *viewed chunks*: up to [`MAX_CHUNKS`]
+//! listpack HASHes (four for 25 items of up to 8 bytes) beside the bucket (`sp:{7f4}:7:v0`, `sp:{7f4}:7:v1`, ...), each holding
 //! the session's field again with a value of at most [`CHUNK_BYTES`]
 //! bytes: the list, newest first, each item its length in one byte and its
 //! bytes. Chunk `k` holds the items that did not fit chunks `0..k`, so a
-//! short list uses only chunk 0. A chunk key never holds more fields than
+//! short list uses only chunk 0, and a chunk with room for one more item
+//! is the last; the list also ends at a missing chunk (an evicted chunk
+//! key), and a view removes whatever follows one. A chunk key never holds more fields than
 //! its bucket holds sessions, and no value exceeds the listpack value
 //! limit, so the chunks stay listpacks whenever the bucket does.
 //!
 //! Every script that removes a session (destroy, expiry found on a touch,
-//! the sweeper, the session cap, a revocation) removes its chunk fields in
-//! the same step, and the sweeper deletes the chunk keys of a bucket it
+//! the sweeper, the session cap, a revocation, a tower-sessions delete)
+//! removes its chunk fields in the same step, and the sweeper deletes the chunk keys of a bucket it
 //! empties; so a list never outlives its session, and nothing is left
 //! that no sweep removes. A view is one script on the bucket's hash tag: it
 //! checks the session is live, rolls its expiry as a touch does, moves the
