@@ -24,8 +24,8 @@ where
     /// (nothing written) if it is gone.
     ///
     /// Needs a store with viewed items ([`crate::viewed`]); one without
-    /// answers [`Error::Config`]. An item larger than the store keeps is
-    /// [`Error::ItemTooLong`].
+    /// answers [`crate::Error::Config`]. An item larger than the store keeps is
+    /// [`crate::Error::ItemTooLong`].
     pub async fn view<T: Item>(&self, id: &SessionId, item: &T) -> Result<Option<u64>> {
         self.view_many(id, std::slice::from_ref(item)).await
     }
@@ -45,7 +45,8 @@ where
     }
 
     /// The items session `id` viewed, newest first; `None` if it is gone.
-    /// Items stored in another form than `T` are [`Error::CorruptRecord`].
+    /// Items stored in another form than `T` are
+    /// [`crate::Error::CorruptRecord`].
     pub async fn viewed<T: Item>(&self, id: &SessionId) -> Result<Option<Vec<T>>> {
         if self.touch_ttl(id) == Some(0) {
             return Ok(None);
