@@ -605,6 +605,7 @@ fn bench_viewed_measures_the_packed_lists_against_the_books() {
     for r in runs {
         assert_eq!(r["list_keys_converted"], 0, "{r}");
         assert!(r["views_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["destroys"], 5000, "each session destroyed once: {r}");
     }
     assert_eq!(runs[0]["list_keys"], 5000, "a ZSET per session");
     let items = |i: usize| runs[i]["item_bytes"].as_f64().unwrap();

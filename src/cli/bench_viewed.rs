@@ -63,20 +63,21 @@ pub(super) async fn run(args: ViewedArgs) -> Result<()> {
             viewed::book(&url, load).await?
         };
         println!(
-            "{:24} {:6.1} B/session for sessions, {:6.1} B/session for {} items, {:.0} views/s, {:.2} µs server CPU per view",
+            "{:24} {:6.1} B/session for sessions, {:6.1} B/session for {} items, {:.0} views/s, {:.2} µs server CPU per view, {:.2} per destroy",
             run.layout,
             run.session_bytes,
             run.item_bytes,
             run.items,
             run.views_per_sec,
-            run.server_cpu_us_per_view
+            run.server_cpu_us_per_view,
+            run.server_cpu_us_per_destroy
         );
         runs.push(run);
     }
     let command = super::bench_memory::command_line();
     let base = &runs[0];
     let mut md = format!(
-        "# Recently viewed items\n\nProduced by `{command}` ({}, {}). {} sessions (160-bit ids, an integer user id each), each then given a list of {} items drawn from {} item ids. The book keeps a session in `login:` and `recent:` and its items in a ZSET `viewed:<token>` scored by time; the packed layout keeps sessions in compact buckets and items in the buckets' viewed chunks. Then {} views of random items on random sessions by {} concurrent callers: the book's `update_token` (`HSET login:`, `ZADD recent:`, `ZADD viewed:`, `ZREMRANGEBYRANK`, pipelined) against one view script (the item and the session's touch in one step). Server CPU is the `INFO cpu` delta over the views, per view.\n\n| layout | session bytes | item bytes / session | vs the book's | RSS bytes / session | list keys (not listpack) | views/s | vs the book's | server CPU µs/view | vs the book's |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "# Recently viewed items\n\nProduced by `{command}` ({}, {}). {} sessions (160-bit ids, an integer user id each), each then given a list of {} items drawn from {} item ids. The book keeps a session in `login:` and `recent:` and its items in a ZSET `viewed:<token>` scored by time; the packed layout keeps sessions in compact buckets and items in the buckets' viewed chunks. Then {} views of random items on random sessions by {} concurrent callers: the book's `update_token` (`HSET login:`, `ZADD recent:`, `ZADD viewed:`, `ZREMRANGEBYRANK`, pipelined) against one view script (the item and the session's touch in one step). Then sessions are destroyed with their items, each once: the book's cleanup (`DEL viewed:`, `HDEL login:`, `ZREM recent:`, pipelined) against one remove script. Server CPU is the `INFO cpu` delta over the views (the destroys), per view (destroy).\n\n| layout | session bytes | item bytes / session | vs the book's | RSS bytes / session | list keys (not listpack) | views/s | vs the book's | server CPU µs/view | vs the book's | server CPU µs/destroy | vs the book's |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         server.name(),
         server.mem_allocator,
         args.sessions,
@@ -88,7 +89,7 @@ pub(super) async fn run(args: ViewedArgs) -> Result<()> {
     for r in &runs {
         let _ = writeln!(
             md,
-            "| {} | {:.1} | {:.1} | {:.2}x | {:.1} | {} ({}) | {:.0} | {:.2}x | {:.2} | {:.2}x |",
+            "| {} | {:.1} | {:.1} | {:.2}x | {:.1} | {} ({}) | {:.0} | {:.2}x | {:.2} | {:.2}x | {:.2} | {:.2}x |",
             r.layout,
             r.session_bytes,
             r.item_bytes,
@@ -99,7 +100,9 @@ pub(super) async fn run(args: ViewedArgs) -> Result<()> {
             r.views_per_sec,
             r.views_per_sec / base.views_per_sec,
             r.server_cpu_us_per_view,
-            r.server_cpu_us_per_view / base.server_cpu_us_per_view
+            r.server_cpu_us_per_view / base.server_cpu_us_per_view,
+            r.server_cpu_us_per_destroy,
+            r.server_cpu_us_per_destroy / base.server_cpu_us_per_destroy
         );
     }
     super::write_report(&args.out, "viewed", &server.name(), &runs, &md)?;

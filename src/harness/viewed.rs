@@ -43,6 +43,12 @@ pub struct ViewedRun {
     pub views_per_sec: f64,
     /// Server CPU per view, µs (`INFO cpu` delta / views).
     pub server_cpu_us_per_view: f64,
+    /// Sessions then destroyed with their items, each once.
+    pub destroys: u64,
+    /// Server CPU per destroy, µs: the book's `DEL viewed:<token>`, `HDEL
+    /// login:`, `ZREM recent:` (its cleanup, pipelined) against one remove
+    /// script that drops the chunk fields with the session.
+    pub server_cpu_us_per_destroy: f64,
 }
 
 /// What a run loads and does.
@@ -131,12 +137,31 @@ pub async fn book(url: &str, load: ViewedLoad) -> Result<ViewedRun> {
         }
     })
     .await?;
+    let destroyed = each_session(&mut conn, load, {
+        let tokens = tokens.clone();
+        move |mut c: redis::aio::ConnectionManager, session: usize| {
+            let token = tokens[session].clone();
+            async move {
+                let (gone,): (u64,) = redis::pipe()
+                    .del(format!("viewed:{token}"))
+                    .ignore()
+                    .hdel("login:", &token)
+                    .zrem("recent:", &token)
+                    .ignore()
+                    .query_async(&mut c)
+                    .await?;
+                Ok(gone == 1)
+            }
+        }
+    })
+    .await?;
     Ok(ViewedRun::new(
         "book (ZSET per session)".into(),
         load,
         [&empty, &sessions, &full],
         (list_keys, converted),
         (views_per_sec, cpu),
+        destroyed,
     ))
 }
 
@@ -181,11 +206,21 @@ pub async fn packed(url: &str, load: ViewedLoad, bits: u8) -> Result<ViewedRun> 
     let (list_keys, converted) = encodings(&mut conn, keys, "listpack").await?;
     let ids = Arc::new(ids);
     let (views_per_sec, cpu) = drive(&mut conn, load, {
-        let store = store.clone();
+        let (store, ids) = (store.clone(), ids.clone());
         move |_: redis::aio::ConnectionManager, session: usize, item: u64| {
             let store = store.clone();
             let id = ids[session];
             async move { Ok(store.view(&id, &item).await?.is_some()) }
+        }
+    })
+    .await?;
+    let destroyed = each_session(&mut conn, load, {
+        let store = store.clone();
+        let ids = ids.clone();
+        move |_: redis::aio::ConnectionManager, session: usize| {
+            let store = store.clone();
+            let id = ids[session];
+            async move { store.destroy(&id).await }
         }
     })
     .await?;
@@ -195,6 +230,7 @@ pub async fn packed(url: &str, load: ViewedLoad, bits: u8) -> Result<ViewedRun> 
         [&empty, &sessions, &full],
         (list_keys, converted),
         (views_per_sec, cpu),
+        destroyed,
     ))
 }
 
@@ -205,6 +241,7 @@ impl ViewedRun {
         [empty, sessions, full]: [&MemorySample; 3],
         (list_keys, list_keys_converted): (u64, u64),
         (views_per_sec, server_cpu_us_per_view): (f64, f64),
+        (destroys, server_cpu_us_per_destroy): (u64, f64),
     ) -> Self {
         let per = |after: u64, before: u64| {
             after.saturating_sub(before) as f64 / load.sessions.max(1) as f64
@@ -221,6 +258,8 @@ impl ViewedRun {
             views: load.views,
             views_per_sec,
             server_cpu_us_per_view,
+            destroys,
+            server_cpu_us_per_destroy,
         }
     }
 }
@@ -291,4 +330,40 @@ where
     let cpu = server_cpu_secs(conn).await? - cpu_before;
     let n = (per_client * clients as u64).max(1) as f64;
     Ok((n / took.max(1e-9), cpu * 1e6 / n))
+}
+
+/// Destroys every session once (at most `load.views` of them) with
+/// `load.clients` callers, each taking every `clients`-th; how many, and
+/// server CPU µs per destroy. A destroy that finds no session voids the run.
+async fn each_session<F, Fut>(
+    conn: &mut redis::aio::ConnectionManager,
+    load: ViewedLoad,
+    destroy: F,
+) -> Result<(u64, f64)>
+where
+    F: Fn(redis::aio::ConnectionManager, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<bool>> + Send + 'static,
+{
+    let n = load.sessions.min(load.views.max(1)) as usize;
+    let clients = load.clients.max(1);
+    let cpu_before = server_cpu_secs(conn).await?;
+    let workers: Vec<_> = (0..clients)
+        .map(|first| {
+            let destroy = destroy.clone();
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                for session in (first..n).step_by(clients) {
+                    if !destroy(conn.clone(), session).await? {
+                        return Err(Error::Config("a destroyed session was gone".into()));
+                    }
+                }
+                Ok::<(), Error>(())
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.map_err(|e| Error::Config(e.to_string()))??;
+    }
+    let cpu = server_cpu_secs(conn).await? - cpu_before;
+    Ok((n as u64, cpu * 1e6 / n.max(1) as f64))
 }

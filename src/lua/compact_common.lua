@@ -73,20 +73,31 @@ local function is_out_of_line(value)
   return not is_integer_form(value) and string.sub(value, 5) == OUT_OF_LINE
 end
 
+-- What a stored value holds: for the integer form, the identity's decimal
+-- digits and true; else the record (read from KEYS[3] when out of line,
+-- '' if that key is gone) and false.
+local function stored_record(value)
+  if is_integer_form(value) then
+    local ident = string.sub(value, 1, -11)
+    if ident == '' then
+      ident = '0'
+    end
+    return ident, true
+  end
+  local record = string.sub(value, 5)
+  if record == OUT_OF_LINE then
+    record = redis.call('GET', KEYS[3]) or ''
+  end
+  return record, false
+end
+
 -- Whether a stored value holds the record a caller expects: `ident` is the
 -- expected identity in decimal when the expected record is identity-only
 -- (else ''), `record` the expected record bytes.
 local function holds(value, ident, record)
-  if is_integer_form(value) then
-    local head = string.sub(value, 1, -11)
-    if head == '' then
-      head = '0'
-    end
-    return ident ~= '' and head == ident
-  end
-  local stored = string.sub(value, 5)
-  if stored == OUT_OF_LINE then
-    stored = redis.call('GET', KEYS[3])
+  local stored, integer = stored_record(value)
+  if integer then
+    return ident ~= '' and stored == ident
   end
   return stored == record
 end
@@ -95,18 +106,11 @@ end
 -- decimal digits if it is an integer (else ''), `head` its MessagePack
 -- form, which a record begins with ('' matches no one).
 local function owned_by(value, ident, head)
-  if is_integer_form(value) then
-    local stored = string.sub(value, 1, -11)
-    if stored == '' then
-      stored = '0'
-    end
+  local stored, integer = stored_record(value)
+  if integer then
     return ident ~= '' and stored == ident
   end
-  local record = string.sub(value, 5)
-  if record == OUT_OF_LINE then
-    record = redis.call('GET', KEYS[3]) or ''
-  end
-  return head ~= '' and string.sub(record, 1, #head) == head
+  return head ~= '' and string.sub(stored, 1, #head) == head
 end
 
 -- Removes a session's viewed items with it (KEYS[4..], see above). A chunk

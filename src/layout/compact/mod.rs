@@ -379,8 +379,6 @@ pub(crate) struct Keys {
     pub(crate) member: u32,
     pub(crate) field: Vec<u8>,
     pub(crate) bucket_no: u32,
-    /// The bucket's viewed chunk keys, where the store keeps viewed items.
-    pub(crate) viewed: Vec<String>,
 }
 
 impl<C> Compact<C>
@@ -494,7 +492,6 @@ where
             member: self.scheme.member(bucket),
             field: self.buckets().field(id),
             bucket_no: bucket,
-            viewed: self.viewed_keys(bucket),
         }
     }
 
@@ -548,7 +545,7 @@ where
         inv.key(&k.bucket)
             .key(&k.index)
             .key(self.scheme.out_of_line_key(k.bucket_no, &k.field));
-        for key in &k.viewed {
+        for key in self.viewed_keys(k.bucket_no) {
             inv.key(key);
         }
         inv.arg(&k.field).arg(k.member);
@@ -815,13 +812,15 @@ where
     /// transaction `DEL` of its out-of-line record unless `seen_inline`
     /// (the caller saw the record inline moments before; one another
     /// process moved out of line since is then left to its key's own
-    /// expiry, the session's). The index entry stays a lower bound; the
+    /// expiry, the session's), and `HDEL`s of its viewed items where the
+    /// store keeps them. The index entry stays a lower bound; the
     /// sweeper rescores it. Returns whether there was a field to remove.
     pub async fn delete(&self, id: &SessionId, seen_inline: bool) -> Result<bool> {
         id.check_width(self.buckets().id_width())?;
         let k = self.keys(id);
         let mut conn = self.conn.clone();
-        let removed: i64 = if seen_inline && k.viewed.is_empty() {
+        let viewed = self.viewed_keys(k.bucket_no);
+        let removed: i64 = if seen_inline && viewed.is_empty() {
             redis::cmd("HDEL")
                 .arg(&k.bucket)
                 .arg(&k.field)
@@ -834,7 +833,7 @@ where
                 pipe.del(self.scheme.out_of_line_key(k.bucket_no, &k.field))
                     .ignore();
             }
-            for key in &k.viewed {
+            for key in &viewed {
                 pipe.hdel(key, &k.field).ignore();
             }
             pipe.query_async::<(i64,)>(&mut conn).await.map(|(n,)| n)

@@ -114,7 +114,7 @@ where
         let k = self.keys(id);
         let mut pipe = redis::pipe();
         pipe.atomic().hget(&k.bucket, &k.field);
-        for key in &k.viewed {
+        for key in self.viewed_keys(k.bucket_no) {
             pipe.hget(key, &k.field);
         }
         let replies = query_reads(&mut pipe, &self.conn, &self.clock)
