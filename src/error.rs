@@ -183,6 +183,12 @@ impl Error {
                 detail: err.to_string(),
             };
         }
+        if err.code() == Some(CORRUPT) {
+            return Self::CorruptRecord {
+                location: location(),
+                reason: err.detail().unwrap_or_default().to_owned(),
+            };
+        }
         if err.kind() == redis::ErrorKind::Client
             && err.to_string().contains(crate::wait::NOT_REPLICATED)
         {
@@ -227,6 +233,11 @@ fn summary(err: &redis::RedisError) -> String {
         _ => err.to_string(),
     }
 }
+
+/// The code of the error a script raises, before writing anything, when
+/// the session it acts on has a stored value in neither of the layout's
+/// forms (`session_expiry` in `compact_common.lua`).
+const CORRUPT: &str = "CORRUPT";
 
 /// Server error codes that mean "not now" rather than "never": the same
 /// call succeeds once the server has loaded its data, finished a script,

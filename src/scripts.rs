@@ -77,7 +77,6 @@ pub(crate) static COMPACT_REPLACE: LazyLock<Script> = script!(
     "compact_replace.lua"
 );
 pub(crate) static COMPACT_SAVE: LazyLock<Script> = script!("compact_save.lua");
-pub(crate) static COMPACT_OVERWRITE: LazyLock<Script> = script!("compact_overwrite.lua");
 pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
     "server_clock.lua",
     "compact_common.lua",

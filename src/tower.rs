@@ -27,12 +27,11 @@
 //!   taken (or expired but not yet swept) gets a new random id, as the
 //!   trait asks.
 //! - `load`: one `HGET`.
-//! - `save`: one short script that writes record and expiry only while the
-//!   session is live, so a save never revives a session that was deleted
-//!   or expired. For a session this process loaded or wrote (see
-//!   [`TowerStore::with_memo_capacity`]) it is one `HSET`, taken back in
-//!   the same script if the session was deleted meanwhile; otherwise an
-//!   `HGET` that checks the stored expiry, then the `HSET`. With
+//! - `save`: one short script that reads the stored expiry (`HGET`) and
+//!   writes record and expiry (`HSET`) only while the session is live by
+//!   the server's clock, so a save never revives a session that was
+//!   deleted or expired, and a session a load returned as live can be
+//!   extended to its last second. With
 //!   [`TowerStore::with_write_threshold`],
 //!   a save whose data is unchanged since this process loaded it and whose
 //!   expiry moves by less than that fraction of the session's lifetime
@@ -237,12 +236,12 @@ where
 
     /// Remembers the last load or write of up to `capacity` recent
     /// sessions (the most recent half of them at least; default
-    /// [`DEFAULT_MEMO_CAPACITY`], about 50 bytes each). A save of a
-    /// session this process remembers is one `HSET`; of one it does not,
-    /// a read and a write (see [`Compact::save`]). A request saves what it
-    /// loaded moments before, so the default covers any process that has
-    /// fewer requests in flight. 0 remembers nothing (and so makes
-    /// [`TowerStore::with_write_threshold`] moot).
+    /// [`DEFAULT_MEMO_CAPACITY`], about 50 bytes each): what
+    /// [`TowerStore::with_write_threshold`] compares a save with, and
+    /// whether a deleted session's record was inline (then its delete is
+    /// one `HDEL`). A request saves what it loaded moments before, so the
+    /// default covers any process that has fewer requests in flight. 0
+    /// remembers nothing (and so makes the write threshold moot).
     pub fn with_memo_capacity(mut self, capacity: usize) -> Self {
         self.memo = Arc::new(Memo::new(capacity));
         self
@@ -337,8 +336,7 @@ where
         {
             return Ok(false);
         }
-        let seen = memory.map(|m| m.seen);
-        match self.layout.save(&session_id(id), &bytes, at, seen).await? {
+        match self.layout.save(&session_id(id), &bytes, at).await? {
             Written::Done => self.memo.put(id, &bytes, head, at),
             Written::Missing | Written::Conflict => {
                 self.memo.take(id);

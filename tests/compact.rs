@@ -475,3 +475,85 @@ async fn an_insert_sent_twice_is_created_once() {
         }
     }
 }
+
+/// A value in neither of the layout's forms (another program wrote it):
+/// every call on that session is a `CorruptRecord` and writes nothing, and
+/// the sweeper skips and reports that one bucket while it sweeps the
+/// others of its group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_in_neither_form_is_corrupt_everywhere_and_stops_no_sweep() {
+    use sessionpack::Error;
+    let server = common::server();
+    let layout = compact(&server, 10).await;
+    let scheme = layout.scheme().clone();
+    let b = layout.buckets().clone();
+    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    // Sessions until buckets 300, 301 and 302 (one group: 256..384) each
+    // hold a short-lived one and 301 a long-lived one too.
+    let mut in_bucket: std::collections::HashMap<u32, Vec<SessionId>> = Default::default();
+    let mut victim = None;
+    while [300, 301, 302]
+        .iter()
+        .any(|n| in_bucket.get(n).is_none_or(Vec::is_empty))
+        || victim.is_none()
+    {
+        let s = short.create(1, ()).await.unwrap();
+        in_bucket.entry(b.bucket_of(&s.id)).or_default().push(s.id);
+        let long = store.create(2, ()).await.unwrap();
+        if b.bucket_of(&long.id) == 301 && victim.is_none() {
+            victim = Some(long);
+        } else {
+            store.destroy(&long.id).await.unwrap();
+        }
+    }
+    let victim = victim.unwrap();
+    let key = scheme.bucket_key(301);
+    let mut raw = common::raw(&server).await;
+    for garbage in [&b"x"[..], b"12x", b"\x7f\x00", b""] {
+        let _: () = raw.hset(&key, b.field(&victim.id), garbage).await.unwrap();
+        let corrupt = |r: &str, e: Result<bool, Error>| match e {
+            Err(Error::CorruptRecord { location, .. }) => {
+                assert!(!location.contains(&victim.id.to_hex()), "id redacted")
+            }
+            other => panic!("{r} of {garbage:?}: expected CorruptRecord, got {other:?}"),
+        };
+        corrupt("load", store.load(&victim.id).await.map(|s| s.is_some()));
+        corrupt("touch", store.touch(&victim.id).await.map(|s| s.is_some()));
+        corrupt("save", store.save(&victim).await);
+        corrupt("destroy", store.destroy(&victim.id).await);
+        corrupt(
+            "update",
+            store.update(&victim.id, |_| ()).await.map(|s| s.is_some()),
+        );
+        corrupt(
+            "rotate",
+            store.rotate(&victim.id).await.map(|s| s.is_some()),
+        );
+        let kept: Vec<u8> = raw.hget(&key, b.field(&victim.id)).await.unwrap();
+        assert_eq!(kept, garbage, "the bytes are left for inspection");
+    }
+    let _: () = raw.hset(&key, b.field(&victim.id), "x").await.unwrap();
+    // Wait, by the server's clock, for the short sessions to expire.
+    let all_short: Vec<SessionId> = in_bucket.values().flatten().copied().collect();
+    while common::found(&short, &all_short).await > 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    for _ in 0..2 {
+        let report = sweeper.pass().await.unwrap();
+        assert_eq!(report.bad_buckets, 1, "{report:?}");
+        assert_eq!(report.bad[0].bucket, 301);
+        assert!(report.bad[0].error.contains("CORRUPT"), "{:?}", report.bad);
+        for n in [300, 302] {
+            let left: u64 = raw.hlen(scheme.bucket_key(n)).await.unwrap();
+            assert_eq!(left, 0, "bucket {n} swept");
+        }
+        let left: u64 = raw.hlen(&key).await.unwrap();
+        assert_eq!(
+            left,
+            1 + in_bucket[&301].len() as u64,
+            "bucket 301 changed in nothing"
+        );
+    }
+}

@@ -277,7 +277,7 @@ async fn the_014_traits_see_the_same_store() {
 }
 
 #[tokio::test]
-async fn a_save_after_a_load_is_one_write_and_still_never_revives() {
+async fn a_save_is_one_read_and_one_write_and_never_revives() {
     let server = common::server();
     // Two processes: each store has its own memory of what it loaded.
     let this = store(&server).await;
@@ -287,18 +287,21 @@ async fn a_save_after_a_load_is_one_write_and_still_never_revives() {
     other.create(&mut r).await.unwrap();
     let mut loaded = this.load(&r.id).await.unwrap().unwrap();
 
-    let (hget, hset) = (
+    let before = (
         common::calls(&mut raw, "hget").await,
         common::calls(&mut raw, "hset").await,
+        common::calls(&mut raw, "time").await,
     );
     loaded.data = axum_login(2, &[2; 32]);
     this.save(&loaded).await.unwrap();
-    assert_eq!(
+    let after = (
         common::calls(&mut raw, "hget").await,
-        hget,
-        "no read before the write"
+        common::calls(&mut raw, "hset").await,
+        common::calls(&mut raw, "time").await,
     );
-    assert_eq!(common::calls(&mut raw, "hset").await, hset + 1);
+    assert_eq!(after.0, before.0 + 1, "the stored expiry is read");
+    assert_eq!(after.1, before.1 + 1);
+    assert_eq!(after.2, before.2, "far from its expiry: no TIME");
     assert_eq!(other.load(&r.id).await.unwrap().unwrap().data, loaded.data);
 
     // A save that moves the expiry earlier moves the bucket's index entry.
@@ -315,16 +318,16 @@ async fn a_save_after_a_load_is_one_write_and_still_never_revives() {
         "{score}"
     );
 
-    // Deleted by the other process after this one loaded it: the save
-    // takes its own write back, and nothing is left.
+    // Deleted by the other process after this one loaded it: nothing is
+    // written, and nothing is left.
     this.load(&r.id).await.unwrap().unwrap();
     other.delete(&r.id).await.unwrap();
-    let hdel = common::calls(&mut raw, "hdel").await;
+    let hset = common::calls(&mut raw, "hset").await;
     this.save(&loaded).await.unwrap();
     assert_eq!(
-        common::calls(&mut raw, "hdel").await,
-        hdel + 1,
-        "the write was taken back"
+        common::calls(&mut raw, "hset").await,
+        hset,
+        "nothing written"
     );
     assert!(other.load(&r.id).await.unwrap().is_none());
     assert_eq!(raw_value(&server, &this, r.id).await, None);
@@ -334,7 +337,7 @@ async fn a_save_after_a_load_is_one_write_and_still_never_revives() {
         "no out-of-line record: {keys:?}"
     );
 
-    // Seen inline, now out of line: the read-first script handles it.
+    // Seen inline, now out of line: the script reads what is stored.
     let mut big = record(axum_login(3, &[3; 32]), 3600);
     this.create(&mut big).await.unwrap();
     let mut fat = other.load(&big.id).await.unwrap().unwrap();
@@ -415,4 +418,77 @@ async fn an_absolute_lifetime_caps_what_tower_sessions_asks() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(s.load(&r.id).await.unwrap().is_none());
+}
+
+/// The server's time, in seconds with a fraction.
+async fn server_time(server: &LocalServer) -> f64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut common::raw(server).await)
+        .await
+        .unwrap();
+    s as f64 + us as f64 / 1e6
+}
+
+/// Process A loads a session; process B moves its expiry earlier; once
+/// that has passed (not yet swept), A's save must not bring it back.
+#[tokio::test]
+async fn a_save_never_revives_a_session_another_process_shortened() {
+    let server = common::server();
+    let a = store(&server).await;
+    let b = store(&server).await;
+    let mut r = record(axum_login(7, &[7; 32]), 3600);
+    a.create(&mut r).await.unwrap();
+    let loaded = a.load(&r.id).await.unwrap().unwrap();
+    let mut short = b.load(&r.id).await.unwrap().unwrap();
+    short.expiry_date = OffsetDateTime::now_utc() + time::Duration::seconds(4);
+    b.save(&short).await.unwrap();
+    let shortened = b.load(&r.id).await.unwrap().expect("still live");
+    assert_eq!(
+        shortened.expiry_date,
+        short.expiry_date.replace_nanosecond(0).unwrap()
+    );
+    let until = short.expiry_date.unix_timestamp() as f64;
+    while server_time(&server).await < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.save(&loaded).await.unwrap();
+    assert!(a.load(&r.id).await.unwrap().is_none(), "revived");
+    assert!(b.load(&r.id).await.unwrap().is_none(), "revived");
+}
+
+/// What a load returns as live, a save can extend, up to its last second:
+/// a session loaded in its last ~1.5 s and saved with an hour more lives
+/// the hour. A trial in which the session expired before the save was
+/// answered (the server's clock says so) proves nothing and is run again.
+#[tokio::test]
+async fn a_session_loaded_as_live_in_its_last_seconds_can_be_extended() {
+    let server = common::server();
+    let store = store(&server).await;
+    let mut proven = 0;
+    for _ in 0..40 {
+        if proven == 3 {
+            break;
+        }
+        let mut r = record(axum_login(8, &[8; 32]), 3);
+        store.create(&mut r).await.unwrap();
+        let expiry = r.expiry_date.unix_timestamp() as f64;
+        while server_time(&server).await < expiry - 1.5 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let Some(mut loaded) = store.load(&r.id).await.unwrap() else {
+            continue;
+        };
+        loaded.expiry_date = OffsetDateTime::now_utc() + time::Duration::hours(1);
+        store.save(&loaded).await.unwrap();
+        if server_time(&server).await >= expiry {
+            continue;
+        }
+        proven += 1;
+        let back = store.load(&r.id).await.unwrap().expect("extended");
+        assert_eq!(
+            back.expiry_date.unix_timestamp(),
+            loaded.expiry_date.unix_timestamp()
+        );
+    }
+    assert_eq!(proven, 3, "three trials saved before the old expiry");
 }

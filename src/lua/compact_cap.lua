@@ -8,6 +8,8 @@
 -- KEYS[#ARGV..]: where the store keeps viewed items, each bucket's viewed
 --                chunks in turn (see viewed_of)
 -- ARGV[1]: the cutoff expiry; ARGV[2]: the cutoff field
+-- A bucket of another type, or holding a value in neither form, is skipped
+-- and reported as compact_sweep.lua reports it.
 -- Returns {expired removed, live removed, n, then n pairs of (member,
 --          field) to evict out of line, then bad members...}.
 local now = server_clock()
@@ -17,8 +19,19 @@ local reply, evict, bad = {0, 0, 0}, {}, {}
 for i = 3, #ARGV do
   local key, member = KEYS[i - 1], ARGV[i]
   local ok, pairs = pcall(redis.call, 'HGETALL', key)
+  local corrupt = false
+  if ok then
+    for j = 2, #pairs, 2 do
+      if expiry_of(pairs[j]) == nil then
+        corrupt = true
+        break
+      end
+    end
+  end
   if not ok then
     bad[#bad + 1] = member
+  elseif corrupt then
+    bad[#bad + 1] = -(tonumber(member) + 1)
   else
     local gone, earliest = {}, nil
     for j = 1, #pairs, 2 do

@@ -31,12 +31,31 @@ local function is_integer_form(value)
   return b ~= nil and b >= 48 and b <= 57
 end
 
+-- The expiry a value holds; nil for a value in neither form (another
+-- program wrote it), as `parse_value` in src/layout/compact/mod.rs reads it.
 local function expiry_of(value)
   if is_integer_form(value) then
+    if #value > 19 or string.find(value, '%D') then
+      return nil
+    end
     return tonumber(string.sub(value, -10))
+  end
+  if #value < 5 then
+    return nil
   end
   local b1, b2, b3, b4 = string.byte(value, 1, 4)
   return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+
+-- The expiry of the session a script acts on. A value in neither form stops
+-- the script before it writes anything, with a CORRUPT error the client
+-- reports as Error::CorruptRecord; the bytes stay for inspection.
+local function session_expiry(value)
+  local expiry = expiry_of(value)
+  if expiry == nil then
+    error({err = 'CORRUPT the bucket value is in neither the integer nor the binary form'})
+  end
+  return expiry
 end
 
 local function be32(n)
@@ -128,7 +147,7 @@ local function live_value(now)
   if not value then
     return nil
   end
-  local expiry = expiry_of(value)
+  local expiry = session_expiry(value)
   if expiry > now then
     return value, expiry
   end

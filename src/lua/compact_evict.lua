@@ -13,7 +13,8 @@ local evicted = 0
 for i = 3, #ARGV do
   local field = ARGV[i]
   local value = redis.call('HGET', KEYS[1], field)
-  if value and within_cutoff(expiry_of(value), field, cutoff, cutoff_field) then
+  local expiry = value and expiry_of(value)
+  if expiry and within_cutoff(expiry, field, cutoff, cutoff_field) then
     if is_out_of_line(value) then
       redis.call('DEL', KEYS[i - 1])
     end

@@ -42,8 +42,9 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry)) 
   else
     same = not is_integer_form(stored) and string.sub(stored, 5) == ARGV[4]
   end
-  if same and expiry_of(stored) > now then
-    return expiry_of(stored)
+  local stored_expiry = expiry_of(stored)
+  if same and stored_expiry and stored_expiry > now then
+    return stored_expiry
   end
   return 0
 end

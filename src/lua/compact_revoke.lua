@@ -7,13 +7,19 @@
 -- ARGV[5]: how long a create whose index entry was already written may
 --          still land, by any server's clock (the grace and twice the skew)
 -- Returns 1 if the user's live session was removed; 0 if a live session
--- is kept (another user's, or any for the sweeper); 2 if there was none,
+-- is kept (another user's, or any for the sweeper, or a value in neither
+-- form); 2 if there was none,
 -- and a tombstone now refuses a create of it for ARGV[5] seconds; 3 if
 -- it had expired (and is reclaimed here): created once, so no create of
 -- it can be in flight.
 local now = server_clock()
 local value = redis.call('HGET', KEYS[1], ARGV[1])
-if value and expiry_of(value) <= now then
+local expiry = value and expiry_of(value)
+if value and not expiry then
+  -- In neither form: no one's session, left for inspection.
+  return 0
+end
+if value and expiry <= now then
   if is_out_of_line(value) then
     redis.call('DEL', KEYS[3])
   end

@@ -1,35 +1,43 @@
 -- Writes a live session's record and expiry together (a tower-sessions
--- save). Kept short, as it runs on every save: no helpers, no TIME call
--- (the caller passes the latest the server's time can be by its estimate,
--- so a session judged live here is live), and the new value built by the
--- caller. Values are as compact_common.lua describes.
+-- save). Kept short, as it runs on every save: no helpers, and `TIME` only
+-- when the caller's estimate of the server's clock cannot tell. The stored
+-- expiry is always read: another process may have moved it earlier since
+-- this one loaded the session, and a save never revives an expired one.
+-- Values are as compact_common.lua describes.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET;
 -- KEYS[3]: the session's out-of-line record key
 -- KEYS[4..]: the bucket's viewed chunks, where the store keeps them
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the new value; ARGV[4]: the new expiry, unix seconds
 -- ARGV[5]: the record when it goes out of line, else ''
--- ARGV[6]: the caller's latest estimate of the server's time
+-- ARGV[6]: the latest the server's time can be by the caller's estimate
 -- Returns 1 if written (or, for an expiry already past, removed), 0 if
--- there is no live session.
+-- there is no live session. A value in neither form is a CORRUPT error,
+-- and nothing is written.
 local value = redis.call('HGET', KEYS[1], ARGV[1])
 if not value then
   return 0
 end
 local old, was_out_of_line
 local b1, b2, b3, b4 = string.byte(value, 1, 4)
-if b1 >= 48 and b1 <= 57 then
+if b1 >= 48 and b1 <= 57 and #value <= 19 and not string.find(value, '%D') then
   old, was_out_of_line = tonumber(string.sub(value, -10)), false
-else
+elseif (b1 < 48 or b1 > 57) and #value >= 5 then
   old = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
   was_out_of_line = #value == 5 and string.byte(value, 5) == 193
+else
+  error({err = 'CORRUPT the bucket value is in neither the integer nor the binary form'})
 end
+local expiry = tonumber(ARGV[4])
 local now = tonumber(ARGV[6])
+if old <= now or expiry <= now then
+  -- Within the estimate's reach of now: the server's own clock decides.
+  now = tonumber(redis.call('TIME')[1])
+end
 if old <= now then
   -- Expired: the sweeper reclaims it; a save never revives it.
   return 0
 end
-local expiry = tonumber(ARGV[4])
 if expiry <= now then
   redis.call('HDEL', KEYS[1], ARGV[1])
   if was_out_of_line then

@@ -7,8 +7,9 @@
 --                    viewed chunks in turn (see viewed_of)
 -- Out-of-line records carry their session's expiry as EXAT on their own key,
 -- so Redis reclaims an expired one itself.
--- A bucket key of another type is skipped, changed in nothing, and its
--- member returned.
+-- A bucket key of another type, or a bucket holding a value in neither form
+-- (another program wrote it), is skipped, changed in nothing, and reported:
+-- its member for the first, -(member + 1) for the second.
 -- Returns {expired removed, oldest removed expiry or -1, buckets visited,
 --          bad members...}.
 local now = server_clock()
@@ -21,21 +22,32 @@ for i = 1, #ARGV do
   if not ok then
     reply[#reply + 1] = member
   else
-    reply[3] = reply[3] + 1
-    local gone, earliest = {}, nil
+    local gone, earliest, oldest, corrupt = {}, nil, nil, false
     for j = 1, #pairs, 2 do
       local expiry = expiry_of(pairs[j + 1])
+      if expiry == nil then
+        corrupt = true
+        break
+      end
       if expiry <= now then
         gone[#gone + 1] = pairs[j]
-        if reply[2] == -1 or expiry < reply[2] then
-          reply[2] = expiry
+        if oldest == nil or expiry < oldest then
+          oldest = expiry
         end
       elseif earliest == nil or expiry < earliest then
         earliest = expiry
       end
     end
-    reply[1] = reply[1] + #gone
-    settle(key, member, gone, earliest, viewed_of(i, #ARGV, 2))
+    if corrupt then
+      reply[#reply + 1] = -(tonumber(member) + 1)
+    else
+      reply[3] = reply[3] + 1
+      reply[1] = reply[1] + #gone
+      if oldest and (reply[2] == -1 or oldest < reply[2]) then
+        reply[2] = oldest
+      end
+      settle(key, member, gone, earliest, viewed_of(i, #ARGV, 2))
+    end
   end
 end
 return reply

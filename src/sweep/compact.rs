@@ -107,8 +107,7 @@ where
                 out.oldest_removed = Some(out.oldest_removed.map_or(oldest, |o| o.min(oldest)));
             }
             for member in parts.iter().skip(3) {
-                let m: u32 = redis::from_redis_value_ref(member).unwrap_or(0);
-                out.bad_bucket(base + m, "WRONGTYPE: a bucket key of another type".into());
+                bad_member(member, base, &mut out);
             }
         }
     }
@@ -224,8 +223,7 @@ where
                 }
             }
             for member in &parts[3 + 2 * pairs..] {
-                let m: u32 = redis::from_redis_value_ref(member).unwrap_or(0);
-                out.bad_bucket(base + m, "WRONGTYPE: a bucket key of another type".into());
+                bad_member(member, base, &mut out);
             }
         }
         if out_of_line.is_empty() {
@@ -275,6 +273,23 @@ fn group_reply(
             out.bad_bucket(base, e.to_string());
             Ok(None)
         }
+    }
+}
+
+/// Reports a bucket a group script skipped: its member for a key of
+/// another type, `-(member + 1)` for one holding a value in neither form.
+fn bad_member(member: &redis::Value, base: u32, out: &mut RangeOutcome) {
+    let m: i64 = redis::from_redis_value_ref(member).unwrap_or(0);
+    if m >= 0 {
+        out.bad_bucket(
+            base + m as u32,
+            "WRONGTYPE: a bucket key of another type".into(),
+        );
+    } else {
+        out.bad_bucket(
+            base + (-m - 1) as u32,
+            "CORRUPT: a value in neither the integer nor the binary form".into(),
+        );
     }
 }
 

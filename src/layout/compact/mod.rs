@@ -39,8 +39,8 @@ use crate::limits::ListpackLimits;
 use crate::meta::{FORMAT_VERSION, StoreMeta};
 use crate::record;
 use crate::scripts::{
-    self, COMPACT_INSERT, COMPACT_OVERWRITE, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE,
-    COMPACT_TOUCH, PIPELINE_CHUNK,
+    self, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE, COMPACT_TOUCH,
+    PIPELINE_CHUNK,
 };
 use crate::users::{UserIndex, UserIndexConfig};
 use crate::viewed::ViewedConfig;
@@ -133,9 +133,9 @@ impl CompactConfig {
     }
 }
 
-/// How a stored value is written: see the module docs.
-/// What a process last read or wrote for a session, which lets
-/// [`Compact::save`] skip reading the stored value.
+/// What a process last read or wrote for a session: a tower-sessions
+/// store remembers it to skip a save that would change too little, and to
+/// delete a session it saw inline with one `HDEL`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Seen {
     /// The session's expiry then, unix seconds.
@@ -750,60 +750,27 @@ where
     }
 
     /// Writes a live session's record and expiry together, as a
-    /// tower-sessions `save` does, with no `TIME` call. A session that is
-    /// gone, or in its last second by the server's clock, is left alone
-    /// ([`Written::Missing`]): a save never revives one. An expiry already
-    /// past removes the session.
-    ///
-    /// With `seen` (what this process last read or wrote for the session)
-    /// showing an expiry past the latest the server's time can be, and old
-    /// and new records both inline, the save is one `HSET` in a script
-    /// that takes the field back out if the session was deleted meanwhile
-    /// (the common case: a request saves what it loaded). Otherwise the
-    /// script reads the stored value first (`HGET`, `HSET`). Either adds
-    /// `ZADD LT` only when the expiry moves earlier. `seen` is trusted for
-    /// the expiry: a session another process moved to an earlier expiry,
-    /// which then passed before this save, is written as if live.
-    pub async fn save(
-        &self,
-        id: &SessionId,
-        record: &[u8],
-        expires_at: u64,
-        seen: Option<Seen>,
-    ) -> Result<Written> {
+    /// tower-sessions `save` does: one script that reads the stored value
+    /// and writes the new one (`HGET`, `HSET`; `ZADD LT` only when the
+    /// expiry moves earlier). A session that is gone or expired by the
+    /// server's clock is left alone ([`Written::Missing`]): a save never
+    /// revives one, whatever this process saw of it before. The script
+    /// asks the server's clock (`TIME`) only when the stored or the new
+    /// expiry is within the clock estimate's reach of now, so a session a
+    /// load returned as live can be extended up to its last second. An
+    /// expiry already past removes the session.
+    pub async fn save(&self, id: &SessionId, record: &[u8], expires_at: u64) -> Result<Written> {
         Expiry::At(expires_at).check()?;
         id.check_width(self.buckets().id_width())?;
         let (_, latest) = self.time_bounds().await?;
-        let now = (latest + MARGIN).ceil() as u64;
+        let latest = (latest + MARGIN).ceil() as u64;
         let form = self.form(record);
-        if let Some(seen) = seen {
-            let vouched = seen.expires_at > now
-                && expires_at > now
-                && form != Form::OutOfLine
-                && self.fits(seen.record_len);
-            if vouched {
-                let k = self.keys(id);
-                let earlier = if expires_at < seen.expires_at {
-                    expires_at.to_string()
-                } else {
-                    String::new()
-                };
-                let mut inv = COMPACT_OVERWRITE.prepare_invoke();
-                inv.key(&k.bucket)
-                    .key(&k.index)
-                    .arg(&k.field)
-                    .arg(k.member)
-                    .arg(form.value(record, expires_at))
-                    .arg(earlier);
-                return Ok(Written::from_code(self.call(id, &inv).await?));
-            }
-        }
         let mut inv = self.invocation(&COMPACT_SAVE, id);
         let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
         inv.arg(form.value(record, expires_at))
             .arg(expires_at)
             .arg(side)
-            .arg(now);
+            .arg(latest);
         Ok(Written::from_code(self.call(id, &inv).await?))
     }
 
