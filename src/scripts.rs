@@ -84,6 +84,11 @@ pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
 );
 pub(crate) static COMPACT_TAKE: LazyLock<Script> =
     script!("server_clock.lua", "compact_common.lua", "compact_take.lua");
+pub(crate) static COMPACT_FORWARD: LazyLock<Script> = script!(
+    "server_clock.lua",
+    "compact_common.lua",
+    "compact_forward.lua"
+);
 pub(crate) static COMPACT_REVOKE: LazyLock<Script> = script!(
     "server_clock.lua",
     "compact_common.lua",

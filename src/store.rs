@@ -441,7 +441,14 @@ where
     /// change), keeping its record and expiry. When this returns the new id,
     /// the old one finds nothing. On an error the old id still holds the
     /// session, and the new one, if written, is removed or expires with it.
+    ///
+    /// With a user index, a rotation racing [`Store::revoke_all`] or
+    /// [`Store::revoke_others`] never outlives it: the new id is recorded
+    /// beside the old session before the copy is made, and a revocation
+    /// that reaches the old id follows it ([`crate::users`]).
     pub async fn rotate(&self, id: &SessionId) -> Result<Option<SessionId>> {
+        // The id the last attempt recorded as the successor and removed.
+        let mut prev: Option<SessionId> = None;
         for attempt in 0..self.update_attempts {
             let Some(stored) = self.layout.load(id).await? else {
                 return Ok(None);
@@ -451,11 +458,18 @@ where
                 // The sign-in time, and the absolute deadline, stay.
                 new_id = new_id.with_stamp(id.stamp());
             }
-            match self
+            let inserted = self
                 .layout
-                .insert(&new_id, &stored.record, Expiry::At(stored.expires_at))
-                .await?
-            {
+                .insert_successor(
+                    id,
+                    prev.as_ref(),
+                    &new_id,
+                    &stored.record,
+                    Expiry::At(stored.expires_at),
+                )
+                .await?;
+            prev = Some(new_id);
+            match inserted {
                 Inserted::Created { .. } => {}
                 Inserted::IdTaken | Inserted::Late => continue,
                 Inserted::AlreadyExpired => return Ok(None),

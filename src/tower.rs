@@ -43,7 +43,12 @@
 //!
 //! `cycle_id` needs nothing of the store: tower-sessions deletes the old id
 //! before it creates the new one (at the end of the request), so the two
-//! are never live together.
+//! are never live together. The store sees that create as a sign-in: a
+//! revocation ([`TowerStore::revoke_all`]) removes a cycled session whose
+//! create began before it read the user's entries, but not one created
+//! after that from what the request had loaded before; where a request
+//! that cycles an id may race "log out everywhere", have it check the
+//! user's credentials (axum-login's session auth hash) as well.
 //!
 //! With a user index ([`crate::CompactConfig::with_user_index`]), the
 //! store offers "your devices" ([`TowerStore::sessions_of`]) and "log out

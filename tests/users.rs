@@ -23,3 +23,20 @@ async fn revoke_all_races_creates_touches_rotations_and_sweepers() {
     let server = common::server();
     users::revoke_all_races_traffic(common::manager(&server).await, "race").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotations_never_outlive_a_revocation() {
+    let server = common::server();
+    users::rotations_never_outlive_a_revocation(common::manager(&server).await, "rot").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_overtaking_a_slow_revocation_is_revoked() {
+    let server = common::server();
+    let far = common::slow_link(&server, std::time::Duration::from_millis(4)).await;
+    users::a_rotation_overtaking_a_slow_revocation_is_revoked(
+        common::manager(&server).await,
+        sessionpack::connect(&far).await.unwrap(),
+    )
+    .await;
+}

@@ -185,6 +185,17 @@ where
         each!(self, l => l.insert_many(items, ttl_secs).await)
     }
 
+    async fn insert_successor(
+        &self,
+        from: &SessionId,
+        prev: Option<&SessionId>,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+    ) -> Result<Inserted> {
+        each!(self, l => l.insert_successor(from, prev, id, record, expiry).await)
+    }
+
     async fn carry_over(&self, from: &SessionId, to: &SessionId) -> Result<()> {
         each!(self, l => l.carry_over(from, to).await)
     }

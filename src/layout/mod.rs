@@ -226,6 +226,26 @@ pub trait Layout: Send + Sync {
         expiry: Expiry,
     ) -> impl Future<Output = Result<Inserted>> + Send;
 
+    /// Stores the copy a rotation makes of the live session `from` under
+    /// the new id `id`, as [`Layout::insert`] does. A layout whose
+    /// sessions can be revoked by user (a compact store with a user index)
+    /// first records `id` beside `from` as its successor, only while
+    /// `from` is live, so a revocation that reaches `from` after the copy
+    /// was made finds the copy too; `prev` is the id an earlier attempt of
+    /// the same rotation recorded and has since removed. Returns
+    /// [`Inserted::AlreadyExpired`] when `from` is no longer live.
+    fn insert_successor(
+        &self,
+        from: &SessionId,
+        prev: Option<&SessionId>,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+    ) -> impl Future<Output = Result<Inserted>> + Send {
+        let _ = (from, prev);
+        self.insert(id, record, expiry)
+    }
+
     /// Loads a live session.
     fn load(&self, id: &SessionId) -> impl Future<Output = Result<Option<Stored>>> + Send;
 
@@ -321,6 +341,9 @@ macro_rules! delegate_layout {
             }
             fn insert(&self, id: &SessionId, record: &[u8], expiry: Expiry) -> impl Future<Output = Result<Inserted>> + Send {
                 (**self).insert(id, record, expiry)
+            }
+            fn insert_successor(&self, from: &SessionId, prev: Option<&SessionId>, id: &SessionId, record: &[u8], expiry: Expiry) -> impl Future<Output = Result<Inserted>> + Send {
+                (**self).insert_successor(from, prev, id, record, expiry)
             }
             fn load(&self, id: &SessionId) -> impl Future<Output = Result<Option<Stored>>> + Send {
                 (**self).load(id)

@@ -40,8 +40,9 @@ for i = 3, #ARGV do
       if expiry <= now then
         gone[#gone + 1] = field
         reply[1] = reply[1] + 1
-      elseif is_tombstone(value) then
-        -- Not a session: it blocks a create until it expires.
+      elseif is_marker(value) then
+        -- Not a session: it blocks a create, or names a rotation's copies
+        -- for a revocation, until it expires.
         if earliest == nil or expiry < earliest then
           earliest = expiry
         end

@@ -22,8 +22,20 @@ local OUT_OF_LINE = '\193'
 -- inserts check and the sweeper reclaims at `until` like any expiry.
 local TOMBSTONE = '\192'
 
+-- A rotation in a store with a user index records the new ids beside the
+-- live session it copies, under the field followed by this byte, valued
+-- be32(until) .. FORWARD .. the new ids (at most three), so a revocation
+-- that reaches the old id finds the copies too (compact_forward.lua,
+-- compact_revoke.lua); reclaimed at `until` like any expiry.
+local FORWARD = '\194'
+
 local function is_tombstone(value)
   return #value == 5 and string.sub(value, 5) == TOMBSTONE
+end
+
+-- A tombstone or a forward: no session, though it has an expiry.
+local function is_marker(value)
+  return is_tombstone(value) or string.sub(value, 5, 5) == FORWARD
 end
 
 local function is_integer_form(value)

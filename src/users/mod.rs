@@ -26,15 +26,27 @@
 //!   after the entry was written, or ([`crate::Inserted::IdTaken`]) when a
 //!   tombstone stands beside its field. A create refused either way draws
 //!   a new id and writes a new entry.
+//! - **Rotate** ([`crate::Store::rotate`]): the new id's entry first; then,
+//!   in the old session's bucket and only while that session is live, a
+//!   *forward* record naming the new id (beside the old field, lasting the
+//!   hold; at most three rotations of one session in flight); then the
+//!   copy, as a create; then the old id goes.
 //! - **Revoke**: read the user's entries; then, for each, one script in
 //!   the session's bucket removes the session if the user still owns it,
 //!   or, if there is none, leaves a tombstone lasting the hold
-//!   ([`UserIndexConfig::hold_secs`], the grace and twice the skew); then
-//!   the entries go. A create whose entry the revocation read either had
-//!   landed (and is removed) or lands after the tombstone was written,
-//!   within the grace of its entry and so within the hold: refused. A
-//!   create whose entry came after the read is after the revocation, and
-//!   listed.
+//!   ([`UserIndexConfig::hold_secs`], the grace and twice the skew), and
+//!   returns the ids its forward record names, which are revoked the same
+//!   way in turn; then the entries go. Each step refuses to act more than
+//!   the grace after the read (the revocation reads again), so a forward
+//!   record written after the read is still there. A create whose entry
+//!   the revocation read either had landed (and is removed) or lands
+//!   after the tombstone was written, within the grace of its entry and so
+//!   within the hold: refused. A create whose entry came after the read is
+//!   after the revocation, and listed. A rotation's copy of a session
+//!   signed in before the revocation never is: either its entry was read,
+//!   or its forward record was written before the revocation reached the
+//!   old id (which finds it), or the old session was gone by then and no
+//!   forward, and so no copy, was made.
 //! - **Sweep**: on its full passes the sweeper ([`crate::sweep`]) looks up
 //!   each entry's session; for one gone or expired, the same script in the
 //!   sweeper's mode keeps a session that has come meanwhile, or leaves a

@@ -225,3 +225,42 @@ pub async fn audit(raw: &mut redis::aio::MultiplexedConnection, b: &sessionpack:
     }
     audit
 }
+
+/// A TCP link to `server` that holds every chunk it carries, either way,
+/// for `delay`: a process far from Redis, whose steps another process can
+/// overtake. Stops with the test's runtime.
+pub async fn slow_link(server: &LocalServer, delay: std::time::Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let target = server.url();
+    let addr = target
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(&addr).await else {
+                continue;
+            };
+            let (cr, cw) = client.into_split();
+            let (ur, uw) = upstream.into_split();
+            let pump = |mut from: tokio::net::tcp::OwnedReadHalf,
+                        mut to: tokio::net::tcp::OwnedWriteHalf| async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = from.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    tokio::time::sleep(delay).await;
+                    if to.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            tokio::spawn(pump(cr, uw));
+            tokio::spawn(pump(ur, cw));
+        }
+    });
+    format!("redis://127.0.0.1:{port}/")
+}

@@ -321,6 +321,9 @@ struct Made {
     user: u64,
     /// When the create or rotation that made it had returned.
     done: Instant,
+    /// When the create its line began with had returned: a rotation's
+    /// copy is the same sign-in as the session it copied.
+    signed: Instant,
 }
 
 /// Revoke-all races creates, touches, rotations and two sweepers on twelve
@@ -360,10 +363,12 @@ where
                     };
                     devices.create(user, device).await.unwrap().id
                 };
+                let done = Instant::now();
                 made.lock().unwrap().push(Made {
                     id,
                     user,
-                    done: Instant::now(),
+                    done,
+                    signed: done,
                 });
                 n += 1;
             }
@@ -395,6 +400,7 @@ where
                         id,
                         user: target.user,
                         done: Instant::now(),
+                        signed: target.signed,
                     });
                     rotated += 1;
                 }
@@ -420,10 +426,12 @@ where
             let layout = layout.clone();
             tokio::spawn(async move {
                 let (mut revocations, mut removed, mut escaped) = (0u64, 0u64, 0usize);
+                let mut done = Vec::new();
                 while Instant::now() < until {
                     let user = users[pick(users.len())];
                     let began = Instant::now();
                     let r = plain.revoke_all(&user).await.unwrap();
+                    done.push((user, began));
                     let before: Vec<SessionId> = made
                         .lock()
                         .unwrap()
@@ -438,7 +446,7 @@ where
                     removed += r.removed;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                (revocations, removed, escaped)
+                (revocations, removed, escaped, done)
             })
         })
         .collect();
@@ -447,13 +455,31 @@ where
         counts.push(done.unwrap());
     }
     let (mut revocations, mut removed) = (0, 0);
+    let mut done = Vec::new();
     for r in revokers {
-        let (n, gone, escaped) = r.await.unwrap();
+        let (n, gone, escaped, revoked) = r.await.unwrap();
         assert_eq!(escaped, 0, "sessions made before a revocation survived it");
         revocations += n;
         removed += gone;
+        done.extend(revoked);
     }
     let made = made.lock().unwrap().clone();
+    // Whatever rotated meanwhile: no session whose sign-in came before a
+    // revocation of its user loads once every task has stopped.
+    let signed_before: Vec<SessionId> = made
+        .iter()
+        .filter(|m| {
+            done.iter()
+                .any(|&(u, began)| u == m.user && m.signed < began)
+        })
+        .map(|m| m.id)
+        .collect();
+    let survivors = layout.load_many(&signed_before).await.unwrap();
+    assert_eq!(
+        survivors.iter().filter(|s| s.is_some()).count(),
+        0,
+        "a rotation of a session signed in before a revocation survived it"
+    );
     assert!(
         revocations > 10 && removed > 10,
         "{revocations} revocations removed {removed}"
@@ -482,4 +508,95 @@ where
         "{} made, {revocations} revocations removed {removed}, {alive} left; tasks {counts:?}; {audit:?}",
         made.len()
     );
+}
+
+/// A rotation racing a revocation of its user never outlives it: a
+/// session is rotated and its user revoked 0-3 ms later, again and again;
+/// once both have returned, no session of that user loads, and nothing of
+/// the rotation's is listed. Rotations that finished first and ones that
+/// found the session revoked both occur.
+pub async fn rotations_never_outlive_a_revocation<C>(conn: C, namespace: &str)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let layout = layout(conn, namespace).await;
+    let store: Store<_, Device, u64> =
+        Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let (mut rotated, mut refused) = (0, 0);
+    for trial in 0..300u64 {
+        let user = 80_000 + trial % 7;
+        let device = Device {
+            device: "d".repeat((trial % 3 * 40) as usize),
+        };
+        let s = store.create(user, device).await.unwrap();
+        let rotating = {
+            let store = store.clone();
+            tokio::spawn(async move { store.rotate(&s.id).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_micros(rand::random_range(0..3000))).await;
+        store.revoke_all(&user).await.unwrap();
+        match rotating.await.unwrap() {
+            Some(new_id) => {
+                rotated += 1;
+                assert!(
+                    store.load(&new_id).await.unwrap().is_none(),
+                    "trial {trial}: the rotated session survived the revocation"
+                );
+            }
+            None => refused += 1,
+        }
+        assert!(store.load(&s.id).await.unwrap().is_none());
+        assert_eq!(
+            store.sessions_of(&user).await.unwrap(),
+            Vec::new(),
+            "trial {trial}: a session of the user is listed"
+        );
+    }
+    eprintln!("{rotated} rotations returned a new id, {refused} found the session revoked");
+    assert!(
+        rotated > 0 && refused > 0,
+        "{rotated} / {refused}: the race was not run both ways"
+    );
+    let audit = settle(&layout).await;
+    assert_eq!(audit.sessions, 0, "{audit:?}");
+}
+
+/// A revocation far from Redis (`far` delays each step by milliseconds)
+/// and a rotation close to it (`near`), started in the revocation's stride:
+/// the rotation often reads, copies and removes the old id between the
+/// revocation's read of the user's entries and its step on that id. Once
+/// both have returned, neither id loads and nothing is listed.
+pub async fn a_rotation_overtaking_a_slow_revocation_is_revoked<C>(near: C, far: C)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let near: Store<_, (), u64> = Store::new(layout(near, "slow").await);
+    let far: Store<_, (), u64> = Store::new(layout(far, "slow").await);
+    let (mut overtook, mut refused) = (0, 0);
+    for trial in 0..60u64 {
+        let user = 90_000 + trial;
+        let s = near.create(user, ()).await.unwrap();
+        let revoking = {
+            let far = far.clone();
+            tokio::spawn(async move { far.revoke_all(&user).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_micros(rand::random_range(1000..20_000))).await;
+        let rotated = near.rotate(&s.id).await.unwrap();
+        let revoked = revoking.await.unwrap();
+        match rotated {
+            Some(new_id) => {
+                // The copy existed when the revocation reached the old id.
+                overtook += u64::from(revoked.removed > 0);
+                assert!(
+                    near.load(&new_id).await.unwrap().is_none(),
+                    "trial {trial}: the rotated copy survived ({revoked:?})"
+                );
+            }
+            None => refused += 1,
+        }
+        assert!(near.load(&s.id).await.unwrap().is_none());
+        assert!(near.sessions_of(&user).await.unwrap().is_empty());
+    }
+    eprintln!("{overtook} rotations overtook the revocation, {refused} were refused");
+    assert!(overtook > 0, "no rotation overtook the revocation");
 }

@@ -895,7 +895,9 @@ where
         if let Some(users) = &self.users
             && let Some(head) = self.owner_head(id, record)?
         {
-            return self.insert_indexed(users, head, id, record, expiry).await;
+            return self
+                .insert_indexed(users, head, id, record, expiry, None)
+                .await;
         }
         let len = (record.len() + EXPIRY_BYTES) as u64;
         if len <= self.limits.hash_value {
@@ -914,6 +916,26 @@ where
             .call(id, &self.insert_invocation(id, record, expiry, None))
             .await?;
         Ok(Inserted::from_code(code))
+    }
+
+    async fn insert_successor(
+        &self,
+        from: &SessionId,
+        prev: Option<&SessionId>,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Expiry,
+    ) -> Result<Inserted> {
+        let expiry = expiry.check()?;
+        id.check_width(self.buckets().id_width())?;
+        if let Some(users) = &self.users
+            && let Some(head) = self.owner_head(id, record)?
+        {
+            return self
+                .insert_indexed(users, head, id, record, expiry, Some((from, prev)))
+                .await;
+        }
+        self.insert(id, record, expiry).await
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {

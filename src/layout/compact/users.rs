@@ -2,6 +2,8 @@
 //! order [`crate::users`] explains, listings, revocations, labels, and the
 //! sweep of entries whose sessions are gone.
 
+use std::collections::HashSet;
+
 use redis::Value;
 
 use super::{Compact, parse_value};
@@ -9,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::layout::{Expiry, Inserted, Layout, Stored};
 use crate::record;
-use crate::scripts::{self, COMPACT_REVOKE, PIPELINE_CHUNK, USER_LABEL};
+use crate::scripts::{self, COMPACT_FORWARD, COMPACT_REVOKE, PIPELINE_CHUNK, USER_LABEL};
 use crate::users::{self, Revoked, UserIndex, UserIndexAudit};
 
 /// The first byte of a record that belongs to no one: MessagePack `nil`.
@@ -19,6 +21,9 @@ pub const NO_OWNER: u8 = 0xc0;
 const TOMBSTONE: u8 = 0xc0;
 /// Most fields one `HDEL` names.
 const HDEL_CHUNK: usize = 1000;
+/// Reads of a user's entries one revocation makes before it gives up: each
+/// read is followed by steps that must come within the grace of it.
+const REVOKE_READS: u32 = 3;
 
 /// One index entry of the user asked about.
 pub(crate) struct Entry {
@@ -84,8 +89,11 @@ where
 
     /// An insert for a store with a user index: the entry first, then the
     /// session, which the server refuses if it comes later than the grace
-    /// after the entry. An entry left by an insert that did not store its
-    /// session is taken back, or else swept.
+    /// after the entry. For a rotation's copy (`successor_of`: the old id,
+    /// and the id an earlier attempt recorded), the new id is recorded
+    /// beside the old session between the two, while that is live (see
+    /// [`crate::users`]). An entry left by an insert that did not store
+    /// its session is taken back, or else swept.
     pub(super) async fn insert_indexed(
         &self,
         users: &UserIndex,
@@ -93,6 +101,7 @@ where
         id: &SessionId,
         record: &[u8],
         expiry: Expiry,
+        successor_of: Option<(&SessionId, Option<&SessionId>)>,
     ) -> Result<Inserted> {
         let (bucket, check) = users.place(head);
         let key = users.key(bucket);
@@ -104,19 +113,64 @@ where
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| Error::from_redis(e, || key.clone()))?;
-        let inserted = self
-            .insert_after_entry(id, record, expiry, indexed_at)
-            .await?;
+        let inserted = match successor_of {
+            Some((from, prev)) => match self.forward(users, from, prev, id).await {
+                Ok(true) => {
+                    self.insert_after_entry(id, record, expiry, indexed_at)
+                        .await
+                }
+                Ok(false) => Ok(Inserted::AlreadyExpired),
+                Err(e) => Err(e),
+            },
+            None => {
+                self.insert_after_entry(id, record, expiry, indexed_at)
+                    .await
+            }
+        };
+        let inserted = match inserted {
+            Ok(inserted) => inserted,
+            Err(e) => {
+                self.take_entry_back(&key, id).await;
+                return Err(e);
+            }
+        };
         if !matches!(inserted, Inserted::Created { .. }) {
-            let _: redis::RedisResult<i64> = redis::cmd("HDEL")
-                .arg(&key)
-                .arg(id.as_bytes())
-                .query_async(&mut self.conn.clone())
-                .await;
+            self.take_entry_back(&key, id).await;
         }
         Ok(inserted)
     }
 
+    /// Best effort: an entry whose session was not stored; the sweeper's
+    /// full passes remove any this misses.
+    async fn take_entry_back(&self, key: &str, id: &SessionId) {
+        let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+            .arg(key)
+            .arg(id.as_bytes())
+            .query_async(&mut self.conn.clone())
+            .await;
+    }
+
+    /// Records `to` beside the live session `from` as a rotation's copy
+    /// (`compact_forward.lua`); `prev` is the copy an earlier attempt
+    /// recorded and removed. `false` if `from` is not live.
+    async fn forward(
+        &self,
+        users: &UserIndex,
+        from: &SessionId,
+        prev: Option<&SessionId>,
+        to: &SessionId,
+    ) -> Result<bool> {
+        let mut inv = self.invocation(&COMPACT_FORWARD, from);
+        inv.arg(to.as_bytes())
+            .arg(prev.map_or(&[][..], |p| p.as_bytes()))
+            .arg(users.config().hold_secs())
+            .arg(self.id_width().bytes());
+        match self.call::<i64>(from, &inv).await? {
+            1 => Ok(true),
+            0 => Ok(false),
+            _ => Err(Error::Contended { attempts: 3 }),
+        }
+    }
     /// The second step of an insert into a store with a user index, whose
     /// entry was written at `indexed_at` (unix seconds by the server's
     /// clock): the session, unless it comes more than the grace after
@@ -231,53 +285,102 @@ where
     }
 
     /// Revokes every session of the identity that records begin with
-    /// `head`, but `keep`: see [`crate::users`] for why a create racing
-    /// this either is revoked or lands after it, indexed.
+    /// `head`, but `keep`: see [`crate::users`] for why a create or a
+    /// rotation racing this either is revoked or lands after it, indexed.
+    /// The entries are read, each session is revoked in its bucket, and
+    /// the copies rotations recorded beside them are revoked in turn; a
+    /// revocation slower than the grace between its read and a step reads
+    /// again.
     pub async fn revoke_user(&self, head: &[u8], keep: Option<&SessionId>) -> Result<Revoked> {
-        let (key, entries) = self.entries(head).await?;
-        let mut report = Revoked::default();
-        let ids: Vec<SessionId> = entries
-            .iter()
-            .map(|e| e.id)
-            .filter(|id| Some(id) != keep)
-            .collect();
-        report.kept += (entries.len() - ids.len()) as u64;
         let ident = record::int_only(head).map_or(String::new(), |n| n.to_string());
-        let mut drop = Vec::new();
-        for chunk in ids.chunks(PIPELINE_CHUNK) {
-            let codes = self.revoke_each(chunk, &ident, head).await?;
-            for (id, code) in chunk.iter().zip(codes) {
-                match code {
-                    0 => report.kept += 1,
-                    1 => report.removed += 1,
-                    _ => report.absent += 1,
+        let mut report = Revoked::default();
+        for _ in 0..REVOKE_READS {
+            let read_at = u64::from(self.stamp_now().await?);
+            let (key, entries) = self.entries(head).await?;
+            let mut seen: HashSet<SessionId> = keep.into_iter().copied().collect();
+            let mut queue: Vec<SessionId> = entries
+                .iter()
+                .map(|e| e.id)
+                .filter(|id| seen.insert(*id))
+                .collect();
+            let kept = (entries.len() - queue.len()) as u64;
+            let mut drop = Vec::new();
+            let mut stale = false;
+            while !queue.is_empty() && !stale {
+                let mut next = Vec::new();
+                for chunk in queue.chunks(PIPELINE_CHUNK) {
+                    let settled = self.revoke_each(chunk, &ident, head, Some(read_at)).await?;
+                    for (id, (code, successors)) in chunk.iter().zip(settled) {
+                        match code {
+                            0 => report.kept += 1,
+                            1 => report.removed += 1,
+                            4 => stale = true,
+                            _ => report.absent += 1,
+                        }
+                        if code != 0 && code != 4 {
+                            // A copy's entry is in the same bucket: same owner.
+                            drop.push(id.as_bytes().to_vec());
+                        }
+                        next.extend(successors.into_iter().filter(|s| seen.insert(*s)));
+                    }
                 }
-                if code != 0 {
-                    drop.push(id.as_bytes().to_vec());
-                }
+                queue = next;
+            }
+            self.drop_entries(&key, &drop).await?;
+            if !stale {
+                report.kept += kept;
+                return Ok(report);
             }
         }
-        self.drop_entries(&key, &drop).await?;
-        Ok(report)
+        Err(Error::Contended {
+            attempts: REVOKE_READS,
+        })
     }
 
-    /// Runs the revoke script on each of `ids` (see `compact_revoke.lua`);
-    /// `ident` and `head` empty for the sweeper, which keeps any live
-    /// session.
-    async fn revoke_each(&self, ids: &[SessionId], ident: &str, head: &[u8]) -> Result<Vec<i64>> {
-        let hold = self.users()?.config().hold_secs();
+    /// Runs the revoke script on each of `ids` (see `compact_revoke.lua`):
+    /// its code and the copies rotations recorded beside the session.
+    /// `ident` and `head` empty, and no `read_at`, for the sweeper, which
+    /// keeps any live session.
+    async fn revoke_each(
+        &self,
+        ids: &[SessionId],
+        ident: &str,
+        head: &[u8],
+        read_at: Option<u64>,
+    ) -> Result<Vec<(i64, Vec<SessionId>)>> {
+        let config = self.users()?.config();
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let width = self.id_width();
         let invocations: Vec<_> = ids
             .iter()
             .map(|id| {
                 let mut inv = self.invocation(&COMPACT_REVOKE, id);
-                inv.arg(ident).arg(head).arg(hold);
+                inv.arg(ident).arg(head).arg(config.hold_secs());
+                if let Some(at) = read_at {
+                    inv.arg(at).arg(config.grace_secs).arg(width.bytes());
+                }
                 inv
             })
             .collect();
-        scripts::pipelined(&self.conn, self, ids, &invocations, &COMPACT_REVOKE).await
+        let replies: Vec<Vec<Value>> =
+            scripts::pipelined(&self.conn, self, ids, &invocations, &COMPACT_REVOKE).await?;
+        Ok(replies
+            .into_iter()
+            .map(|reply| {
+                let mut parts = reply.into_iter();
+                let code = parts
+                    .next()
+                    .and_then(|v| redis::from_redis_value::<i64>(v).ok())
+                    .unwrap_or(0);
+                let successors = parts
+                    .filter_map(|v| redis::from_redis_value::<Vec<u8>>(v).ok())
+                    .filter_map(|b| SessionId::from_slice(&b).filter(|id| id.width() == width))
+                    .collect();
+                (code, successors)
+            })
+            .collect())
     }
 
     async fn drop_entries(&self, key: &str, fields: &[Vec<u8>]) -> Result<u64> {
@@ -388,8 +491,8 @@ where
                     .map(|(entry, _)| entry)
                     .collect();
                 let ids: Vec<SessionId> = gone.iter().map(|(_, id)| *id).collect();
-                let codes = self.revoke_each(&ids, "", &[]).await?;
-                for ((key, id), code) in gone.into_iter().zip(codes) {
+                let settled = self.revoke_each(&ids, "", &[], None).await?;
+                for ((key, id), (code, _)) in gone.into_iter().zip(settled) {
                     if code >= 2 {
                         dead.push((key.clone(), id.as_bytes().to_vec()));
                     }
