@@ -134,6 +134,30 @@ pub fn evicts_persistent_keys(policy: &str) -> bool {
     policy.starts_with("allkeys-")
 }
 
+/// Refuses a user index on a server whose eviction policy may evict keys
+/// without expiry: an evicted index bucket would leave its users' sessions
+/// live but out of every revocation's reach. The store cannot repair that
+/// (no index names them), so it refuses: at open, and at each revocation,
+/// as the policy can be changed at run time. `None` (`CONFIG` refused) is
+/// let through with a warning: the policy cannot be told.
+pub fn check_user_index_policy(policy: Option<&str>) -> crate::Result<()> {
+    match policy {
+        Some(policy) if evicts_persistent_keys(policy) => Err(crate::Error::Config(format!(
+            "maxmemory-policy {policy} may evict the user index, leaving sessions that no \
+             revocation can find: a store with a user index needs noeviction or a volatile-* \
+             policy"
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            tracing::warn!(
+                "CONFIG GET is refused: cannot tell whether maxmemory-policy may evict the user \
+                 index (it must be noeviction or volatile-*)"
+            );
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,3 +40,56 @@ async fn a_rotation_overtaking_a_slow_revocation_is_revoked() {
     )
     .await;
 }
+
+/// Eviction under an `allkeys-*` policy could take an index bucket and
+/// leave its users' sessions live but out of every revocation's reach: a
+/// store with a user index refuses such a server, at open (before anything
+/// is written) and at each revocation (the policy can change at run time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_index_is_refused_where_eviction_may_take_it() {
+    use redis::AsyncCommands;
+    use sessionpack::{Compact, CompactConfig, Error, Store};
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let mut raw = common::raw(&server).await;
+    let policy = |p: &'static str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(p)
+            .clone()
+    };
+    let indexed = || CompactConfig::new(6).with_user_index(users::config());
+    for evicting in ["allkeys-lru", "allkeys-random", "allkeys-lfu"] {
+        let _: () = policy(evicting).query_async(&mut raw).await.unwrap();
+        match Compact::new(conn.clone(), indexed()).await {
+            Err(Error::Config(msg)) => assert!(msg.contains(evicting), "{msg}"),
+            other => panic!("{evicting}: expected Config, got {other:?}"),
+        }
+        let keys: Vec<String> = raw.keys("*").await.unwrap();
+        assert!(keys.is_empty(), "nothing written: {keys:?}");
+    }
+    // Without an index the buckets alone are fine (the sweeper repairs
+    // what eviction leaves); with noeviction or volatile-*, the index too.
+    Compact::new(conn.clone(), CompactConfig::new(6).with_namespace("plain"))
+        .await
+        .unwrap();
+    let _: () = policy("volatile-lru").query_async(&mut raw).await.unwrap();
+    let store: Store<_, ()> = Store::new(Compact::new(conn.clone(), indexed()).await.unwrap());
+    let s = store.create(70_001, ()).await.unwrap();
+    let _: () = policy("allkeys-random")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.revoke_all(&70_001).await,
+        Err(Error::Config(_))
+    ));
+    assert!(
+        store.load(&s.id).await.unwrap().is_some(),
+        "refused, not half done"
+    );
+    let _: () = policy("noeviction").query_async(&mut raw).await.unwrap();
+    assert_eq!(store.revoke_all(&70_001).await.unwrap().removed, 1);
+    assert!(store.load(&s.id).await.unwrap().is_none());
+}

@@ -54,7 +54,9 @@ pub fn check_ttl(secs: u64) -> Result<u64> {
 /// records) the namespace's metadata, and reads the server's listpack
 /// limits and eviction policy, warning when that policy may evict bucket
 /// keys (`allkeys-*`): an evicted key takes its sessions with it, and the
-/// sweeper removes what is left.
+/// sweeper removes what is left. A store with a user index is refused on
+/// such a server before anything is written
+/// ([`crate::limits::check_user_index_policy`]).
 pub(crate) async fn open_bucket_store<C>(
     conn: &C,
     meta: &crate::meta::StoreMeta,
@@ -64,10 +66,13 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
     use crate::limits;
-    meta.claim(conn, namespace).await?;
     let mut c = conn.clone();
-    let found = limits::ListpackLimits::read(&mut c).await?;
     let policy = limits::eviction_policy(&mut c).await?;
+    if meta.user_bits > 0 {
+        limits::check_user_index_policy(policy.as_deref())?;
+    }
+    meta.claim(conn, namespace).await?;
+    let found = limits::ListpackLimits::read(&mut c).await?;
     if let Some(policy) = policy
         .as_deref()
         .filter(|p| limits::evicts_persistent_keys(p))

@@ -291,7 +291,13 @@ where
     /// the copies rotations recorded beside them are revoked in turn; a
     /// revocation slower than the grace between its read and a step reads
     /// again.
+    ///
+    /// The server's eviction policy is read first: a policy that may
+    /// evict the index ([`crate::limits::check_user_index_policy`]) is a
+    /// [`Error::Config`], and nothing is revoked.
     pub async fn revoke_user(&self, head: &[u8], keep: Option<&SessionId>) -> Result<Revoked> {
+        let policy = crate::limits::eviction_policy(&mut self.conn.clone()).await?;
+        crate::limits::check_user_index_policy(policy.as_deref())?;
         let ident = record::int_only(head).map_or(String::new(), |n| n.to_string());
         let mut report = Revoked::default();
         for _ in 0..REVOKE_READS {
