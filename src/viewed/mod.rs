@@ -6,7 +6,7 @@
 //! trimmed to 25 with `ZREMRANGEBYRANK`), a top-level key each. Here a
 //! compact store opened with [`crate::CompactConfig::with_viewed`] keeps a
 //! session's list in its bucket's *viewed chunks*: up to [`MAX_CHUNKS`]
-//! listpack HASHes (four for 25 items of up to 8 bytes) beside the bucket (`sp:{7f4}:7:v0`, `sp:{7f4}:7:v1`, ...), each holding
+//! listpack HASHes (four for 25 items of up to 8 bytes) beside the bucket (`sp:{07f4}:7:v0`, `sp:{07f4}:7:v1`, ... for bucket `0x3fa07` of 2^20), each holding
 //! the session's field again with a value of at most [`CHUNK_BYTES`]
 //! bytes: the list, newest first, each item its length in one byte and its
 //! bytes. Chunk `k` holds the items that did not fit chunks `0..k`, so a

@@ -13,9 +13,9 @@
 //! 128 buckets.
 //!
 //! Keys, for namespace `sp`, 2^20 buckets (2^13 groups): bucket `0x3fa07`
-//! is `sp:{7f4}:7` (group `0x7f4`, bucket 7 of the group), its group's index
-//! is `sp:{7f4}:i`, and a record too long for the listpack lives under
-//! `sp:{7f4}:7:o:<field hex>` with the session's expiry.
+//! is `sp:{07f4}:7` (group `0x7f4`, bucket 7 of the group), its group's index
+//! is `sp:{07f4}:i`, and a record too long for the listpack lives under
+//! `sp:{07f4}:7:o:<field hex>` with the session's expiry.
 //!
 //! A value is either the decimal digits of `identity * 10^10 + expiry`,
 //! which Redis keeps as one 8-byte listpack integer (an identity-only
