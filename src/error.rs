@@ -164,9 +164,13 @@ pub enum Error {
 
 impl Error {
     /// Whether retrying the same call later may succeed (Redis was
-    /// unreachable, or a concurrent writer won the race).
+    /// unreachable, a concurrent writer won the race, or replicas did not
+    /// confirm a write in time, as during a failover).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Unavailable(_) | Self::Contended { .. })
+        matches!(
+            self,
+            Self::Unavailable(_) | Self::Contended { .. } | Self::NotReplicated(_)
+        )
     }
 
     /// Classifies a Redis error (or a pipeline's) raised while working on

@@ -165,16 +165,30 @@ where
 
     /// Checks a reply to `WAIT`.
     fn check(&self, reply: &Value) -> redis::RedisResult<()> {
-        let confirmed: i64 = redis::from_redis_value_ref(reply)?;
-        if confirmed < i64::from(self.replicas) {
-            return Err(RedisError::from((
-                ErrorKind::Client,
-                NOT_REPLICATED,
-                format!("{confirmed} of {} replicas", self.replicas),
-            )));
-        }
-        Ok(())
+        check_wait(reply, self.replicas)
     }
+}
+
+/// Checks a reply to `WAIT` for `replicas` confirmations. An error in its
+/// place (a node that has just become a replica refuses `WAIT`) leaves the
+/// write unconfirmed, as too few replicas do.
+fn check_wait(reply: &Value, replicas: u32) -> redis::RedisResult<()> {
+    if let Value::ServerError(e) = reply {
+        return Err(RedisError::from((
+            ErrorKind::Client,
+            NOT_REPLICATED,
+            format!("WAIT answered {e}"),
+        )));
+    }
+    let confirmed: i64 = redis::from_redis_value_ref(reply)?;
+    if confirmed < i64::from(replicas) {
+        return Err(RedisError::from((
+            ErrorKind::Client,
+            NOT_REPLICATED,
+            format!("{confirmed} of {replicas} replicas"),
+        )));
+    }
+    Ok(())
 }
 
 impl<C> redis::aio::ConnectionLike for WaitForReplicas<C>
@@ -231,6 +245,20 @@ where
 #[cfg(test)]
 mod tests {
     use super::writes;
+
+    #[test]
+    fn an_error_in_place_of_wait_s_count_is_not_replicated_and_transient() {
+        let refused =
+            redis::parse_redis_value(b"-ERR WAIT cannot be used with replica instances.\r\n")
+                .unwrap();
+        assert!(matches!(refused, redis::Value::ServerError(_)));
+        for reply in [refused, redis::Value::Int(0)] {
+            let err = crate::Error::from(super::check_wait(&reply, 1).unwrap_err());
+            assert!(matches!(err, crate::Error::NotReplicated(_)), "{err:?}");
+            assert!(err.is_transient());
+        }
+        assert!(super::check_wait(&redis::Value::Int(1), 1).is_ok());
+    }
 
     #[test]
     fn only_known_reads_skip_the_wait() {
