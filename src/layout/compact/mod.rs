@@ -926,11 +926,11 @@ where
         record: &[u8],
         expiry: Expiry,
     ) -> Result<Inserted> {
-        let expiry = expiry.check()?;
-        id.check_width(self.buckets().id_width())?;
         if let Some(users) = &self.users
             && let Some(head) = self.owner_head(id, record)?
         {
+            let expiry = expiry.check()?;
+            id.check_width(self.buckets().id_width())?;
             return self
                 .insert_indexed(users, head, id, record, expiry, Some((from, prev)))
                 .await;
