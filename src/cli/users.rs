@@ -47,6 +47,9 @@ struct StoreArgs {
     /// The store's key namespace.
     #[arg(long, default_value = DEFAULT_NAMESPACE)]
     namespace: String,
+    /// How long one reply from Redis may take, in seconds.
+    #[arg(long, default_value_t = crate::connect::DEFAULT_RESPONSE_TIMEOUT.as_secs_f64())]
+    response_timeout_secs: f64,
 }
 
 /// Which user.
@@ -109,7 +112,10 @@ async fn open(args: &StoreArgs) -> Result<Compact<AnyConnection>> {
         Some(url) => Endpoint::Server(url.clone()),
         None => Endpoint::Cluster(args.cluster_url.clone()),
     };
-    let conn = endpoint.connect().await?;
+    let options = crate::ConnectOptions::default().with_response_timeout(Duration::from_secs_f64(
+        args.response_timeout_secs.clamp(0.001, 1e6),
+    ));
+    let conn = endpoint.connect_with(&options).await?;
     let meta = StoreMeta::read(&conn, &args.namespace)
         .await?
         .ok_or_else(|| {

@@ -23,14 +23,16 @@
 pub mod slots;
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike as _;
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::connect::ConnectOptions;
 use crate::error::Result;
 
 /// Attempts the cluster client makes for one request (redirections and
@@ -39,28 +41,59 @@ pub const RETRIES: u32 = 6;
 
 /// A connection to a Redis Cluster that sends pipelines spanning slots
 /// (see the module docs). Cheap to clone; clones share the connections.
+///
+/// A call that times out replaces the cluster client's connection for
+/// every clone (the timed-out call still fails, as
+/// [`crate::Error::Unavailable`]). The client serves every call from one
+/// task; during a slot refresh that task waits for a lock which a call it
+/// no longer polls may hold, and from then on every call times out. A
+/// fresh connection is the way out of that, and costs little after a
+/// real timeout: one connection per node and a `CLUSTER SLOTS`.
 #[derive(Clone)]
 pub struct Cluster {
-    inner: ClusterConnection,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: ClusterClient,
+    options: ConnectOptions,
+    /// The connection calls go through, and how many times it was replaced.
+    current: Mutex<(u64, ClusterConnection)>,
+    /// Held while a replacement is made: concurrent timeouts make one.
+    replacing: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster").finish_non_exhaustive()
+        f.debug_struct("Cluster")
+            .field("replacements", &self.replacements())
+            .finish_non_exhaustive()
     }
 }
 
 /// Connects to the cluster that `seeds` (`redis://host:port/` URLs of some
-/// of its nodes) belong to, with the request path's timeouts
-/// ([`crate::connect::request_path_config`]).
+/// of its nodes) belong to, with the default [`ConnectOptions`].
 pub async fn connect(seeds: &[impl AsRef<str>]) -> Result<Cluster> {
+    connect_with(seeds, &ConnectOptions::default()).await
+}
+
+/// [`connect`] with other [`ConnectOptions`]: its response timeout bounds
+/// a whole call, redirections and reconnections included; a call follows
+/// up to [`RETRIES`] redirections or reconnections.
+pub async fn connect_with(seeds: &[impl AsRef<str>], options: &ConnectOptions) -> Result<Cluster> {
     let client = redis::cluster::ClusterClientBuilder::new(seeds.iter().map(|s| s.as_ref()))
-        .connection_timeout(CONNECT_TIMEOUT)
-        .response_timeout(RESPONSE_TIMEOUT)
+        .connection_timeout(options.connect_timeout())
+        .response_timeout(options.response_timeout())
         .retries(RETRIES)
         .build()?;
+    let conn = client.get_async_connection().await?;
     Ok(Cluster {
-        inner: client.get_async_connection().await?,
+        shared: Arc::new(Shared {
+            client,
+            options: *options,
+            current: Mutex::new((0, conn)),
+            replacing: tokio::sync::Mutex::new(()),
+        }),
     })
 }
 
@@ -103,9 +136,66 @@ fn parse_primaries(nodes: &str) -> Vec<String> {
 }
 
 impl Cluster {
-    /// The cluster client underneath.
-    pub fn inner(&self) -> &ClusterConnection {
-        &self.inner
+    /// The cluster client's connection calls go through now.
+    pub fn inner(&self) -> ClusterConnection {
+        self.current().1
+    }
+
+    /// How many times a timed-out call has replaced the connection.
+    pub fn replacements(&self) -> u64 {
+        self.current().0
+    }
+
+    fn current(&self) -> (u64, ClusterConnection) {
+        let guard = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (guard.0, guard.1.clone())
+    }
+
+    /// Runs `call` on the current connection; a timeout replaces it.
+    async fn call<'a, T, F>(&'a self, call: impl FnOnce(ClusterConnection) -> F) -> RedisResult<T>
+    where
+        F: Future<Output = RedisResult<T>> + 'a,
+    {
+        let (generation, conn) = self.current();
+        let result = call(conn).await;
+        if result.as_ref().is_err_and(|e| e.is_timeout()) {
+            self.replace(generation).await;
+        }
+        result
+    }
+
+    /// Opens a new connection in place of the one of `generation`, unless
+    /// another call has already replaced it. If the cluster cannot be
+    /// reached the old one stays, and the next timeout tries again.
+    async fn replace(&self, generation: u64) {
+        let _one_at_a_time = self.shared.replacing.lock().await;
+        if self.current().0 != generation {
+            return;
+        }
+        let options = &self.shared.options;
+        let budget = options.connect_timeout() * 2 + options.response_timeout();
+        match tokio::time::timeout(budget, self.shared.client.get_async_connection()).await {
+            Ok(Ok(conn)) => {
+                let mut current = self
+                    .shared
+                    .current
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                *current = (generation + 1, conn);
+                tracing::warn!(
+                    replacements = generation + 1,
+                    "a cluster call timed out; its connection was replaced"
+                );
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "a cluster call timed out; reconnecting failed")
+            }
+            Err(_) => tracing::warn!("a cluster call timed out; reconnecting timed out"),
+        }
     }
 
     /// Sends a transaction (one slot by construction). The cluster client
@@ -116,17 +206,18 @@ impl Cluster {
     /// learn the new owner), and the transaction is sent again, backing
     /// off, up to [`RETRIES`] times.
     async fn transaction(
-        &mut self,
+        &self,
         pipeline: &Pipeline,
         offset: usize,
         count: usize,
-    ) -> redis::RedisResult<Vec<Value>> {
+    ) -> RedisResult<Vec<Value>> {
         let mut delay = Duration::from_millis(10);
         let mut attempt = 1;
         loop {
-            let sent = self
-                .inner
-                .req_packed_commands(pipeline, offset, count)
+            let sent =
+                self.call(|mut conn| async move {
+                    conn.req_packed_commands(pipeline, offset, count).await
+                })
                 .await;
             let key = match &sent {
                 Err(e) if attempt < RETRIES && redirected(e) => {
@@ -137,9 +228,9 @@ impl Cluster {
             let Some(key) = key else {
                 return sent;
             };
+            let exists = redis::cmd("EXISTS").arg(key).clone();
             let _ = self
-                .inner
-                .req_packed_command(redis::cmd("EXISTS").arg(key))
+                .call(|mut conn| async move { conn.req_packed_command(&exists).await })
                 .await;
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(500));
@@ -201,7 +292,7 @@ fn slot_of(cmd: &Cmd) -> Option<Slot> {
 
 impl redis::aio::ConnectionLike for Cluster {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.inner.req_packed_command(cmd)
+        Box::pin(self.call(move |mut conn| async move { conn.req_packed_command(cmd).await }))
     }
 
     fn req_packed_commands<'a>(
@@ -219,8 +310,9 @@ impl redis::aio::ConnectionLike for Cluster {
             let one_slot = slots.iter().flatten().all(|s| Some(*s) == first);
             if one_slot {
                 return self
-                    .inner
-                    .req_packed_commands(pipeline, offset, count)
+                    .call(|mut conn| async move {
+                        conn.req_packed_commands(pipeline, offset, count).await
+                    })
                     .await;
             }
             // Commands with no key go with the first part.
@@ -237,11 +329,14 @@ impl redis::aio::ConnectionLike for Cluster {
                 parts[p].0.add_command(cmd.clone());
                 parts[p].1.push(i);
             }
-            let replies = futures_util::future::try_join_all(parts.iter().map(|(part, _)| {
-                let mut conn = self.inner.clone();
-                async move { conn.req_packed_commands(part, 0, part.len()).await }
-            }))
-            .await?;
+            let replies = self
+                .call(|conn| {
+                    futures_util::future::try_join_all(parts.iter().map(move |(part, _)| {
+                        let mut conn = conn.clone();
+                        async move { conn.req_packed_commands(part, 0, part.len()).await }
+                    }))
+                })
+                .await?;
             let mut out = vec![Value::Nil; slots.len()];
             for ((_, positions), values) in parts.iter().zip(replies) {
                 for (&i, v) in positions.iter().zip(values) {
@@ -273,14 +368,14 @@ impl crate::wait::WaitAfter for Cluster {
             match first {
                 Some(slot) if slots.all(|s| s == slot) => {
                     let route = Route::with_slot(slot, SlotAddr::Master);
-                    self.inner
-                        .route_command(
-                            wait.clone(),
-                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                        )
-                        .await
+                    let routing =
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    self.call(
+                        |mut conn| async move { conn.route_command(wait.clone(), routing).await },
+                    )
+                    .await
                 }
-                _ => self.inner.req_packed_command(wait).await,
+                _ => self.req_packed_command(wait).await,
             }
         })
     }
