@@ -679,3 +679,98 @@ fn bench_ratelimit_measures_both_limiters() {
     let bytes = |i: usize| runs[i]["bytes_per_client"].as_f64().unwrap();
     assert!(bytes(1) < bytes(0), "gcra {} vs log {}", bytes(1), bytes(0));
 }
+
+/// A daemon that stops (its passes done, or SIGTERM) gives its segment
+/// leases back: the next one sweeps every segment at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_daemon_that_stops_gives_its_leases_back() {
+    use std::io::{BufRead, BufReader};
+    let server = common::server();
+    common::bucketed(&server, 6).await;
+    let url = server.url();
+    let args = [
+        "sweep",
+        "--redis-url",
+        &url,
+        "--interval-secs",
+        "3600",
+        "--segments",
+        "16",
+    ];
+    let leases = || async {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("sp:sweep:*")
+            .query_async(&mut common::raw(&server).await)
+            .await
+            .unwrap();
+        keys
+    };
+    for run in 1..=2 {
+        let text = stdout(&sessionpack(&[&args[..], &["--passes", "1"]].concat()));
+        assert!(
+            text.contains("16 segments (0 held by others)"),
+            "run {run}: {text}"
+        );
+        assert_eq!(leases().await, Vec::<String>::new(), "run {run}");
+    }
+
+    // Stopped by SIGTERM, as a service manager stops it.
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(daemon.stdout.take().unwrap()).lines();
+    let first = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("pass 1:"))
+        .expect("a first pass");
+    assert!(first.contains("(0 held by others)"), "{first}");
+    assert_eq!(leases().await.len(), 16);
+    let status = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = daemon.wait().unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(exit.success(), "{exit:?}: {rest:?}");
+    assert!(rest.iter().any(|l| l.contains("terminated")), "{rest:?}");
+    assert_eq!(leases().await, Vec::<String>::new());
+}
+
+/// A sweeper never claims a namespace: named bits on an empty one are
+/// refused, nothing is written, and the app then opens its own layout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_never_claims_a_namespace() {
+    let server = common::server();
+    let url = server.url();
+    for bits in ["14", "16"] {
+        let out = sessionpack(&[
+            "sweep",
+            "--redis-url",
+            &url,
+            "--bucket-bits",
+            bits,
+            "--passes",
+            "1",
+        ]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no store recorded"), "{err}");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(keys, Vec::<String>::new(), "the sweeper wrote nothing");
+    // The app's default layout opens.
+    sessionpack::Compact::new(
+        common::manager(&server).await,
+        sessionpack::CompactConfig::default(),
+    )
+    .await
+    .unwrap();
+}

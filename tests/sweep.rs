@@ -400,3 +400,57 @@ async fn the_books_cleanup_keeps_the_newest() {
     assert_eq!(kept, (250..350).collect());
     assert_eq!(book.clean_sessions(0).await.unwrap(), 100);
 }
+
+/// The segment lease keys in `server`'s default namespace.
+async fn lease_keys(server: &sessionpack::server::LocalServer) -> Vec<String> {
+    common::raw(server).await.keys("sp:sweep:*").await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweeper_that_stops_gives_its_leases_back() {
+    let server = common::server();
+    let layout = common::bucketed(&server, 6).await;
+    // Leases an hour long: only a release can remove them in this test.
+    let config = SweepConfig::default()
+        .with_segments(8)
+        .with_interval(Duration::from_secs(3600))
+        .with_run_at_start(true);
+
+    // Passes made by hand, then released by hand.
+    let by_hand = Sweeper::new(layout.clone(), config.clone());
+    assert_eq!(by_hand.pass().await.unwrap().segments_swept, 8);
+    assert_eq!(lease_keys(&server).await.len(), 8);
+    assert_eq!(by_hand.release_leases().await.unwrap(), 8);
+    assert_eq!(lease_keys(&server).await, Vec::<String>::new());
+    assert_eq!(by_hand.release_leases().await.unwrap(), 0, "none held now");
+
+    // A spawned sweeper shut down: gone when shutdown returns.
+    let handle = Sweeper::new(layout.clone(), config.clone()).spawn();
+    let mut stats = handle.subscribe();
+    stats.changed().await.unwrap();
+    assert_eq!(handle.stats().last.unwrap().segments_swept, 8);
+    assert_eq!(lease_keys(&server).await.len(), 8);
+    handle.shutdown().await;
+    assert_eq!(lease_keys(&server).await, Vec::<String>::new());
+
+    // A sweeper started next sweeps every segment at once.
+    let next = Sweeper::new(layout.clone(), config.clone());
+    let r = next.pass().await.unwrap();
+    assert_eq!((r.segments_swept, r.segments_skipped), (8, 0));
+    // It gives back only its own: a lease another holds stays.
+    let other = Sweeper::new(layout.clone(), config.clone());
+    assert_eq!(other.pass().await.unwrap().segments_skipped, 8);
+    assert_eq!(other.release_leases().await.unwrap(), 0);
+    assert_eq!(lease_keys(&server).await.len(), 8);
+    next.release_leases().await.unwrap();
+
+    // A dropped handle: the task gives them back as it ends.
+    let handle = Sweeper::new(layout.clone(), config).spawn();
+    let mut stats = handle.subscribe();
+    stats.changed().await.unwrap();
+    assert_eq!(lease_keys(&server).await.len(), 8);
+    drop(handle);
+    // The task ends on its own after the drop; wait for it, not for a time.
+    stats.changed().await.unwrap_err();
+    assert_eq!(lease_keys(&server).await, Vec::<String>::new());
+}

@@ -40,6 +40,9 @@ pub struct SweepArgs {
     /// Stop after this many passes (default: run until interrupted).
     #[arg(long)]
     passes: Option<u64>,
+    /// How long one reply from Redis may take, in seconds.
+    #[arg(long, default_value_t = crate::connect::DEFAULT_RESPONSE_TIMEOUT.as_secs_f64())]
+    response_timeout_secs: f64,
 }
 
 pub(super) async fn run(args: SweepArgs) -> Result<()> {
@@ -47,40 +50,48 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
         Some(url) => Endpoint::Server(url.clone()),
         None => Endpoint::Cluster(args.cluster_url.clone()),
     };
-    let conn = endpoint.connect().await?;
-    let meta = StoreMeta::read(&conn, &args.namespace).await?;
-    let bucket_bits = match (args.bucket_bits, &meta) {
-        (Some(bits), _) => bits,
-        (None, Some(meta)) => meta.bucket_bits,
-        (None, None) => {
-            return Err(Error::Config(format!(
-                "no store recorded in namespace {:?}; name its --bucket-bits",
+    let options = crate::ConnectOptions::default().with_response_timeout(Duration::from_secs_f64(
+        args.response_timeout_secs.clamp(0.001, 1e6),
+    ));
+    let conn = endpoint.connect_with(&options).await?;
+    // A sweeper never claims a namespace: it sweeps the store an app
+    // opened there (whose metadata says how), or nothing.
+    let meta = StoreMeta::read(&conn, &args.namespace)
+        .await?
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "no store recorded in namespace {:?}: open it from the app first (a sweeper \
+                 never creates one)",
                 args.namespace
-            )));
-        }
-    };
-    let width = meta
-        .as_ref()
-        .and_then(|m| IdWidth::from_bits(m.id_bits))
-        .unwrap_or_default();
-    let (target, buckets): (SweepTarget<_>, u32) = match meta.as_ref().map(|m| m.layout.as_str()) {
-        Some("compact") => {
+            ))
+        })?;
+    // Named bits are checked against the store's when the layout opens.
+    let bucket_bits = args.bucket_bits.unwrap_or(meta.bucket_bits);
+    let width = IdWidth::from_bits(meta.id_bits).unwrap_or_default();
+    let (target, buckets): (SweepTarget<_>, u32) = match meta.layout.as_str() {
+        "compact" => {
             let mut config = CompactConfig::new(bucket_bits)
                 .with_namespace(args.namespace.clone())
                 .with_id_width(width);
-            config.user_index = meta.as_ref().and_then(StoreMeta::user_index);
-            config.viewed = meta.as_ref().and_then(StoreMeta::viewed);
+            config.user_index = meta.user_index();
+            config.viewed = meta.viewed();
             let layout = Compact::new(conn, config).await?;
             let count = layout.buckets().count();
             (layout.into(), count)
         }
-        _ => {
+        "bucketed" => {
             let config = BucketedConfig::new(bucket_bits)
                 .with_namespace(args.namespace.clone())
                 .with_id_width(width);
             let layout = Bucketed::new(conn, config).await?;
             let count = layout.buckets().count();
             (layout.into(), count)
+        }
+        other => {
+            return Err(Error::Config(format!(
+                "namespace {:?} holds a {other:?} store, which the sweeper does not know",
+                args.namespace
+            )));
         }
     };
     let mut config = SweepConfig::default()
@@ -106,6 +117,9 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
             .map(|m| format!(", capped at {m} sessions"))
             .unwrap_or_default()
     );
+    // Registered before the first pass: from then on SIGTERM stops the
+    // daemon cleanly (giving its leases back) rather than killing it.
+    let mut terminate = Terminate::listen()?;
     let handle = Sweeper::new(target, config).spawn();
     let mut stats = handle.subscribe();
     loop {
@@ -142,8 +156,38 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
                 println!("interrupted; stopping");
                 break;
             }
+            _ = terminate.recv() => {
+                println!("terminated; stopping");
+                break;
+            }
         }
     }
+    // Waits for the sweeper to give its segment leases back, so a daemon
+    // started next sweeps at once.
     handle.shutdown().await;
     Ok(())
+}
+
+/// SIGTERM, what service managers send to stop a daemon (never on other
+/// platforms).
+struct Terminate {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Terminate {
+    fn listen() -> Result<Self> {
+        Ok(Self {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(|e| Error::Config(format!("cannot listen for SIGTERM: {e}")))?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        self.signal.recv().await;
+        #[cfg(not(unix))]
+        std::future::pending::<()>().await;
+    }
 }

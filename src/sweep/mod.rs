@@ -9,7 +9,8 @@
 //! holds that segment's lease ([`crate::lock`]) for the interval, so each
 //! bucket is swept about once per interval however many sweepers run. A
 //! sweeper renews the leases it already holds, so one alone sweeps every
-//! segment every pass.
+//! segment every pass, and gives them back when it stops, so a sweeper
+//! started again (or another) carries on at once.
 //!
 //! A sweep step also repairs a bucket whose HASH and ZSET disagree (what an
 //! `allkeys-*` eviction policy leaves when it evicts one of the two), and a
@@ -21,6 +22,7 @@ mod cap;
 mod compact;
 mod step;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -264,6 +266,9 @@ pub struct Sweeper<C> {
     /// Passes made, shared by clones: decides the compact layout's full
     /// passes.
     passes: Arc<std::sync::atomic::AtomicU64>,
+    /// The segment leases this sweeper (or a clone) holds, by segment, so a
+    /// sweeper that stops can give them back.
+    held: Arc<std::sync::Mutex<BTreeMap<u32, lock::Lease<C>>>>,
 }
 
 impl<C> Sweeper<C>
@@ -281,6 +286,7 @@ where
             config,
             token: token.into(),
             passes: Arc::default(),
+            held: Arc::default(),
         }
     }
 
@@ -389,8 +395,9 @@ where
     /// One pass: every segment whose lease this sweeper can take (or
     /// renew) is swept, starting from a random segment so concurrent
     /// sweepers spread out; then the cap, if one is set. Leases last one
-    /// interval and are not given back, so a segment is swept once per
-    /// interval whoever sweeps it.
+    /// interval and are not given back between passes, so a segment is
+    /// swept once per interval whoever sweeps it; a sweeper that stops
+    /// gives them back ([`Sweeper::release_leases`]).
     pub async fn pass(&self) -> Result<PassReport> {
         let started = Instant::now();
         let segments = self.segments();
@@ -405,7 +412,9 @@ where
             let segment = (first + i) % segments;
             let key = self.lease_key(segment);
             match lock::try_claim(self.conn(), &key, &self.token, self.config.interval).await {
-                Ok(Some(_)) => {}
+                Ok(Some(lease)) => {
+                    self.held_leases().insert(segment, lease);
+                }
                 Ok(None) => {
                     total.segments_skipped += 1;
                     continue;
@@ -426,6 +435,37 @@ where
         }
         total.took = started.elapsed();
         Ok(total)
+    }
+
+    fn held_leases(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, lock::Lease<C>>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Gives back the segment leases this sweeper holds, so another sweeper
+    /// (or this one, started again) sweeps those segments at once rather
+    /// than after an interval. Returns how many were still its own. A
+    /// spawned sweeper does this when it stops ([`SweeperHandle::shutdown`],
+    /// or its handle dropped while the runtime runs); one driven by
+    /// [`Sweeper::pass`] calls it when done.
+    pub async fn release_leases(&self) -> Result<u32> {
+        let leases = std::mem::take(&mut *self.held_leases());
+        let mut released = 0;
+        let mut failed = None;
+        for lease in leases.into_values() {
+            match lease.release().await {
+                Ok(true) => released += 1,
+                Ok(false) => {}
+                // The rest are still tried; an unreleased lease runs out
+                // after one interval.
+                Err(e) => failed = Some(e),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(released),
+        }
     }
 
     /// Holds the number of live sessions to [`SweepConfig::max_sessions`],
@@ -557,6 +597,9 @@ where
                     }
                 });
             }
+            if let Err(e) = self.release_leases().await {
+                tracing::warn!(error = %e, "giving back segment leases failed; they run out after one interval");
+            }
         });
         SweeperHandle {
             stop: stop_tx,
@@ -566,7 +609,9 @@ where
     }
 }
 
-/// A running sweeper task. Dropping it stops the task.
+/// A running sweeper task. Dropping it stops the task, which then gives
+/// back its segment leases (if the runtime still runs; if not, they run out
+/// after one interval).
 #[derive(Debug)]
 pub struct SweeperHandle {
     stop: watch::Sender<bool>,
@@ -585,8 +630,9 @@ impl SweeperHandle {
         self.stats.clone()
     }
 
-    /// Stops the task, waiting for it to end; a pass in progress is
-    /// abandoned between bucket steps (each step is atomic on the server).
+    /// Stops the task, waiting for it to end and give back its segment
+    /// leases; a pass in progress is abandoned between bucket steps (each
+    /// step is atomic on the server).
     pub async fn shutdown(mut self) -> SweepStats {
         let _ = self.stop.send(true);
         if let Some(task) = self.task.take() {
