@@ -3,7 +3,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sessionpack::cluster;
@@ -70,13 +70,15 @@ async fn failover_under_traffic<L>(
     let sweeper = sweeper();
 
     let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
     let traffic = tokio::spawn({
-        let (store, stop) = (store.clone(), stop.clone());
+        let (store, stop, rounds) = (store.clone(), stop.clone(), rounds.clone());
         async move {
             let mut t = Traffic::default();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
+                rounds.fetch_add(1, Ordering::Relaxed);
                 let started = Instant::now();
                 let created = store.create(n, ()).await;
                 t.longest = t.longest.max(started.elapsed());
@@ -99,7 +101,7 @@ async fn failover_under_traffic<L>(
             t
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    rounds_reach(&rounds, 200).await;
 
     let victim = c.primaries()[0];
     let port = victim.port();
@@ -120,7 +122,7 @@ async fn failover_under_traffic<L>(
 
     // Calls succeed again on the same connection, with no restart.
     let mut recovered = None;
-    for _ in 0..200 {
+    for _ in 0..2000 {
         match store.create(1, ()).await {
             Ok(s) => {
                 recovered = Some(s);
@@ -132,8 +134,11 @@ async fn failover_under_traffic<L>(
     }
     let recovered = recovered.expect("calls succeed after the takeover");
     assert!(store.load(&recovered.id).await.unwrap().is_some());
-    let stats_at_takeover = sweeper.stats();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The sweeper keeps going: passes complete after the takeover, while
+    // the traffic goes on.
+    sweeper_passes(&sweeper, "the takeover").await;
+    let so_far = rounds.load(Ordering::Relaxed);
+    rounds_reach(&rounds, so_far + 200).await;
     stop.store(true, Ordering::Relaxed);
     let t = traffic.await.unwrap();
 
@@ -168,13 +173,7 @@ async fn failover_under_traffic<L>(
         t.acked.len()
     );
 
-    // The sweeper kept going: passes completed after the takeover.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let stats = sweeper.shutdown().await;
-    assert!(
-        stats.passes > stats_at_takeover.passes,
-        "no sweeper pass after the takeover: {stats:?}"
-    );
+    sweeper.shutdown().await;
 
     // The killed node comes back as a replica of the new primary.
     victim.resume().unwrap();
@@ -198,16 +197,19 @@ struct Ledger {
 }
 
 /// Creates, loads, touches, destroys and rotates sessions (every seventh
-/// with a record too long for its bucket) until `stop`.
+/// with a record too long for its bucket) until `stop`, counting its
+/// rounds in `rounds`.
 async fn churn<L: sessionpack::Layout>(
     store: Store<L, String>,
     stop: Arc<AtomicBool>,
+    rounds: Arc<AtomicU64>,
     seed: u64,
 ) -> Ledger {
     let mut l = Ledger::default();
     let mut n = seed;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
+        rounds.fetch_add(1, Ordering::Relaxed);
         let attrs = if n.is_multiple_of(7) {
             "o".repeat(300)
         } else {
@@ -326,10 +328,18 @@ where
     L: sessionpack::Layout + Clone + 'static,
 {
     let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..2)
-        .map(|w| tokio::spawn(churn(store.clone(), stop.clone(), w * 1_000_000)))
+        .map(|w| {
+            tokio::spawn(churn(
+                store.clone(),
+                stop.clone(),
+                rounds.clone(),
+                w * 1_000_000,
+            ))
+        })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    rounds_reach(&rounds, 300).await;
 
     let primaries = c.primaries();
     let (a, b, third) = (primaries[0], primaries[1], primaries[2]);
@@ -350,7 +360,8 @@ where
     tokio::task::block_in_place(|| c.reshard(b, third, half)).unwrap();
     assert!(tags_on(a) < on_a, "buckets moved off the first primary");
     assert!(tags_on(third) > on_third, "buckets moved onto the third");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let so_far = rounds.load(Ordering::Relaxed);
+    rounds_reach(&rounds, so_far + 300).await;
     stop.store(true, Ordering::Relaxed);
     let mut ledgers = Vec::new();
     for w in workers {
@@ -385,6 +396,13 @@ where
         "an ended session came back"
     );
     live
+}
+
+/// Waits until the traffic has made `n` rounds.
+async fn rounds_reach(rounds: &AtomicU64, n: u64) {
+    while rounds.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn sweeping(
@@ -453,4 +471,125 @@ async fn audit_bucketed(c: &LocalCluster, layout: &Bucketed<cluster::Cluster>) -
         }
     }
     sessions
+}
+
+/// A call on `store` succeeds within a few attempts (the first may time out
+/// on a connection the fault left stuck, which that timeout replaces), and
+/// then every call does.
+async fn calls_recover<L>(store: &Store<L, String>, after: &str)
+where
+    L: sessionpack::Layout,
+{
+    let probe = SessionId::generate().unwrap();
+    let mut failed = Vec::new();
+    while failed.len() < 3 {
+        match store.load(&probe).await {
+            Ok(found) => {
+                assert!(found.is_none());
+                break;
+            }
+            Err(e @ Error::Unavailable(_)) => failed.push(e.to_string()),
+            Err(e) => panic!("after {after}: not a transient error: {e:?}"),
+        }
+    }
+    assert!(
+        failed.len() < 3,
+        "after {after}: calls still fail: {failed:?}"
+    );
+    for _ in 0..50 {
+        store
+            .load(&probe)
+            .await
+            .unwrap_or_else(|e| panic!("after {after} (first calls failed: {failed:?}): {e:?}"));
+    }
+}
+
+/// Waits until the sweeper has finished two more passes.
+async fn sweeper_passes(sweeper: &sessionpack::sweep::SweeperHandle, after: &str) {
+    let mut stats = sweeper.subscribe();
+    let from = stats.borrow_and_update().passes;
+    let passed = tokio::time::timeout(Duration::from_secs(120), async {
+        while stats.borrow_and_update().passes < from + 2 {
+            stats.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        passed.is_ok(),
+        "after {after}: the sweeper made no pass in two minutes: {:?}",
+        sweeper.stats()
+    );
+}
+
+/// Only the sweeper runs while 2,000 slots move, and then while a primary
+/// is paused until its replica takes over: afterwards calls on the same
+/// connection succeed again, and the sweeper passes again. (The cluster
+/// client used to wedge for good on either fault: every call timed out,
+/// nothing sent.)
+async fn sweeper_survives_reshard_and_pause<L>(c: &LocalCluster, layout: L)
+where
+    L: sessionpack::Layout + Clone + Into<sessionpack::sweep::SweepTarget<cluster::Cluster>>,
+{
+    let short: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, String)> = (0..20_000).map(|i| (i, "x".repeat(20))).collect();
+    short.create_many(&batch).await.unwrap();
+    let sweeper = sweeping(layout.clone());
+    let store: Store<_, String> = Store::new(layout).with_ttl(TTL);
+
+    let primaries = c.primaries();
+    tokio::task::block_in_place(|| c.reshard(primaries[0], primaries[1], 2000)).unwrap();
+    calls_recover(&store, "the reshard").await;
+    sweeper_passes(&sweeper, "the reshard").await;
+    short.create_many(&batch).await.unwrap();
+
+    let victim = c.primaries()[2];
+    let replica = c
+        .nodes()
+        .iter()
+        .find(|n| c.role(n) == Some(Role::Replica(victim.port())))
+        .expect("the victim's replica");
+    let signal = |sig: &str| {
+        let pid = victim.pid().expect("the victim runs").to_string();
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.role(replica) != Some(Role::Primary) {
+        assert!(Instant::now() < deadline, "the replica never took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal("-CONT");
+    tokio::task::block_in_place(|| c.wait_until_ready(Duration::from_secs(60))).unwrap();
+    calls_recover(&store, "the pause").await;
+    sweeper_passes(&sweeper, "the pause").await;
+    let stats = sweeper.shutdown().await;
+    println!("{stats:?}");
+}
+
+fn short_timeouts() -> sessionpack::ConnectOptions {
+    sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs(2))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucketed_sweepers_connection_recovers_from_a_reshard_and_a_paused_primary() {
+    let c = LocalCluster::start(3, 1).expect("a local cluster");
+    let conn = cluster::connect_with(&c.urls(), &short_timeouts())
+        .await
+        .unwrap();
+    let layout = Bucketed::new(conn, BucketedConfig::new(12)).await.unwrap();
+    sweeper_survives_reshard_and_pause(&c, layout).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compact_sweepers_connection_recovers_from_a_reshard_and_a_paused_primary() {
+    let c = LocalCluster::start(3, 1).expect("a local cluster");
+    let conn = cluster::connect_with(&c.urls(), &short_timeouts())
+        .await
+        .unwrap();
+    let layout = Compact::new(conn, CompactConfig::new(16)).await.unwrap();
+    sweeper_survives_reshard_and_pause(&c, layout).await;
 }
