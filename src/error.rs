@@ -147,6 +147,22 @@ pub enum Error {
         limit: usize,
     },
 
+    /// An identity that may not be written: a name made directly
+    /// ([`crate::identity::Identity::Name`]) that is empty or longer than
+    /// [`crate::identity::MAX_NAME_BYTES`]; nothing was written.
+    #[error("{0}")]
+    InvalidIdentity(#[from] crate::identity::InvalidName),
+
+    /// A lock name empty, with a brace, or longer than
+    /// [`crate::lock::MAX_NAME_BYTES`]; nothing was written.
+    #[error("lock name of {len} bytes: {reason}")]
+    InvalidLockName {
+        /// Its length in bytes.
+        len: usize,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
     /// A viewed item empty or longer than the store keeps
     /// ([`crate::viewed::ViewedConfig::item_bytes`]); nothing was written.
     #[error("viewed item of {len} bytes: items are 1 to {limit} bytes")]

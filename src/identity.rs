@@ -48,29 +48,47 @@ pub enum Identity {
     Name(String),
 }
 
-/// A name longer than [`MAX_NAME_BYTES`].
+/// A name that is empty or longer than [`MAX_NAME_BYTES`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NameTooLong {
+pub struct InvalidName {
     /// Its length in bytes.
     pub len: usize,
 }
 
-impl fmt::Display for NameTooLong {
+impl fmt::Display for InvalidName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "an identity name has at most {MAX_NAME_BYTES} bytes, not {}",
+            "an identity name has 1 to {MAX_NAME_BYTES} bytes, not {}",
             self.len
         )
     }
 }
 
-impl std::error::Error for NameTooLong {}
+impl std::error::Error for InvalidName {}
+
+/// Checks a name's length: 1 to [`MAX_NAME_BYTES`] bytes.
+fn check_name(name: &str) -> Result<(), InvalidName> {
+    if (1..=MAX_NAME_BYTES).contains(&name.len()) {
+        Ok(())
+    } else {
+        Err(InvalidName { len: name.len() })
+    }
+}
 
 impl Identity {
-    /// A name identity, refused beyond [`MAX_NAME_BYTES`].
-    pub fn name(name: impl Into<String>) -> Result<Self, NameTooLong> {
+    /// A name identity, refused when empty or beyond [`MAX_NAME_BYTES`].
+    pub fn name(name: impl Into<String>) -> Result<Self, InvalidName> {
         Name::new(name).map(Into::into)
+    }
+
+    /// Checks an identity made directly: a name of 1 to [`MAX_NAME_BYTES`]
+    /// bytes. (Integers and UUIDs are always good.)
+    pub fn check(&self) -> Result<(), InvalidName> {
+        match self {
+            Self::Name(name) => check_name(name),
+            Self::Int(_) | Self::Uuid(_) => Ok(()),
+        }
     }
 
     /// Which form it is, for error messages.
@@ -185,6 +203,12 @@ pub trait UserId: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     /// Reads one from the head of `bytes`, leaving the rest; the error
     /// says what was there instead.
     fn decode(bytes: &mut &[u8]) -> Result<Self, String>;
+
+    /// Checks it may be written (before every write of a record that
+    /// begins with it); by default every value may.
+    fn check(&self) -> Result<(), InvalidName> {
+        Ok(())
+    }
 }
 
 impl UserId for Identity {
@@ -194,6 +218,10 @@ impl UserId for Identity {
 
     fn decode(bytes: &mut &[u8]) -> Result<Self, String> {
         Identity::decode(bytes)
+    }
+
+    fn check(&self) -> Result<(), InvalidName> {
+        Identity::check(self)
     }
 }
 
@@ -254,18 +282,17 @@ impl fmt::Display for Uuid {
     }
 }
 
-/// A name identity (an email address, an external id) of at most
+/// A name identity (an email address, an external id) of 1 to
 /// [`MAX_NAME_BYTES`] bytes, checked when it is made.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Name(String);
 
 impl Name {
-    /// `name`, refused beyond [`MAX_NAME_BYTES`].
-    pub fn new(name: impl Into<String>) -> Result<Self, NameTooLong> {
+    /// `name`, refused when empty (no one's name: every session given it
+    /// would be indexed under one user) or beyond [`MAX_NAME_BYTES`].
+    pub fn new(name: impl Into<String>) -> Result<Self, InvalidName> {
         let name = name.into();
-        if name.len() > MAX_NAME_BYTES {
-            return Err(NameTooLong { len: name.len() });
-        }
+        check_name(&name)?;
         Ok(Self(name))
     }
 
@@ -276,9 +303,9 @@ impl Name {
 }
 
 impl TryFrom<&str> for Name {
-    type Error = NameTooLong;
+    type Error = InvalidName;
 
-    fn try_from(name: &str) -> Result<Self, NameTooLong> {
+    fn try_from(name: &str) -> Result<Self, InvalidName> {
         Self::new(name)
     }
 }
@@ -330,9 +357,9 @@ impl From<[u8; 16]> for Identity {
 }
 
 impl TryFrom<&str> for Identity {
-    type Error = NameTooLong;
+    type Error = InvalidName;
 
-    fn try_from(name: &str) -> Result<Self, NameTooLong> {
+    fn try_from(name: &str) -> Result<Self, InvalidName> {
         Self::name(name)
     }
 }
@@ -477,7 +504,12 @@ mod tests {
         assert_eq!(Identity::Uuid([7; 16]).encoded_len(), 18);
         assert_eq!(Identity::name("ada@example.com").unwrap().encoded_len(), 16);
         assert_eq!(Identity::name("x".repeat(64)).unwrap().encoded_len(), 66);
-        assert_eq!(Identity::name("x".repeat(65)), Err(NameTooLong { len: 65 }));
+        assert_eq!(Identity::name("x".repeat(65)), Err(InvalidName { len: 65 }));
+        assert_eq!(Identity::name(""), Err(InvalidName { len: 0 }));
+        assert_eq!(Name::new(""), Err(InvalidName { len: 0 }));
+        assert!(Identity::Name(String::new()).check().is_err());
+        assert!(Identity::Name("x".repeat(65)).check().is_err());
+        assert!(Identity::Name("x".repeat(64)).check().is_ok());
     }
 
     #[test]

@@ -12,6 +12,29 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::scripts::{LOCK_CLAIM, LOCK_EXTEND, LOCK_FENCED, LOCK_RELEASE};
 
+/// The longest lock name, in bytes: a name is part of two keys, one of
+/// which (the fence counter) is kept for good.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// A lease's length in milliseconds: 1 ms to
+/// [`crate::layout::MAX_TTL_SECS`]; anything else is
+/// [`Error::InvalidTtl`] (a zero lease would be no lock at all, and Redis
+/// refuses one past its own range).
+pub fn lease_ms(ttl: Duration) -> Result<u64> {
+    let ms = ttl.as_millis();
+    let max = u128::from(crate::layout::MAX_TTL_SECS) * 1000;
+    if (1..=max).contains(&ms) {
+        Ok(ms as u64)
+    } else {
+        Err(Error::InvalidTtl {
+            detail: format!(
+                "a lease of {ttl:?}; a lease lasts 1 ms to {} s",
+                crate::layout::MAX_TTL_SECS
+            ),
+        })
+    }
+}
+
 /// A fresh random holder token (160 bits, hex).
 pub fn holder_token() -> Result<String> {
     Ok(crate::id::SessionId::generate()?.to_hex())
@@ -29,7 +52,7 @@ pub async fn try_claim<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
-    let ms = ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+    let ms = lease_ms(ttl)?;
     let ours: i64 = LOCK_CLAIM
         .key(key)
         .arg(token)
@@ -59,7 +82,7 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
     let token = holder_token()?;
-    let ms = ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+    let ms = lease_ms(ttl)?;
     let taken: Option<String> = redis::cmd("SET")
         .arg(key)
         .arg(&token)
@@ -87,7 +110,7 @@ where
 
     /// Extends the lease to `ttl` from now; `false` if it was already lost.
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
-        let ms = ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+        let ms = lease_ms(ttl)?;
         let done: i64 = LOCK_EXTEND
             .key(&self.key)
             .arg(&self.token)
@@ -181,13 +204,24 @@ impl<C> Lock<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// The lock called `name` (any text without `{` or `}`, which would
-    /// split its keys' hash tag).
+    /// The lock called `name`: 1 to [`MAX_NAME_BYTES`] bytes of any text
+    /// without `{` or `}` (which would split its keys' hash tag); anything
+    /// else is [`Error::InvalidLockName`].
     pub fn new(conn: C, name: &str) -> Result<Self> {
-        if name.contains(['{', '}']) || name.is_empty() {
-            return Err(Error::Config(format!(
-                "lock name {name:?}: empty, or contains a brace"
-            )));
+        let reason = if name.is_empty() {
+            Some("empty")
+        } else if name.len() > MAX_NAME_BYTES {
+            Some("longer than 256 bytes")
+        } else if name.contains(['{', '}']) {
+            Some("contains a brace")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(Error::InvalidLockName {
+                len: name.len(),
+                reason,
+            });
         }
         Ok(Self {
             conn,
@@ -204,7 +238,7 @@ where
     /// Takes the lock for `ttl` if it is free; `None` if another holds it.
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Option<Guard<C>>> {
         let token = holder_token()?;
-        let ms = ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+        let ms = lease_ms(ttl)?;
         let fence: u64 = LOCK_FENCED
             .key(&self.key)
             .key(&self.fence_key)

@@ -34,6 +34,7 @@ const NIL: u8 = 0xc0;
 
 /// Encodes one record.
 pub fn encode<I: UserId, A: Serialize>(identity: &I, attrs: &A) -> Result<Vec<u8>> {
+    identity.check()?;
     let mut out = Vec::with_capacity(16);
     identity.encode(&mut out);
     let start = out.len();

@@ -67,7 +67,9 @@
 //! Records are encoded with [`crate::json_map`] (keys as codes, byte arrays
 //! as binary) and the expiry is kept once, in the bucket's value, to the
 //! second, as the peer store's `EXAT` keeps it. An axum-login session with
-//! a 32-byte digest takes 40 bytes.
+//! a 32-byte digest takes 40 bytes. An expiry is kept in 32 bits: one set
+//! past February 2106 ([`crate::layout::MAX_EXPIRES_AT`]) is kept as that
+//! second, so such a session ends then rather than failing its request.
 //!
 //! [tower-sessions]: https://docs.rs/tower-sessions
 
@@ -478,7 +480,7 @@ where
     pub async fn view<T: crate::viewed::Item>(&self, id: i128, item: &T) -> Result<bool> {
         let found = self
             .layout
-            .view(&session_id(id), &item.encode(), None)
+            .view_kind(&session_id(id), T::KIND, &[item.encode()], None)
             .await?;
         Ok(found.is_some())
     }
@@ -487,7 +489,7 @@ where
     /// is gone.
     pub async fn viewed<T: crate::viewed::Item>(&self, id: i128) -> Result<Option<Vec<T>>> {
         let sid = session_id(id);
-        let Some(items) = self.layout.viewed(&sid).await? else {
+        let Some(items) = self.layout.viewed_entries(&sid).await? else {
             return Ok(None);
         };
         crate::viewed::decode_items(&items, || self.layout.location(&sid)).map(Some)
@@ -512,9 +514,13 @@ fn encode(data: &HashMap<String, Value>) -> Result<Vec<u8>> {
 }
 
 /// A tower-sessions expiry as the unix seconds a layout stores: one before
-/// 1970 is 0 (already past); one past 2106 is an error.
+/// 1970 is 0 (already past); one past [`crate::layout::MAX_EXPIRES_AT`]
+/// (February 2106, the last second a layout's 32-bit expiry holds) is that
+/// second, so a session meant to last longer ends then.
 fn expiry_secs(unix: i64) -> Result<u64> {
-    let at = u64::try_from(unix).unwrap_or(0);
+    let at = u64::try_from(unix)
+        .unwrap_or(0)
+        .min(crate::layout::MAX_EXPIRES_AT);
     Expiry::At(at).check()?;
     Ok(at)
 }
@@ -734,12 +740,12 @@ mod tests {
     }
 
     #[test]
-    fn expiries_before_1970_are_past_and_after_2106_refused() {
+    fn expiries_before_1970_are_past_and_after_2106_end_then() {
         assert_eq!(expiry_secs(-5).unwrap(), 0);
-        assert!(matches!(
-            expiry_secs(1 << 40),
-            Err(Error::InvalidTtl { .. })
-        ));
+        let last = crate::layout::MAX_EXPIRES_AT;
+        assert_eq!(expiry_secs(1 << 40).unwrap(), last);
+        assert_eq!(expiry_secs(i64::MAX).unwrap(), last);
+        assert_eq!(expiry_secs(last as i64 - 1).unwrap(), last - 1);
     }
 
     fn unchanged(memo: &Memo, id: i128, bytes: &[u8], at: u64, fraction: f64) -> bool {

@@ -137,3 +137,58 @@ async fn waiting_gives_up_with_a_typed_error_and_a_dropped_guard_releases() {
     assert!(Lock::new(common::manager(&server).await, "a{b}").is_err());
     assert!(Lock::new(common::manager(&server).await, "").is_err());
 }
+
+/// Names and lifetimes out of range are refused with typed errors before
+/// anything is written: no lock, no fence counter kept for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_and_lifetimes_are_refused_and_write_nothing() {
+    use sessionpack::Error;
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    for name in [
+        String::new(),
+        "x".repeat(1 << 20),
+        "a{b".into(),
+        "x".repeat(257),
+    ] {
+        let refused = Lock::new(conn.clone(), &name).unwrap_err();
+        assert!(
+            matches!(refused, Error::InvalidLockName { len, .. } if len == name.len()),
+            "{refused:?}"
+        );
+    }
+    Lock::new(conn.clone(), &"x".repeat(256)).unwrap();
+
+    let lock = Lock::new(conn.clone(), "orders").unwrap();
+    for ttl in [Duration::ZERO, Duration::from_micros(999), Duration::MAX] {
+        let refused = lock.try_acquire(ttl).await.unwrap_err();
+        assert!(matches!(refused, Error::InvalidTtl { .. }), "{refused:?}");
+        let refused = lock.acquire(ttl, Retry::default()).await.unwrap_err();
+        assert!(matches!(refused, Error::InvalidTtl { .. }), "{refused:?}");
+        let refused = sessionpack::lock::try_acquire(&conn, "bare", ttl)
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, Error::InvalidTtl { .. }), "{refused:?}");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(keys, Vec::<String>::new(), "nothing written");
+
+    // A held lock is not extended to zero or forever either.
+    let guard = lock
+        .try_acquire(Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    for ttl in [Duration::ZERO, Duration::MAX] {
+        let refused = guard.extend(ttl).await.unwrap_err();
+        assert!(matches!(refused, Error::InvalidTtl { .. }), "{refused:?}");
+    }
+    assert!(
+        guard.release().await.unwrap(),
+        "still held after the refusals"
+    );
+}

@@ -492,3 +492,26 @@ async fn a_session_loaded_as_live_in_its_last_seconds_can_be_extended() {
     }
     assert_eq!(proven, 3, "three trials saved before the old expiry");
 }
+
+/// An expiry past what a layout's 32-bit expiry holds (February 2106)
+/// ends then: the create and save succeed (no error for the app to turn
+/// into a 500), and the load shows the last second the store keeps.
+#[tokio::test]
+async fn an_expiry_after_2106_is_kept_as_the_last_second_the_store_holds() {
+    let server = common::server();
+    let store = store(&server).await;
+    let last = sessionpack::layout::MAX_EXPIRES_AT as i64;
+    let far = OffsetDateTime::from_unix_timestamp(last + 86_400 * 365 * 100).unwrap();
+    let mut r = record(data(json!({"k": 1})), 600);
+    r.expiry_date = far;
+    store.create(&mut r).await.unwrap();
+    let back = store.load(&r.id).await.unwrap().unwrap();
+    assert_eq!(back.expiry_date.unix_timestamp(), last);
+    r.data = data(json!({"k": 2}));
+    store.save(&r).await.unwrap();
+    let back = store.load(&r.id).await.unwrap().unwrap();
+    assert_eq!(
+        (back.data, back.expiry_date.unix_timestamp()),
+        (r.data, last)
+    );
+}

@@ -93,3 +93,32 @@ async fn a_user_index_is_refused_where_eviction_may_take_it() {
     assert_eq!(store.revoke_all(&70_001).await.unwrap().removed, 1);
     assert!(store.load(&s.id).await.unwrap().is_none());
 }
+
+/// An empty name is no one's: refused as a `Name`, and as an `Identity`
+/// made directly when a session would be written with it (as is one past
+/// 64 bytes, which no record could be read back with). Nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_and_overlong_names_are_refused_and_write_nothing() {
+    use sessionpack::identity::{Identity, Name};
+    use sessionpack::{Error, Store};
+    assert!(Name::new("").is_err());
+    let server = common::server();
+    let layout = users::layout(common::manager(&server).await, "names").await;
+    let store: Store<_, (), Identity> = Store::for_identities(layout);
+    for name in [String::new(), "x".repeat(65), "x".repeat(1 << 20)] {
+        let refused = store.create(Identity::Name(name), ()).await.unwrap_err();
+        assert!(matches!(refused, Error::InvalidIdentity(_)), "{refused:?}");
+    }
+    let mut raw = common::raw(&server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("names:{*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(keys, Vec::<String>::new(), "nothing written");
+    let fine = store
+        .create(Identity::Name("x".repeat(64)), ())
+        .await
+        .unwrap();
+    assert_eq!(store.sessions_of(&fine.identity).await.unwrap().len(), 1);
+}

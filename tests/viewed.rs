@@ -218,3 +218,62 @@ async fn a_store_without_lists_or_with_others_is_refused() {
         ));
     }
 }
+
+/// Items are read back only as the kind they were viewed as: text read as
+/// a number is an error, not a made-up number. A list written before items
+/// carried their kind still reads, and a repeat view of one of its items
+/// moves it rather than keeping it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_are_read_back_only_as_their_own_kind() {
+    let server = common::server();
+    let layout = viewed::layout(common::manager(&server).await, "vkind").await;
+    let store: Store<_, Page> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let s = store.create(1, Page::default()).await.unwrap();
+    let names = ["abc".to_string(), "xyz".to_string()];
+    store.view_many(&s.id, &names).await.unwrap().unwrap();
+    let refused = store.viewed::<u64>(&s.id).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::CorruptRecord { .. }),
+        "{refused:?}"
+    );
+    let refused = store.viewed::<u32>(&s.id).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::CorruptRecord { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.viewed::<String>(&s.id).await.unwrap().unwrap(),
+        ["xyz", "abc"]
+    );
+    assert_eq!(
+        store.viewed::<Vec<u8>>(&s.id).await.unwrap().unwrap(),
+        [b"xyz".to_vec(), b"abc".to_vec()]
+    );
+
+    // A list as an earlier version stored it: length bytes with no kind.
+    let t = store.create(2, Page::default()).await.unwrap();
+    let bucket = layout.buckets().bucket_of(&t.id);
+    let field = layout.buckets().field(&t.id);
+    let legacy = [&[3u8][..], b"abc", &[2], &[1, 2]].concat();
+    let _: () = redis::cmd("HSET")
+        .arg(layout.scheme().viewed_key(bucket, 0))
+        .arg(field)
+        .arg(legacy)
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.viewed::<String>(&t.id).await.unwrap().unwrap(),
+        ["abc", "\u{1}\u{2}"]
+    );
+    store
+        .view(&t.id, &"abc".to_string())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.viewed::<Vec<u8>>(&t.id).await.unwrap().unwrap(),
+        [b"abc".to_vec(), vec![1, 2]],
+        "moved to the front, not kept twice"
+    );
+}

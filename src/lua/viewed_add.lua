@@ -5,9 +5,11 @@
 -- ARGV[3]: seconds from now for the new expiry, or '' to leave it
 -- ARGV[4]: the items to keep; ARGV[5]: the most bytes in one chunk value;
 -- ARGV[6]: the largest item's bytes
--- ARGV[7..]: the items viewed, oldest first; each goes to the front, and an
---            earlier view of the same item is dropped
--- A list is its items newest first, each one length byte and its bytes,
+-- ARGV[7..]: the items viewed, oldest first, each as stored (its header byte,
+--            then its bytes); each goes to the front, and an earlier view of
+--            the same item is dropped
+-- A list is its items newest first, each a header byte (its kind in the top
+-- two bits, its length in the low six) and its bytes,
 -- cut into chunks where the next item would pass ARGV[5]; so a chunk with
 -- room for the largest item is the last. The work is done on whole
 -- strings (one string.byte per item), as this runs on every page view.
@@ -48,7 +50,7 @@ local function without(list, enc)
   end
   local pos = 1
   while pos <= #list do
-    local size = 1 + string.byte(list, pos)
+    local size = 1 + string.byte(list, pos) % 64
     if string.sub(list, pos, pos + size - 1) == enc then
       return string.sub(list, 1, pos - 1) .. string.sub(list, pos + size)
     end
@@ -60,17 +62,22 @@ end
 local old = table.concat(chunks)
 local head = ''
 for i = #ARGV, 7, -1 do
-  local enc = string.char(#ARGV[i]) .. ARGV[i]
+  local enc = ARGV[i]
   if without(head, enc) == head then
     head = head .. enc
     old = without(old, enc)
+    local b = string.byte(enc, 1)
+    if b >= 64 then
+      -- The same item viewed before items carried their kind.
+      old = without(old, string.char(b % 64) .. string.sub(enc, 2))
+    end
   end
 end
 local list = head .. old
 -- Cut after `keep` items, and into chunks.
 local starts, count, pos, start = {}, 0, 1, 1
 while pos <= #list and count < keep do
-  local size = 1 + string.byte(list, pos)
+  local size = 1 + string.byte(list, pos) % 64
   if pos + size - start > limit then
     starts[#starts + 1] = start
     start = pos

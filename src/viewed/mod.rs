@@ -9,7 +9,9 @@
 //! listpack HASHes (four for 25 items of up to 8 bytes) beside the bucket (`sp:{07f4}:7:v0`, `sp:{07f4}:7:v1`, ... for bucket `0x3fa07` of 2^20), each holding
 //! the session's field again with a value of at most [`CHUNK_BYTES`]
 //! bytes: the list, newest first, each item its length in one byte and its
-//! bytes. Chunk `k` holds the items that did not fit chunks `0..k`, so a
+//! bytes (the top two bits of the length byte say what kind of item it is,
+//! [`ItemKind`], so a list is never read back as another kind). Chunk `k`
+//! holds the items that did not fit chunks `0..k`, so a
 //! short list uses only chunk 0, and a chunk with room for one more item
 //! is the last; the list also ends at a missing chunk (an evicted chunk
 //! key), and a view removes whatever follows one. A chunk key never holds more fields than
@@ -108,12 +110,49 @@ impl ViewedConfig {
     }
 }
 
+/// What kind of item a list entry holds, kept in the top two bits of its
+/// length byte: an item viewed as one kind and read as another (a text
+/// item read as a number) is an error, never a made-up value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemKind {
+    /// Bytes of no stated kind (`Vec<u8>`, and every item stored before
+    /// items carried their kind): any item type may read them.
+    Bytes = 0,
+    /// An unsigned integer (`u64`, `u32`).
+    Uint = 1,
+    /// UTF-8 text (`String`).
+    Text = 2,
+}
+
+impl ItemKind {
+    /// The kind a length byte's top two bits name.
+    fn of_header(header: u8) -> Option<Self> {
+        match header >> 6 {
+            0 => Some(Self::Bytes),
+            1 => Some(Self::Uint),
+            2 => Some(Self::Text),
+            _ => None,
+        }
+    }
+}
+
 /// An item id as a viewed list stores it.
 pub trait Item: Sized {
+    /// What kind of item it is; [`ItemKind::Bytes`] reads any.
+    const KIND: ItemKind = ItemKind::Bytes;
     /// Its bytes as stored: 1 to [`ViewedConfig::item_bytes`] of them.
     fn encode(&self) -> Vec<u8>;
     /// The item back from its stored bytes; `None` if they are not one.
     fn decode(bytes: &[u8]) -> Option<Self>;
+}
+
+/// An item as a list stores it: a header byte (`kind << 6 | length`), then
+/// its bytes. The caller has checked the length (at most 63).
+pub(crate) fn entry(kind: ItemKind, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + bytes.len());
+    out.push(((kind as u8) << 6) | (bytes.len() as u8 & 63));
+    out.extend_from_slice(bytes);
+    out
 }
 
 /// Big-endian without leading zero bytes (at least one byte): ids below
@@ -132,6 +171,7 @@ fn decode_uint(bytes: &[u8], max: usize) -> Option<u64> {
 }
 
 impl Item for u64 {
+    const KIND: ItemKind = ItemKind::Uint;
     fn encode(&self) -> Vec<u8> {
         encode_uint(*self)
     }
@@ -141,6 +181,7 @@ impl Item for u64 {
 }
 
 impl Item for u32 {
+    const KIND: ItemKind = ItemKind::Uint;
     fn encode(&self) -> Vec<u8> {
         encode_uint(u64::from(*self))
     }
@@ -150,6 +191,7 @@ impl Item for u32 {
 }
 
 impl Item for String {
+    const KIND: ItemKind = ItemKind::Text;
     fn encode(&self) -> Vec<u8> {
         self.as_bytes().to_vec()
     }
@@ -167,29 +209,39 @@ impl Item for Vec<u8> {
     }
 }
 
-/// Stored items as `T`s; one that is not is an [`Error::CorruptRecord`] at
-/// `location`.
+/// Stored entries ([`entry`]) as `T`s; one of another kind, or whose bytes
+/// are not a `T`, is an [`Error::CorruptRecord`] at `location`.
 pub(crate) fn decode_items<T: Item>(
-    items: &[Vec<u8>],
+    entries: &[Vec<u8>],
     location: impl Fn() -> String,
 ) -> Result<Vec<T>> {
-    items
+    entries
         .iter()
-        .map(|bytes| {
-            T::decode(bytes).ok_or_else(|| Error::CorruptRecord {
-                location: location(),
-                reason: format!(
-                    "a viewed item of {} bytes is not a {}",
-                    bytes.len(),
-                    std::any::type_name::<T>()
-                ),
-            })
+        .map(|entry| {
+            let kind = entry.first().copied().and_then(ItemKind::of_header);
+            let bytes = entry.get(1..).unwrap_or_default();
+            let readable = match kind {
+                Some(ItemKind::Bytes) => true,
+                Some(kind) => T::KIND == ItemKind::Bytes || kind == T::KIND,
+                None => false,
+            };
+            readable
+                .then(|| T::decode(bytes))
+                .flatten()
+                .ok_or_else(|| Error::CorruptRecord {
+                    location: location(),
+                    reason: format!(
+                        "a viewed item of {} bytes stored as {kind:?} is not a {}",
+                        bytes.len(),
+                        std::any::type_name::<T>()
+                    ),
+                })
         })
         .collect()
 }
 
-/// The items of a session's chunks, in order (newest first); `None` if a
-/// chunk is malformed. The list ends at a missing chunk or after one with
+/// The entries of a session's chunks ([`entry`]: header byte and bytes),
+/// in order (newest first); `None` if a chunk is malformed. The list ends at a missing chunk or after one with
 /// room for an item of `widest` bytes, as the view script reads it: a
 /// chunk past those (left by an evicted chunk key) is not the list's.
 pub(crate) fn parse_chunks(chunks: &[Option<Vec<u8>>], widest: u8) -> Option<Vec<Vec<u8>>> {
@@ -198,12 +250,12 @@ pub(crate) fn parse_chunks(chunks: &[Option<Vec<u8>>], widest: u8) -> Option<Vec
         let Some(chunk) = chunk else { break };
         let last = chunk.len() + 1 + usize::from(widest) <= CHUNK_BYTES;
         let mut rest = chunk.as_slice();
-        while let Some((&len, tail)) = rest.split_first() {
-            let len = usize::from(len);
+        while let Some((&header, tail)) = rest.split_first() {
+            let len = usize::from(header & 63);
             if len == 0 || tail.len() < len {
                 return None;
             }
-            items.push(tail[..len].to_vec());
+            items.push(rest[..1 + len].to_vec());
             rest = &tail[len..];
         }
         if last {
@@ -229,6 +281,31 @@ mod tests {
     }
 
     #[test]
+    fn an_item_is_read_only_as_its_own_kind() {
+        let at = || "here".to_owned();
+        let text = entry(ItemKind::Text, b"abc");
+        let number = entry(ItemKind::Uint, &7u64.encode());
+        let legacy = vec![3, b'a', b'b', b'c'];
+        assert!(decode_items::<u64>(std::slice::from_ref(&text), at).is_err());
+        assert_eq!(
+            decode_items::<String>(&[text.clone(), legacy.clone()], at).unwrap(),
+            ["abc", "abc"]
+        );
+        assert!(decode_items::<String>(std::slice::from_ref(&number), at).is_err());
+        assert_eq!(
+            decode_items::<u64>(std::slice::from_ref(&number), at).unwrap(),
+            [7]
+        );
+        // Raw bytes read any kind; untyped items read as any type.
+        assert_eq!(
+            decode_items::<Vec<u8>>(&[text, number], at).unwrap(),
+            [b"abc".to_vec(), vec![7]]
+        );
+        assert_eq!(decode_items::<u64>(&[legacy], at).unwrap(), [0x616263]);
+        assert!(decode_items::<u64>(&[vec![0xc1, 1]], at).is_err(), "kind 3");
+    }
+
+    #[test]
     fn chunk_counts_follow_the_item_size() {
         assert_eq!(ViewedConfig::default().chunks().unwrap(), 4);
         assert_eq!(ViewedConfig::new(25, 3).chunks().unwrap(), 2);
@@ -241,7 +318,16 @@ mod tests {
     #[test]
     fn chunks_parse_in_order_and_end_where_the_script_ends_them() {
         let read = [Some(vec![1, 7, 2, 1, 0]), None, Some(vec![1, 9])];
-        assert_eq!(parse_chunks(&read, 8).unwrap(), vec![vec![7], vec![1, 0]]);
+        assert_eq!(
+            parse_chunks(&read, 8).unwrap(),
+            vec![vec![1, 7], vec![2, 1, 0]]
+        );
+        // The kind bits are not part of the length.
+        let read = [Some(vec![0x41, 7, 0x82, b'a', b'b'])];
+        assert_eq!(
+            parse_chunks(&read, 8).unwrap(),
+            vec![vec![0x41, 7], vec![0x82, b'a', b'b']]
+        );
         // A full chunk 0 goes on to chunk 1; one with room ends the list.
         let full: Vec<u8> = [2u8, 1, 1].repeat(20);
         let read = [Some(full.clone()), Some(vec![1, 9])];

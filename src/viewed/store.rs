@@ -40,18 +40,19 @@ where
                 self.layout().remove(id, None).await?;
                 Ok(None)
             }
-            ttl => self.layout().view_many(id, &encoded, ttl).await,
+            ttl => self.layout().view_kind(id, T::KIND, &encoded, ttl).await,
         }
     }
 
     /// The items session `id` viewed, newest first; `None` if it is gone.
-    /// Items stored in another form than `T` are
+    /// Items viewed as another kind than `T` ([`crate::viewed::ItemKind`];
+    /// a `Vec<u8>` reads any), or whose bytes are not a `T`, are
     /// [`crate::Error::CorruptRecord`].
     pub async fn viewed<T: Item>(&self, id: &SessionId) -> Result<Option<Vec<T>>> {
         if self.touch_ttl(id) == Some(0) {
             return Ok(None);
         }
-        let Some(items) = self.layout().viewed(id).await? else {
+        let Some(items) = self.layout().viewed_entries(id).await? else {
             return Ok(None);
         };
         super::decode_items(&items, || self.layout().location(id)).map(Some)

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::id::{InvalidIdExt, SessionId};
 use crate::layout::check_ttl;
 use crate::scripts::VIEWED_ADD;
-use crate::viewed::{CHUNK_BYTES, ViewedConfig, parse_chunks};
+use crate::viewed::{CHUNK_BYTES, ItemKind, ViewedConfig, entry, parse_chunks};
 
 impl<C> Compact<C>
 where
@@ -74,6 +74,17 @@ where
         items: &[T],
         ttl_secs: Option<u64>,
     ) -> Result<Option<u64>> {
+        self.view_kind(id, ItemKind::Bytes, items, ttl_secs).await
+    }
+
+    /// [`Compact::view_many`] of items of one kind, stored with it.
+    pub(crate) async fn view_kind<T: AsRef<[u8]>>(
+        &self,
+        id: &SessionId,
+        kind: ItemKind,
+        items: &[T],
+        ttl_secs: Option<u64>,
+    ) -> Result<Option<u64>> {
         let config = self.viewed_or_refuse()?;
         id.check_width(self.buckets().id_width())?;
         for item in items {
@@ -100,7 +111,7 @@ where
             }
         }
         for item in newest.iter().rev() {
-            inv.arg(*item);
+            inv.arg(entry(kind, item));
         }
         self.call(id, &inv).await
     }
@@ -109,6 +120,15 @@ where
     /// `None` if there is no live session. One transaction reads the
     /// session and its chunks together.
     pub async fn viewed(&self, id: &SessionId) -> Result<Option<Vec<Vec<u8>>>> {
+        Ok(self
+            .viewed_entries(id)
+            .await?
+            .map(|entries| entries.into_iter().map(|e| e[1..].to_vec()).collect()))
+    }
+
+    /// [`Compact::viewed`] with each item's header byte
+    /// ([`crate::viewed::ItemKind`] and length) before its bytes.
+    pub(crate) async fn viewed_entries(&self, id: &SessionId) -> Result<Option<Vec<Vec<u8>>>> {
         let config = self.viewed_or_refuse()?;
         id.check_width(self.buckets().id_width())?;
         let k = self.keys(id);
