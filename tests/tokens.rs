@@ -119,13 +119,18 @@ async fn expired_tokens_consume_as_none_and_are_swept() {
         .await
         .unwrap();
     let payloads: Vec<Verify> = (0..500).map(verify).collect();
+    let issued = std::time::Instant::now();
     let short = tokens
         .issue_many(&payloads, Duration::from_secs(1))
         .await
         .unwrap();
     let long = tokens.issue_many(&payloads[..100], HOUR).await.unwrap();
     assert_eq!(short.iter().chain(&long).collect::<HashSet<_>>().len(), 600);
-    assert_eq!(tokens.peek(&short[7]).await.unwrap(), Some(verify(7)));
+    // Live, unless this machine took its second to get here.
+    match tokens.peek(&short[7]).await.unwrap() {
+        Some(found) => assert_eq!(found, verify(7)),
+        None => assert!(issued.elapsed() >= Duration::from_secs(1), "gone early"),
+    }
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     assert_eq!(
         tokens.consume(&short[7]).await.unwrap(),
