@@ -234,6 +234,14 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         runs,
         cluster_primaries: None,
     };
+    // RSS below the empty server's (a reused server gave memory back) is
+    // said to be so, never shown as 0.
+    let mut reused = report.clone();
+    let p = reused.runs[0].points.last_mut().unwrap();
+    p.rss_delta = -4096;
+    p.rss_per_session = -4096.0 / p.sessions as f64;
+    assert!(report::table(&reused).contains("n/a (below the empty server's)"));
+    assert!(!report::table(&report).contains("n/a (below"));
     let dir = tempfile::tempdir().unwrap();
     report::write_all(&report, dir.path()).unwrap();
     plot::write_all(&report, dir.path()).unwrap();
@@ -357,4 +365,51 @@ async fn throughput_on_a_cluster_reads_every_primarys_work() {
     let set =
         throughput::redis_benchmark_set(cluster.primaries()[0].port(), true, 4, 1, 3000).unwrap();
     assert!(set > 0.0);
+}
+
+/// On a cluster with replicas, each primary's replication backlog fills
+/// during the load (1 MiB each, whatever is written): the harness counts
+/// it apart, so the sessions cost what they cost without replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_memory_is_reported_apart_from_the_sessions() {
+    let sessions = 20_000;
+    let mut per_session = Vec::new();
+    for replicas in [0, 1] {
+        let cluster =
+            sessionpack::server::LocalCluster::start(3, replicas).expect("a local cluster");
+        let endpoint = Endpoint::Cluster(cluster.urls());
+        let s = spec(LayoutKind::Compact, Some(13), None);
+        let run = memory::run(&endpoint, s, sessions, 1, 3600, &mut ())
+            .await
+            .unwrap();
+        let p = *run.last().unwrap();
+        if replicas == 0 {
+            assert_eq!(p.not_sessions, 0, "no replication without replicas");
+        } else {
+            // The backlogs grew by well over a megabyte: 50+ B/session here,
+            // which the sessions would otherwise be charged.
+            assert!(p.not_sessions > 1 << 20, "{p:?}");
+            let seed = cluster.primaries()[0].url();
+            let server = ServerInfo::read(&mut connect(&seed).await.unwrap())
+                .await
+                .unwrap();
+            let table = report::table(&MemoryReport {
+                command: "test".into(),
+                started_at: 0,
+                server,
+                sessions,
+                steps: 1,
+                runs: vec![run.clone()],
+                cluster_primaries: Some(3),
+            });
+            assert!(table.contains("Not counted above"), "{table}");
+        }
+        assert!(p.used_memory_delta >= p.not_sessions);
+        per_session.push(p.bytes_per_session);
+    }
+    let (alone, replicated) = (per_session[0], per_session[1]);
+    assert!(
+        (replicated / alone - 1.0).abs() < 0.05,
+        "{replicated:.1} B/session with replicas, {alone:.1} without"
+    );
 }

@@ -92,8 +92,16 @@ impl Progress for Bars {
                 .census
                 .map(|c| format!(", {} of {} buckets left listpack", c.converted, c.buckets))
                 .unwrap_or_default();
+            let replication = if p.not_sessions > 0 {
+                format!(
+                    " (and {:.1} B/session of replication backlog and buffers, not counted)",
+                    p.not_sessions as f64 / p.sessions.max(1) as f64
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "{:40} {:>6} sessions: {:6.1} B/session used_memory, {:6.1} B/session RSS, frag {:.2}, {:.0} sessions/s{}",
+                "{:40} {:>6} sessions: {:6.1} B/session used_memory{replication}, {:6.1} B/session RSS, frag {:.2}, {:.0} sessions/s{}",
                 result.label,
                 human_count(p.sessions),
                 p.bytes_per_session,

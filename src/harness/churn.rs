@@ -156,7 +156,9 @@ where
     C: redis::aio::ConnectionLike + Send,
 {
     let sample = MemorySample::read(conn).await?;
-    let per = |now: u64, then: u64| now.saturating_sub(then) as f64 / sessions.max(1) as f64;
+    // Signed: RSS can fall below the empty server's (memory it held from
+    // before was given back), and then says so rather than 0.
+    let per = |now: u64, then: u64| (now as f64 - then as f64) / sessions.max(1) as f64;
     Ok(ChurnPoint {
         moment: moment.to_owned(),
         sessions,

@@ -152,11 +152,25 @@ pub struct MemorySample {
     /// included), a fixed cost that is not the sessions'.
     #[serde(default)]
     pub mem_clients_normal: u64,
+    /// `mem_replication_backlog`: a primary's replication backlog, which
+    /// grows with writes up to `repl-backlog-size` (1 MiB by default)
+    /// whatever they are: the server's, not the sessions'.
+    #[serde(default)]
+    pub mem_replication_backlog: u64,
+    /// `mem_clients_slaves`: output buffers of the replicas' links.
+    #[serde(default)]
+    pub mem_clients_slaves: u64,
     /// Keys in the database.
     pub keys: u64,
 }
 
 impl MemorySample {
+    /// What replication holds beyond the data: the backlog and the
+    /// replicas' output buffers.
+    pub fn replication(&self) -> u64 {
+        self.mem_replication_backlog + self.mem_clients_slaves
+    }
+
     /// Several servers' figures as one: sizes and keys added, the ratios
     /// recomputed over the sums (the allocator's weighted by memory).
     pub fn sum(samples: &[Self]) -> Self {
@@ -172,6 +186,8 @@ impl MemorySample {
             mem_fragmentation_ratio: rss as f64 / used.max(1) as f64,
             allocator_frag_ratio: weighted / used.max(1) as f64,
             mem_clients_normal: samples.iter().map(|s| s.mem_clients_normal).sum(),
+            mem_replication_backlog: samples.iter().map(|s| s.mem_replication_backlog).sum(),
+            mem_clients_slaves: samples.iter().map(|s| s.mem_clients_slaves).sum(),
             keys: samples.iter().map(|s| s.keys).sum(),
         }
     }
@@ -190,6 +206,8 @@ impl MemorySample {
             mem_fragmentation_ratio: num("mem_fragmentation_ratio"),
             allocator_frag_ratio: num("allocator_frag_ratio"),
             mem_clients_normal: num("mem_clients_normal") as u64,
+            mem_replication_backlog: num("mem_replication_backlog") as u64,
+            mem_clients_slaves: num("mem_clients_slaves") as u64,
             keys,
         })
     }

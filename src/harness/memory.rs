@@ -125,13 +125,22 @@ pub struct Census {
 pub struct Point {
     /// Sessions loaded so far.
     pub sessions: u64,
-    /// `used_memory` minus the empty server's.
+    /// `used_memory` minus the empty server's: everything that grew,
+    /// [`Point::not_sessions`] included.
     pub used_memory_delta: u64,
-    /// `used_memory_rss` minus the empty server's.
-    pub rss_delta: u64,
-    /// `used_memory_delta / sessions`.
+    /// Of [`Point::used_memory_delta`], what replication grew by (the
+    /// primaries' backlogs and the replicas' output buffers): the
+    /// server's, whatever it stores, so not counted as the sessions'.
+    #[serde(default)]
+    pub not_sessions: u64,
+    /// `used_memory_rss` minus the empty server's; negative on a server
+    /// whose RSS held memory freed before the run (RSS then says nothing
+    /// of the sessions).
+    pub rss_delta: i64,
+    /// `(used_memory_delta - not_sessions) / sessions`: what the sessions
+    /// cost.
     pub bytes_per_session: f64,
-    /// `rss_delta / sessions`.
+    /// `rss_delta / sessions` (negative when `rss_delta` is).
     pub rss_per_session: f64,
     /// The raw figures.
     pub sample: MemorySample,
@@ -338,12 +347,17 @@ where
             None => None,
         };
         let used_memory_delta = sample.used_memory.saturating_sub(empty.used_memory);
-        let rss_delta = sample.used_memory_rss.saturating_sub(empty.used_memory_rss);
+        let not_sessions = sample
+            .replication()
+            .saturating_sub(empty.replication())
+            .min(used_memory_delta);
+        let rss_delta = sample.used_memory_rss as i64 - empty.used_memory_rss as i64;
         points.push(Point {
             sessions: loaded,
             used_memory_delta,
+            not_sessions,
             rss_delta,
-            bytes_per_session: used_memory_delta as f64 / loaded.max(1) as f64,
+            bytes_per_session: (used_memory_delta - not_sessions) as f64 / loaded.max(1) as f64,
             rss_per_session: rss_delta as f64 / loaded.max(1) as f64,
             sample,
             census,

@@ -33,6 +33,7 @@ fn write_csv(report: &MemoryReport, path: &Path) -> Result<()> {
         "emulated_sessions",
         "sessions",
         "used_memory_delta",
+        "not_sessions",
         "bytes_per_session",
         "rss_delta",
         "rss_per_session",
@@ -56,6 +57,7 @@ fn write_csv(report: &MemoryReport, path: &Path) -> Result<()> {
                 opt(run.spec.emulated_sessions),
                 p.sessions.to_string(),
                 p.used_memory_delta.to_string(),
+                p.not_sessions.to_string(),
                 format!("{:.2}", p.bytes_per_session),
                 p.rss_delta.to_string(),
                 format!("{:.2}", p.rss_per_session),
@@ -133,19 +135,47 @@ pub fn table(report: &MemoryReport) -> String {
             .unwrap_or_else(|| "n/a".into());
         // A sample taken while a dict still held two tables says so.
         let transient = if p.settled { "" } else { " (mid-rehash)" };
+        let rss = if p.rss_delta < 0 {
+            "n/a (below the empty server's)".to_owned()
+        } else {
+            format!("{:.1}", p.rss_per_session)
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1}{} | {} | {:.1} | {:.2} | {} | {} | {:.0} |",
+            "| {} | {} | {:.1}{} | {} | {} | {:.2} | {} | {} | {:.0} |",
             run.label,
             human_count(p.sessions),
             p.bytes_per_session,
             transient,
             vs,
-            p.rss_per_session,
+            rss,
             p.sample.mem_fragmentation_ratio,
             p.sample.keys,
             census,
             run.load_rate,
+        );
+    }
+    let replication: Vec<String> = report
+        .runs
+        .iter()
+        .filter_map(|run| {
+            let p = run.last()?;
+            (p.not_sessions > 0).then(|| {
+                format!(
+                    "{} {:.1} B/session",
+                    run.label,
+                    p.not_sessions as f64 / p.sessions.max(1) as f64
+                )
+            })
+        })
+        .collect();
+    if !replication.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nNot counted above: what replication grew by during the load (the primaries' \
+             backlogs, up to `repl-backlog-size` each, and the replicas' output buffers), \
+             per session loaded: {}.",
+            replication.join("; ")
         );
     }
     s

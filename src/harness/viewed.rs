@@ -252,7 +252,9 @@ impl ViewedRun {
             items: u64::from(load.keep),
             session_bytes: per(sessions.used_memory, empty.used_memory),
             item_bytes: per(full.used_memory, sessions.used_memory),
-            rss_per_session: per(full.used_memory_rss, empty.used_memory_rss),
+            // Signed: RSS can fall below the empty server's.
+            rss_per_session: (full.used_memory_rss as f64 - empty.used_memory_rss as f64)
+                / load.sessions.max(1) as f64,
             list_keys,
             list_keys_converted,
             views: load.views,
