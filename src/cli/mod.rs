@@ -16,6 +16,7 @@ mod bench_tokens;
 mod bench_tower;
 mod bench_viewed;
 mod demo;
+mod store_args;
 mod sweep;
 mod target;
 mod users;

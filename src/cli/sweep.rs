@@ -4,26 +4,16 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::buckets::DEFAULT_NAMESPACE;
-use crate::connect::Endpoint;
+use super::store_args::StoreArgs;
 use crate::error::{Error, Result};
-use crate::meta::StoreMeta;
 use crate::sweep::{DEFAULT_SEGMENTS, SweepConfig, SweepTarget, Sweeper};
 use crate::{Bucketed, BucketedConfig, Compact, CompactConfig, IdWidth};
 
 /// Arguments of `sessionpack sweep`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("server").required(true).args(["redis_url", "cluster_url"])))]
 pub struct SweepArgs {
-    /// The store's server.
-    #[arg(long, value_name = "URL")]
-    redis_url: Option<String>,
-    /// A node of the store's Redis Cluster (repeat to name more seeds).
-    #[arg(long, value_name = "URL")]
-    cluster_url: Vec<String>,
-    /// The store's key namespace.
-    #[arg(long, default_value = DEFAULT_NAMESPACE)]
-    namespace: String,
+    #[command(flatten)]
+    store: StoreArgs,
     /// The store's bucket bits (log2 of the bucket count); read from the
     /// store's metadata when left out, refused when it disagrees with it.
     #[arg(long)]
@@ -40,38 +30,20 @@ pub struct SweepArgs {
     /// Stop after this many passes (default: run until interrupted).
     #[arg(long)]
     passes: Option<u64>,
-    /// How long one reply from Redis may take, in seconds.
-    #[arg(long, default_value_t = crate::connect::DEFAULT_RESPONSE_TIMEOUT.as_secs_f64())]
-    response_timeout_secs: f64,
 }
 
 pub(super) async fn run(args: SweepArgs) -> Result<()> {
-    let endpoint = match &args.redis_url {
-        Some(url) => Endpoint::Server(url.clone()),
-        None => Endpoint::Cluster(args.cluster_url.clone()),
-    };
-    let options = crate::ConnectOptions::default().with_response_timeout(Duration::from_secs_f64(
-        args.response_timeout_secs.clamp(0.001, 1e6),
-    ));
-    let conn = endpoint.connect_with(&options).await?;
     // A sweeper never claims a namespace: it sweeps the store an app
     // opened there (whose metadata says how), or nothing.
-    let meta = StoreMeta::read(&conn, &args.namespace)
-        .await?
-        .ok_or_else(|| {
-            Error::Config(format!(
-                "no store recorded in namespace {:?}: open it from the app first (a sweeper \
-                 never creates one)",
-                args.namespace
-            ))
-        })?;
+    let (conn, meta) = args.store.open().await?;
+    let namespace = &args.store.namespace;
     // Named bits are checked against the store's when the layout opens.
     let bucket_bits = args.bucket_bits.unwrap_or(meta.bucket_bits);
     let width = IdWidth::from_bits(meta.id_bits).unwrap_or_default();
     let (target, buckets): (SweepTarget<_>, u32) = match meta.layout.as_str() {
         "compact" => {
             let mut config = CompactConfig::new(bucket_bits)
-                .with_namespace(args.namespace.clone())
+                .with_namespace(namespace.clone())
                 .with_id_width(width);
             config.user_index = meta.user_index();
             config.viewed = meta.viewed();
@@ -81,7 +53,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
         }
         "bucketed" => {
             let config = BucketedConfig::new(bucket_bits)
-                .with_namespace(args.namespace.clone())
+                .with_namespace(namespace.clone())
                 .with_id_width(width);
             let layout = Bucketed::new(conn, config).await?;
             let count = layout.buckets().count();
@@ -90,7 +62,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
         other => {
             return Err(Error::Config(format!(
                 "namespace {:?} holds a {other:?} store, which the sweeper does not know",
-                args.namespace
+                namespace
             )));
         }
     };
@@ -102,11 +74,11 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
     println!(
         "sweeping {} buckets of {}{} every {:?} in {} segments{}",
         buckets,
-        args.namespace,
-        if endpoint.is_cluster() {
+        namespace,
+        if args.store.endpoint().is_cluster() {
             format!(
                 " on a cluster of {} primaries",
-                endpoint.primaries().await?.len()
+                args.store.endpoint().primaries().await?.len()
             )
         } else {
             String::new()

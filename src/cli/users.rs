@@ -5,12 +5,11 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use crate::buckets::DEFAULT_NAMESPACE;
+use super::store_args::StoreArgs;
 use crate::clock::unix_now;
-use crate::connect::{AnyConnection, Endpoint};
+use crate::connect::AnyConnection;
 use crate::error::{Error, Result};
 use crate::identity::{Identity, Name, Uuid};
-use crate::meta::StoreMeta;
 use crate::store::DEFAULT_TTL;
 use crate::users::UserSession;
 use crate::{Compact, CompactConfig, IdWidth, Layout, SessionId, Store};
@@ -32,24 +31,6 @@ enum Action {
     Revoke(RevokeArgs),
     /// Check the whole index against every session (reads every bucket).
     Audit(StoreArgs),
-}
-
-/// Which store.
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("server").required(true).args(["redis_url", "cluster_url"])))]
-struct StoreArgs {
-    /// The store's server.
-    #[arg(long, value_name = "URL")]
-    redis_url: Option<String>,
-    /// A node of the store's Redis Cluster (repeat to name more seeds).
-    #[arg(long, value_name = "URL")]
-    cluster_url: Vec<String>,
-    /// The store's key namespace.
-    #[arg(long, default_value = DEFAULT_NAMESPACE)]
-    namespace: String,
-    /// How long one reply from Redis may take, in seconds.
-    #[arg(long, default_value_t = crate::connect::DEFAULT_RESPONSE_TIMEOUT.as_secs_f64())]
-    response_timeout_secs: f64,
 }
 
 /// Which user.
@@ -108,22 +89,7 @@ fn identity(text: &str, form: &str) -> Result<Identity> {
 
 /// Opens the store the metadata records, refusing one without an index.
 async fn open(args: &StoreArgs) -> Result<Compact<AnyConnection>> {
-    let endpoint = match &args.redis_url {
-        Some(url) => Endpoint::Server(url.clone()),
-        None => Endpoint::Cluster(args.cluster_url.clone()),
-    };
-    let options = crate::ConnectOptions::default().with_response_timeout(Duration::from_secs_f64(
-        args.response_timeout_secs.clamp(0.001, 1e6),
-    ));
-    let conn = endpoint.connect_with(&options).await?;
-    let meta = StoreMeta::read(&conn, &args.namespace)
-        .await?
-        .ok_or_else(|| {
-            Error::Config(format!(
-                "no store recorded in namespace {:?}",
-                args.namespace
-            ))
-        })?;
+    let (conn, meta) = args.open().await?;
     let users = meta.user_index().filter(|_| meta.layout == "compact");
     let Some(users) = users else {
         return Err(Error::Config(format!(
