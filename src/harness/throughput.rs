@@ -30,6 +30,9 @@ pub enum Op {
     Load,
     /// `Store::touch`.
     Touch,
+    /// `Store::rotate`: a new id for a live session (with a user index,
+    /// the successor recorded beside the old one first).
+    Rotate,
     /// `Store::create_many`, [`BATCH`] at a time.
     CreateBatch,
     /// `Store::load_many`, [`BATCH`] at a time.
@@ -38,10 +41,11 @@ pub enum Op {
 
 impl Op {
     /// Every operation.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Create,
         Self::Load,
         Self::Touch,
+        Self::Rotate,
         Self::CreateBatch,
         Self::LoadBatch,
     ];
@@ -52,6 +56,7 @@ impl Op {
             Self::Create => "create",
             Self::Load => "load",
             Self::Touch => "touch",
+            Self::Rotate => "rotate",
             Self::CreateBatch => "create (batch)",
             Self::LoadBatch => "load (batch)",
         }
@@ -196,7 +201,8 @@ where
     let work = work_since(&nodes.work().await?, &work);
     rates.push(rate(label, Op::LoadBatch, sessions, took, &work));
 
-    for op in [Op::Create, Op::Load, Op::Touch] {
+    // Rotation last: it ends the ids the others use.
+    for op in [Op::Create, Op::Load, Op::Touch, Op::Rotate] {
         let work = nodes.work().await?;
         let started = Instant::now();
         let per_client = sessions / clients;
@@ -209,6 +215,7 @@ where
                     let found = match op {
                         Op::Create => store.create(1 << 20, ()).await.map(|_| true)?,
                         Op::Load => store.load(&id).await?.is_some(),
+                        Op::Rotate => store.rotate(&id).await?.is_some(),
                         _ => store.touch(&id).await?.is_some(),
                     };
                     if !found {
