@@ -579,7 +579,10 @@ pub async fn identities_of_every_form<L: Layout>(_: &LocalServer, layout: L) {
 
     let names: Store<&L, (), Name> = Store::for_identities(&layout);
     let longest = Name::new("n".repeat(MAX_NAME_BYTES)).unwrap();
-    let batch: Vec<(Name, ())> = ["ada@example.com", "ü", ""]
+    // From the shortest name (one byte; an empty one is no one's) to the
+    // longest.
+    assert!(Name::new("").is_err());
+    let batch: Vec<(Name, ())> = ["ada@example.com", "ü", "x"]
         .into_iter()
         .map(|n| (Name::new(n).unwrap(), ()))
         .chain([(longest.clone(), ())])
