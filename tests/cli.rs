@@ -407,8 +407,12 @@ fn bench_throughput_reports_per_primary_work_and_the_cost_of_wait() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("throughput.json")).unwrap())
             .unwrap();
     let rates = report["rates"].as_array().unwrap();
-    // Each layout measured with and without WAIT, 5 operations each.
-    assert_eq!(rates.len(), 2 * 2 * 5, "{md}");
+    // Each layout measured with and without WAIT, every operation each.
+    assert_eq!(
+        rates.len(),
+        2 * 2 * sessionpack::harness::throughput::Op::ALL.len(),
+        "{md}"
+    );
     assert!(
         rates
             .iter()
