@@ -20,8 +20,8 @@ struct Traffic {
     acked: Vec<SessionId>,
     /// Calls that failed, all with a transient error.
     failed: u64,
-    /// The longest a create took (the cluster client waits out part of a
-    /// takeover before it reports an error).
+    /// The longest a call took (the cluster client waits out part of a
+    /// takeover, up to its response timeout, before it reports an error).
     longest: Duration,
     /// Loads of an acknowledged session that found nothing while the
     /// cluster was up.
@@ -90,7 +90,10 @@ async fn failover_under_traffic<L>(
                 let Some(id) = t.acked.get(n as usize % t.acked.len().max(1)).copied() else {
                     continue;
                 };
-                match store.load(&id).await {
+                let started = Instant::now();
+                let loaded = store.load(&id).await;
+                t.longest = t.longest.max(started.elapsed());
+                match loaded {
                     Ok(Some(_)) => {}
                     Ok(None) => t.missing += 1,
                     Err(Error::Unavailable(_)) => t.failed += 1,
@@ -152,7 +155,7 @@ async fn failover_under_traffic<L>(
     // the victim acknowledged before it died, if any.
     let lost = t.acked.len() - common::found(&store, &t.acked).await;
     println!(
-        "takeover after {promoted:?}; {} creates acknowledged, {} lost on failover ({} loads missed one), {} calls failed with a transient error, the longest create took {:?}",
+        "takeover after {promoted:?}; {} creates acknowledged, {} lost on failover ({} loads missed one), {} calls failed with a transient error, the longest call took {:?}",
         t.acked.len(),
         lost,
         t.missing,
@@ -163,7 +166,7 @@ async fn failover_under_traffic<L>(
     // the node timeout.
     assert!(
         t.failed > 0 || t.longest >= Duration::from_secs(1),
-        "the takeover window was not seen: {} failed, the longest create {:?}",
+        "the takeover window was not seen: {} failed, the longest call {:?}",
         t.failed,
         t.longest
     );
