@@ -53,6 +53,25 @@ fn advise_recommends_and_checks() {
         text.contains("Recommended: compact at 2^17 = 131072 buckets"),
         "{text}"
     );
+    assert!(
+        text.contains("pass --profile"),
+        "a bare session says so: {text}"
+    );
+    // Counts as people write them read alike; no sessions is refused.
+    for written in ["10M", "1e7", "10_000_000", "10,000,000"] {
+        let same = stdout(&sessionpack(&["advise", "--sessions", written]));
+        assert!(
+            same.contains("Recommended: compact at 2^17 = 131072 buckets"),
+            "{written}: {same}"
+        );
+    }
+    let refused = sessionpack(&["advise", "--sessions", "0"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("at least 1"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     assert!(text.contains("bucketed: the fewest buckets"), "{text}");
     assert!(text.contains("| json-setex |"), "{text}");
     assert!(text.contains("| compact | 2^17"), "{text}");

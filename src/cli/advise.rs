@@ -18,7 +18,7 @@ use crate::limits::ListpackLimits;
 #[derive(Debug, Args)]
 pub struct AdviseArgs {
     /// Sessions expected at peak.
-    #[arg(long, default_value_t = 10_000_000)]
+    #[arg(long, default_value_t = 10_000_000, value_parser = super::count::positive)]
     sessions: u64,
     /// Read the listpack limits from this server (default: Redis 7's).
     #[arg(long, value_name = "URL", conflicts_with = "cluster_url")]
@@ -231,6 +231,13 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
         limits.hash_entries,
         limits.source
     );
+    if args.profile.is_none() && args.record_bytes.is_empty() {
+        println!(
+            "(A bare session: an integer identity and nothing else. For a tower-sessions or \
+             axum-login app pass --profile, e.g. --profile axum-login-digest, or your records' \
+             sizes with --record-bytes.)\n"
+        );
+    }
     let picks = [(LayoutKind::Compact, compact), (LayoutKind::Bucketed, best)];
     let cheapest = picks
         .iter()

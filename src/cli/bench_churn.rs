@@ -19,7 +19,7 @@ pub struct ChurnArgs {
     #[command(flatten)]
     target: Target,
     /// Sessions at full population; half are replaced each round.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = super::count::positive)]
     sessions: u64,
     /// Churn rounds.
     #[arg(long, default_value_t = 3)]

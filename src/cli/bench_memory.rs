@@ -21,7 +21,7 @@ pub struct MemoryArgs {
     #[command(flatten)]
     target: Target,
     /// Sessions to load per layout.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = super::count::positive)]
     sessions: u64,
     /// Measurement points per layout (evenly spaced up to --sessions).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -40,7 +40,7 @@ pub struct MemoryArgs {
     /// Emulate this many sessions: the bucketed layout's sessions go into
     /// --sessions / --emulate of the buckets, so each bucket holds what it
     /// would at this size.
-    #[arg(long)]
+    #[arg(long, value_parser = super::count::positive)]
     emulate: Option<u64>,
     /// Identity forms to measure each layout with: `int` (the default),
     /// `uuid`, `name-N` (N-byte names).

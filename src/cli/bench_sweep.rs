@@ -21,7 +21,7 @@ pub struct SweepBenchArgs {
     #[command(flatten)]
     target: Target,
     /// Expired sessions to load into each layout.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = super::count::positive)]
     sessions: u64,
     /// Directory for sweep.json and sweep.md.
     #[arg(long, default_value = "results/sweep")]

@@ -28,7 +28,7 @@ pub struct TowerArgs {
     #[command(flatten)]
     target: Target,
     /// Sessions per profile and store.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 200_000, value_parser = super::count::positive)]
     sessions: u64,
     /// Concurrent callers (tasks sharing one connection per store).
     #[arg(long, default_value_t = 16)]

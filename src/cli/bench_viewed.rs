@@ -18,7 +18,7 @@ pub struct ViewedArgs {
     #[command(flatten)]
     target: Target,
     /// Sessions to load per layout, each with a full list.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 200_000, value_parser = super::count::positive)]
     sessions: u64,
     /// Items per list (the book's 25).
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u8).range(1..=64))]

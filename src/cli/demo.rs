@@ -17,7 +17,7 @@ pub struct DemoArgs {
     #[command(flatten)]
     target: Target,
     /// Sessions to bulk-create after the walk-through.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = super::count::positive)]
     sessions: u64,
     /// log2 of the bucket count.
     #[arg(long, default_value_t = 12)]

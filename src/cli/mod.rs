@@ -15,6 +15,7 @@ mod bench_throughput;
 mod bench_tokens;
 mod bench_tower;
 mod bench_viewed;
+mod count;
 mod demo;
 mod store_args;
 mod sweep;
