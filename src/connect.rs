@@ -103,15 +103,20 @@ impl ConnectOptions {
     }
 }
 
-/// Opens a [`ConnectionManager`] to `url` with the default
+/// The connection [`connect`] opens: a [`ConnectionManager`] that
+/// reconnects by itself. Name a store with it:
+/// `TowerStore<sessionpack::Connection>`, `Compact<sessionpack::Connection>`.
+pub type Connection = ConnectionManager;
+
+/// Opens a [`Connection`] to `url` with the default
 /// [`ConnectOptions`]. It reconnects by itself after Redis restarts; calls
 /// made while Redis is down fail fast with [`crate::Error::Unavailable`].
-pub async fn connect(url: &str) -> Result<ConnectionManager> {
+pub async fn connect(url: &str) -> Result<Connection> {
     connect_with(url, &ConnectOptions::default()).await
 }
 
 /// [`connect`] with other [`ConnectOptions`].
-pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<ConnectionManager> {
+pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Connection> {
     let client = redis::Client::open(url)?;
     Ok(ConnectionManager::new_with_config(client, options.manager_config()).await?)
 }

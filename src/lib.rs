@@ -35,7 +35,7 @@ pub mod viewed;
 pub mod wait;
 
 pub use buckets::Buckets;
-pub use connect::{ConnectOptions, connect, connect_with};
+pub use connect::{ConnectOptions, Connection, connect, connect_with};
 pub use error::{Error, InvalidId, Result};
 pub use id::{IdWidth, SessionId};
 pub use layout::{

@@ -9,12 +9,18 @@
 //!
 //! ```no_run
 //! # async fn run() -> sessionpack::Result<()> {
+//! use sessionpack::sweep::{SweepConfig, Sweeper};
 //! use sessionpack::tower::TowerStore;
-//! use sessionpack::CompactConfig;
+//! use sessionpack::{CompactConfig, Connection};
 //!
 //! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
-//! let store = TowerStore::new(conn, CompactConfig::new(14)).await?;
-//! // SessionManagerLayer::new(store) ...
+//! let store: TowerStore<Connection> = TowerStore::new(conn, CompactConfig::new(14)).await?;
+//! // Expired sessions stay in their buckets until a sweeper removes them:
+//! // run one in every app process (leases share the work between them).
+//! let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
+//! // let app = Router::new()...layer(SessionManagerLayer::new(store.clone()));
+//! // ... serve the app; on the way out:
+//! sweeper.shutdown().await;
 //! # Ok(()) }
 //! ```
 //!

@@ -112,7 +112,7 @@ impl AuthnBackend for Backend {
 
 type AuthSession = axum_login::AuthSession<Backend>;
 
-type Store = TowerStore<redis::aio::ConnectionManager>;
+type Store = TowerStore<sessionpack::Connection>;
 
 /// The app: `/` public, `POST /login`, `GET /me`, `GET /visits`, `GET
 /// /devices` (the user's sessions), `POST /devices/logout-others` and
