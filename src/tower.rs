@@ -387,6 +387,13 @@ where
         Ok(())
     }
 
+    /// What the store would otherwise only log: the server's limits and
+    /// eviction policy, and how many records went out of line
+    /// ([`crate::layout::compact::Health`]; its `warnings()` in words).
+    pub fn health(&self) -> crate::layout::compact::Health {
+        self.layout.health()
+    }
+
     /// One sweeper pass: removes expired sessions.
     pub async fn sweep(&self) -> Result<PassReport> {
         self.sweeper.pass().await

@@ -567,3 +567,46 @@ async fn a_value_in_neither_form_is_corrupt_everywhere_and_stops_no_sweep() {
         );
     }
 }
+
+/// What the store logs is readable as a value too: nothing on a clean
+/// server with small records; the out-of-line share and an evicting policy
+/// when they come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_what_the_store_would_log() {
+    let server = common::server();
+    let layout = compact(&server, 4).await;
+    let health = layout.health();
+    assert_eq!(health.eviction_policy.as_deref(), Some("noeviction"));
+    assert_eq!(health.limits.source, sessionpack::LimitsSource::Server);
+    assert_eq!(health.warnings(), Vec::<String>::new());
+
+    let store: Store<_, String> = Store::new(layout.clone());
+    for i in 0..10 {
+        store.create(i, "s".into()).await.unwrap();
+    }
+    for i in 0..5 {
+        store.create(i, "x".repeat(200)).await.unwrap();
+    }
+    let health = layout.health();
+    assert_eq!((health.writes, health.out_of_line), (15, 5));
+    assert!(health.longest_value > 200);
+    let warnings = health.warnings();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("5 of 15 records"),
+        "{warnings:?}"
+    );
+
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg("allkeys-lru"),
+    );
+    let reopened = compact(&server, 4).await;
+    let warnings = reopened.health().warnings();
+    assert!(
+        warnings.iter().any(|w| w.contains("allkeys-lru")),
+        "{warnings:?}"
+    );
+}

@@ -45,10 +45,12 @@ use crate::scripts::{
 use crate::users::{UserIndex, UserIndexConfig};
 use crate::viewed::ViewedConfig;
 
+mod health;
 mod take;
 mod users;
 mod viewed;
 
+pub use health::Health;
 pub use users::NO_OWNER;
 
 /// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
