@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use sessionpack::layout::{AnyLayout, LayoutKind};
-use sessionpack::server::LocalServer;
+use sessionpack::session::layout::{AnyLayout, LayoutKind};
 use sessionpack::{SessionId, Store};
+use sessionpack_testkit::LocalServer;
 
 const BATCH: usize = 100;
 const PRELOAD: usize = 20_000;

@@ -25,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-cargo build --release --quiet
+cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
@@ -83,9 +83,9 @@ for part in "${parts[@]}"; do
     locks) $sp bench locks --locks 100000 --cycles 200000 --out analysis/runs/locks ;;
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
-      cargo build --release --quiet --features peer-bench
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
       $sp bench tower --sessions 200000 --out analysis/tower
-      cargo build --release --quiet ;;
+      cargo build --release --quiet -p sessionpack-cli ;;
     compact)
       for ids in 160 128; do
         $sp bench memory --sessions 1000000 --layouts compact,bucketed --bucket-bits 13,14 \

@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-cargo run --release --quiet -- bench memory "$@"
+cargo run --release --quiet -p sessionpack-cli -- bench memory "$@"

@@ -40,6 +40,11 @@ impl fmt::Display for InvalidId {
 
 impl std::error::Error for InvalidId {}
 
+/// The message of a write fewer replicas confirmed than asked (see
+/// [`Error::NotReplicated`]): the connection that waits writes it, and
+/// [`Error`] recognises it.
+pub(crate) const NOT_REPLICATED: &str = "WAIT: fewer replicas than asked confirmed the write";
+
 /// Everything that can go wrong in a session store, in variants a caller can
 /// act on.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +94,7 @@ pub enum Error {
     Unavailable(#[source] redis::RedisError),
 
     /// A write made on the primary that fewer replicas than asked
-    /// confirmed in time ([`crate::wait::WaitForReplicas`]): it may or may
+    /// confirmed in time ([`crate::conn::wait::WaitForReplicas`]): it may or may
     /// not survive a failover.
     #[error("write not confirmed by enough replicas: {0}")]
     NotReplicated(#[source] redis::RedisError),
@@ -120,8 +125,8 @@ pub enum Error {
     Config(String),
 
     /// A lifetime or expiry outside what the store accepts: zero, longer
-    /// than [`crate::layout::MAX_TTL_SECS`], or an absolute expiry past
-    /// [`crate::layout::MAX_EXPIRES_AT`]. Nothing was written.
+    /// than [`crate::ttl::MAX_TTL_SECS`], or an absolute expiry past
+    /// [`crate::ttl::MAX_EXPIRES_AT`]. Nothing was written.
     #[error("session lifetime out of range: {detail}")]
     InvalidTtl {
         /// What was asked for, and the limit.
@@ -209,9 +214,7 @@ impl Error {
                 reason: err.detail().unwrap_or_default().to_owned(),
             };
         }
-        if err.kind() == redis::ErrorKind::Client
-            && err.to_string().contains(crate::wait::NOT_REPLICATED)
-        {
+        if err.kind() == redis::ErrorKind::Client && err.to_string().contains(NOT_REPLICATED) {
             return Self::NotReplicated(err);
         }
         let transient = |code: &str| TRANSIENT_CODES.contains(&code);

@@ -2,47 +2,48 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod advisor;
-pub mod buckets;
-#[cfg(feature = "cli")]
-pub mod cli;
+// The floors, bottom up; a module imports only from its own floor or below.
+
+// 1. Small pieces: errors, lifetimes, the server's clock and limits, session
+//    owners, the JSON-map codec, a placement hash, the Lua scripts.
 pub mod clock;
-#[cfg(feature = "cluster")]
-pub mod cluster;
-pub mod connect;
 pub mod error;
-#[cfg(feature = "cli")]
-pub mod harness;
-pub mod id;
 pub mod identity;
 pub mod json_map;
-pub mod layout;
 pub mod limits;
-pub mod lock;
-pub mod meta;
-pub mod profile;
-pub mod ratelimit;
-pub mod record;
+mod place;
 mod scripts;
-pub mod server;
-pub mod store;
-pub mod sweep;
+pub mod ttl;
+
+// 2. Connections: one server, a cluster, waiting for replicas.
+pub mod conn;
+
+// 3. Redis patterns that need no session (the sweeper leases with the lock).
+pub mod lock;
+pub mod ratelimit;
+
+// 4. Sessions: ids, records, layouts, the store and the sweeper.
+pub mod session;
+
+// 5. Built on sessions: the per-user index, one-time tokens, viewed items.
 pub mod tokens;
-#[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
-pub mod tower;
 pub mod users;
 pub mod viewed;
-pub mod wait;
 
-pub use buckets::Buckets;
-pub use connect::{ConnectOptions, Connection, connect, connect_with};
+// 6. Framework adapters.
+#[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
+pub mod tower;
+
+pub use conn::{ConnectOptions, Connection, connect, connect_with};
 pub use error::{Error, InvalidId, Result};
-pub use id::{IdWidth, SessionId};
-pub use layout::{
-    Bucketed, BucketedConfig, Compact, CompactConfig, Expiry, Inserted, Layout, Stored, Written,
-};
 pub use limits::{LimitsSource, ListpackLimits};
-pub use store::{Session, Store};
+pub use session::buckets::Buckets;
+pub use session::id::{IdWidth, SessionId};
+pub use session::layout::{
+    Bucketed, BucketedConfig, Compact, CompactConfig, Inserted, Layout, Stored, Written,
+};
+pub use session::store::{Session, Store};
+pub use ttl::Deadline;
 
 /// The `redis` crate this one is built on, for connections.
 pub use redis;

@@ -17,19 +17,19 @@ use crate::scripts::{LOCK_CLAIM, LOCK_EXTEND, LOCK_FENCED, LOCK_RELEASE};
 pub const MAX_NAME_BYTES: usize = 256;
 
 /// A lease's length in milliseconds: 1 ms to
-/// [`crate::layout::MAX_TTL_SECS`]; anything else is
+/// [`crate::ttl::MAX_TTL_SECS`]; anything else is
 /// [`Error::InvalidTtl`] (a zero lease would be no lock at all, and Redis
 /// refuses one past its own range).
 pub fn lease_ms(ttl: Duration) -> Result<u64> {
     let ms = ttl.as_millis();
-    let max = u128::from(crate::layout::MAX_TTL_SECS) * 1000;
+    let max = u128::from(crate::ttl::MAX_TTL_SECS) * 1000;
     if (1..=max).contains(&ms) {
         Ok(ms as u64)
     } else {
         Err(Error::InvalidTtl {
             detail: format!(
                 "a lease of {ttl:?}; a lease lasts 1 ms to {} s",
-                crate::layout::MAX_TTL_SECS
+                crate::ttl::MAX_TTL_SECS
             ),
         })
     }
@@ -37,7 +37,12 @@ pub fn lease_ms(ttl: Duration) -> Result<u64> {
 
 /// A fresh random holder token (160 bits, hex).
 pub fn holder_token() -> Result<String> {
-    Ok(crate::id::SessionId::generate()?.to_hex())
+    use rand::TryRngCore as _;
+    let mut bytes = [0u8; 20];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut bytes)
+        .map_err(|e| Error::Rng(e.to_string()))?;
+    Ok(hex::encode(bytes))
 }
 
 /// Takes the lock at `key` for `ttl` as the holder of `token`, or renews it
@@ -186,7 +191,7 @@ impl Retry {
 /// failover after an acquisition that had not reached the replica loses
 /// the lock (two holders at once) and may hand out a fencing token again,
 /// since Redis replicates asynchronously; `WAIT` after acquiring
-/// ([`crate::wait::WaitForReplicas`]) narrows that window but does not
+/// ([`crate::conn::wait::WaitForReplicas`]) narrows that window but does not
 /// close it. A restart without persistence forgets locks and counters
 /// alike. Where correctness must survive failures, fence the resource.
 ///

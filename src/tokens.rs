@@ -40,8 +40,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
-use crate::id::{IdWidth, SessionId};
-use crate::layout::{Compact, CompactConfig, Expiry, Inserted, Layout};
+use crate::session::id::{IdWidth, SessionId};
+use crate::session::layout::{Compact, CompactConfig, Inserted, Layout};
+use crate::ttl::Deadline;
 
 /// The namespace tokens live in by default, apart from sessions.
 pub const DEFAULT_TOKEN_NAMESPACE: &str = "tok";
@@ -97,7 +98,7 @@ where
         })
     }
 
-    /// The layout underneath (for a [`crate::sweep::Sweeper`]).
+    /// The layout underneath (for a [`crate::session::sweep::Sweeper`]).
     pub fn layout(&self) -> &Compact<C> {
         &self.layout
     }
@@ -119,16 +120,16 @@ where
     }
 
     /// Issues a token carrying `payload` that lives `ttl` (whole seconds,
-    /// at least one; at most [`crate::layout::MAX_TTL_SECS`]).
+    /// at least one; at most [`crate::ttl::MAX_TTL_SECS`]).
     pub async fn issue(&self, payload: &P, ttl: Duration) -> Result<Token> {
-        let ttl = crate::layout::check_ttl(ttl.as_secs().max(1))?;
+        let ttl = crate::ttl::check_ttl(ttl.as_secs().max(1))?;
         self.issue_record(&Self::encode(payload)?, ttl).await
     }
 
     /// Issues a token for each payload, all living `ttl`, in pipelined
     /// round trips; the tokens in order.
     pub async fn issue_many(&self, payloads: &[P], ttl: Duration) -> Result<Vec<Token>> {
-        let ttl = crate::layout::check_ttl(ttl.as_secs().max(1))?;
+        let ttl = crate::ttl::check_ttl(ttl.as_secs().max(1))?;
         let mut items = Vec::with_capacity(payloads.len());
         for payload in payloads {
             items.push((self.layout.new_id().await?, Self::encode(payload)?));
@@ -148,8 +149,10 @@ where
     async fn issue_record(&self, record: &[u8], ttl: u64) -> Result<Token> {
         for _ in 0..ATTEMPTS {
             let token = self.layout.new_id().await?;
-            if let Inserted::Created { .. } =
-                self.layout.insert(&token, record, Expiry::In(ttl)).await?
+            if let Inserted::Created { .. } = self
+                .layout
+                .insert(&token, record, Deadline::In(ttl))
+                .await?
             {
                 return Ok(token);
             }

@@ -45,7 +45,7 @@
 //! - `delete`: `HDEL` of the session's field; with `DEL` of its
 //!   out-of-line record in one transaction unless this process saw the
 //!   record inline.
-//! - `delete_expired`: one sweeper pass ([`crate::sweep::Sweeper::pass`]).
+//! - `delete_expired`: one sweeper pass ([`crate::session::sweep::Sweeper::pass`]).
 //!
 //! `cycle_id` needs nothing of the store: tower-sessions deletes the old id
 //! before it creates the new one (at the end of the request), so the two
@@ -74,7 +74,7 @@
 //! as binary) and the expiry is kept once, in the bucket's value, to the
 //! second, as the peer store's `EXAT` keeps it. An axum-login session with
 //! a 32-byte digest takes 40 bytes. An expiry is kept in 32 bits: one set
-//! past February 2106 ([`crate::layout::MAX_EXPIRES_AT`]) is kept as that
+//! past February 2106 ([`crate::ttl::MAX_EXPIRES_AT`]) is kept as that
 //! second, so such a session ends then rather than failing its request.
 //!
 //! [tower-sessions]: https://docs.rs/tower-sessions
@@ -87,13 +87,15 @@ use serde_json::Value;
 
 use crate::clock::unix_now;
 use crate::error::{Error, Result};
-use crate::id::{IdWidth, SessionId};
 use crate::identity::{Identity, MAX_NAME_BYTES, Uuid};
 use crate::json_map;
-use crate::layout::compact::NO_OWNER;
-use crate::layout::{Compact, CompactConfig, Expiry, Inserted, Layout, Seen, Written};
-use crate::sweep::{PassReport, SweepConfig, Sweeper};
-use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession, head};
+use crate::session::id::{IdWidth, SessionId};
+use crate::session::layout::compact::NO_OWNER;
+use crate::session::layout::compact::user_index::head;
+use crate::session::layout::{Compact, CompactConfig, Inserted, Layout, Seen, Written};
+use crate::session::sweep::{PassReport, SweepConfig, Sweeper};
+use crate::ttl::Deadline;
+use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession};
 
 /// Reads a session's owner from its data.
 pub type OwnerOf = fn(&HashMap<String, Value>) -> Option<Identity>;
@@ -292,7 +294,7 @@ where
         for _ in 0..CREATE_ATTEMPTS {
             match self
                 .layout
-                .insert(&session_id(id), &bytes, Expiry::At(at))
+                .insert(&session_id(id), &bytes, Deadline::At(at))
                 .await?
             {
                 Inserted::IdTaken | Inserted::Late => {
@@ -389,8 +391,8 @@ where
 
     /// What the store would otherwise only log: the server's limits and
     /// eviction policy, and how many records went out of line
-    /// ([`crate::layout::compact::Health`]; its `warnings()` in words).
-    pub fn health(&self) -> crate::layout::compact::Health {
+    /// ([`crate::session::layout::compact::Health`]; its `warnings()` in words).
+    pub fn health(&self) -> crate::session::layout::compact::Health {
         self.layout.health()
     }
 
@@ -462,7 +464,7 @@ where
         if record.first() == Some(&NO_OWNER) {
             return Ok(1);
         }
-        let (_, rest) = crate::record::split(record)?;
+        let (_, rest) = crate::session::record::split(record)?;
         Ok(record.len() - rest.len())
     }
 
@@ -527,14 +529,14 @@ fn encode(data: &HashMap<String, Value>) -> Result<Vec<u8>> {
 }
 
 /// A tower-sessions expiry as the unix seconds a layout stores: one before
-/// 1970 is 0 (already past); one past [`crate::layout::MAX_EXPIRES_AT`]
+/// 1970 is 0 (already past); one past [`crate::ttl::MAX_EXPIRES_AT`]
 /// (February 2106, the last second a layout's 32-bit expiry holds) is that
 /// second, so a session meant to last longer ends then.
 fn expiry_secs(unix: i64) -> Result<u64> {
     let at = u64::try_from(unix)
         .unwrap_or(0)
-        .min(crate::layout::MAX_EXPIRES_AT);
-    Expiry::At(at).check()?;
+        .min(crate::ttl::MAX_EXPIRES_AT);
+    Deadline::At(at).check()?;
     Ok(at)
 }
 
@@ -755,7 +757,7 @@ mod tests {
     #[test]
     fn expiries_before_1970_are_past_and_after_2106_end_then() {
         assert_eq!(expiry_secs(-5).unwrap(), 0);
-        let last = crate::layout::MAX_EXPIRES_AT;
+        let last = crate::ttl::MAX_EXPIRES_AT;
         assert_eq!(expiry_secs(1 << 40).unwrap(), last);
         assert_eq!(expiry_secs(i64::MAX).unwrap(), last);
         assert_eq!(expiry_secs(last as i64 - 1).unwrap(), last - 1);

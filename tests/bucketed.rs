@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
-use sessionpack::server::LocalServer;
-use sessionpack::{Bucketed, BucketedConfig, Error, Layout, LimitsSource, Store, record};
+use sessionpack::session::record;
+use sessionpack::{Bucketed, BucketedConfig, Error, Layout, LimitsSource, Store};
+use sessionpack_testkit::LocalServer;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct Profile {

@@ -7,11 +7,11 @@ mod common;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use sessionpack::cluster::{self, Cluster};
-use sessionpack::layout::{Encoding, KeyPerSession};
-use sessionpack::server::{LocalCluster, Role};
-use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::conn::cluster::{self, Cluster};
+use sessionpack::session::layout::{Encoding, KeyPerSession};
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{Bucketed, BucketedConfig, Compact, CompactConfig, IdWidth, Store};
+use sessionpack_testkit::{LocalCluster, Role};
 
 fn start() -> LocalCluster {
     LocalCluster::start(3, 1).expect("a local cluster (redis-server and redis-cli)")
@@ -199,7 +199,7 @@ async fn the_books_design_is_refused_by_a_cluster_with_a_short_error() {
     // Its scripts name a `login:` HASH and a `recent:` ZSET with no common
     // hash tag: two slots.
     let c = start();
-    let layout = sessionpack::layout::BookLoginHash::book(conn(&c).await, "sp");
+    let layout = sessionpack::session::layout::BookLoginHash::book(conn(&c).await, "sp");
     let store: Store<_, ()> = Store::new(layout).with_ttl(Duration::from_secs(600));
     let batch: Vec<(u64, ())> = (0..500).map(|i| (i, ())).collect();
     match store.create_many(&batch).await {
@@ -251,7 +251,7 @@ async fn the_cap_and_the_segment_leases_hold_on_a_cluster() {
     let config = SweepConfig::default()
         .with_segments(2)
         .with_max_sessions(5000);
-    let evicted = |reports: Vec<sessionpack::sweep::PassReport>| -> u64 {
+    let evicted = |reports: Vec<sessionpack::session::sweep::PassReport>| -> u64 {
         reports.iter().map(|r| r.evicted).sum()
     };
     let compact_evicted =
@@ -290,7 +290,7 @@ async fn the_cap_and_the_segment_leases_hold_on_a_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slots_and_hash_tags_are_placed_as_the_cluster_places_them() {
-    use sessionpack::cluster::slots;
+    use sessionpack::conn::cluster::slots;
     let c = start();
     let seed = c.primaries()[0].url();
     // A new cluster's primaries hold the ranges the advisor assumes.
@@ -342,7 +342,7 @@ async fn slots_and_hash_tags_are_placed_as_the_cluster_places_them() {
 /// goes to the one primary that ran it, not to all of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_replicas_asks_only_the_primary_that_wrote() {
-    use sessionpack::wait::WaitForReplicas;
+    use sessionpack::conn::wait::WaitForReplicas;
     let c = start();
     let conn = WaitForReplicas::new(conn(&c).await, 1, Duration::from_secs(2));
     let layout = Compact::new(conn, CompactConfig::new(12)).await.unwrap();
@@ -489,7 +489,7 @@ async fn a_primary_that_lost_its_scripts_gets_only_its_own_calls_again() {
     )
     .await
     .unwrap();
-    let record = sessionpack::record::encode(&70_000u64, &()).unwrap();
+    let record = sessionpack::session::record::encode(&70_000u64, &()).unwrap();
     let batch = |n| -> Vec<_> {
         (0..n)
             .map(|_| (sessionpack::SessionId::generate().unwrap(), record.clone()))

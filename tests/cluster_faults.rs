@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sessionpack::cluster;
-use sessionpack::server::{LocalCluster, Role};
-use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::conn::cluster;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{Bucketed, BucketedConfig, Compact, CompactConfig, Error, SessionId, Store};
+use sessionpack_testkit::{LocalCluster, Role};
 
 const TTL: Duration = Duration::from_secs(600);
 
@@ -58,7 +58,7 @@ async fn bucketed_primary_killed_mid_traffic_fails_over_and_calls_recover() {
 async fn failover_under_traffic<L>(
     c: &LocalCluster,
     store: Store<L, ()>,
-    sweeper: impl FnOnce() -> sessionpack::sweep::SweeperHandle,
+    sweeper: impl FnOnce() -> sessionpack::session::sweep::SweeperHandle,
 ) where
     L: sessionpack::Layout + Clone + 'static,
 {
@@ -324,7 +324,7 @@ async fn audit_compact(c: &LocalCluster, layout: &Compact<cluster::Cluster>) -> 
 async fn reshard_under_traffic<L>(
     c: &LocalCluster,
     store: Store<L, String>,
-    sweeper: sessionpack::sweep::SweeperHandle,
+    sweeper: sessionpack::session::sweep::SweeperHandle,
     tags: &[String],
 ) -> Vec<SessionId>
 where
@@ -409,8 +409,8 @@ async fn rounds_reach(rounds: &AtomicU64, n: u64) {
 }
 
 fn sweeping(
-    layout: impl Into<sessionpack::sweep::SweepTarget<cluster::Cluster>>,
-) -> sessionpack::sweep::SweeperHandle {
+    layout: impl Into<sessionpack::session::sweep::SweepTarget<cluster::Cluster>>,
+) -> sessionpack::session::sweep::SweeperHandle {
     Sweeper::new(
         layout,
         SweepConfig::default().with_interval(Duration::from_millis(300)),
@@ -516,7 +516,7 @@ where
 }
 
 /// Waits until the sweeper has finished two more passes.
-async fn sweeper_passes(sweeper: &sessionpack::sweep::SweeperHandle, after: &str) {
+async fn sweeper_passes(sweeper: &sessionpack::session::sweep::SweeperHandle, after: &str) {
     let mut stats = sweeper.subscribe();
     let from = stats.borrow_and_update().passes;
     let passed = tokio::time::timeout(Duration::from_secs(120), async {
@@ -539,7 +539,9 @@ async fn sweeper_passes(sweeper: &sessionpack::sweep::SweeperHandle, after: &str
 /// nothing sent.)
 async fn sweeper_survives_reshard_and_pause<L>(c: &LocalCluster, layout: L)
 where
-    L: sessionpack::Layout + Clone + Into<sessionpack::sweep::SweepTarget<cluster::Cluster>>,
+    L: sessionpack::Layout
+        + Clone
+        + Into<sessionpack::session::sweep::SweepTarget<cluster::Cluster>>,
 {
     let short: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, String)> = (0..20_000).map(|i| (i, "x".repeat(20))).collect();

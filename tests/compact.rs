@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use sessionpack::server::LocalServer;
-use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{Compact, CompactConfig, IdWidth, Layout, SessionId, Store};
+use sessionpack_testkit::LocalServer;
 
 async fn compact(server: &LocalServer, bits: u8) -> Compact<redis::aio::ConnectionManager> {
     Compact::new(common::manager(server).await, CompactConfig::new(bits))
@@ -120,13 +120,13 @@ async fn the_sweeper_visits_only_the_buckets_its_index_names() {
     let alive = long.create_many(&batch).await.unwrap();
     // Short-lived sessions in a few buckets only: every 64th.
     let b = layout.buckets().clone();
-    let record = sessionpack::record::encode(&7u64, &()).unwrap();
+    let record = sessionpack::session::record::encode(&7u64, &()).unwrap();
     let mut doomed_buckets = HashSet::new();
     for i in 0..300u32 {
         let bucket = (i % 16) * 64;
         let id = b.with_bucket(&SessionId::generate().unwrap(), bucket);
         let inserted = layout
-            .insert(&id, &record, sessionpack::Expiry::In(1))
+            .insert(&id, &record, sessionpack::Deadline::In(1))
             .await
             .unwrap();
         assert!(matches!(inserted, sessionpack::Inserted::Created { .. }));
@@ -453,13 +453,13 @@ async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
 /// taken id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_insert_sent_twice_is_created_once() {
-    use sessionpack::{Expiry, Inserted, Layout, SessionId};
+    use sessionpack::{Deadline, Inserted, Layout, SessionId};
     let server = common::server();
     let layout = compact(&server, 6).await;
     let records = [
-        sessionpack::record::encode(&70_000u64, &()).unwrap(),
-        sessionpack::record::encode(&5u64, &"a note").unwrap(),
-        sessionpack::record::encode(&5u64, &"x".repeat(200)).unwrap(),
+        sessionpack::session::record::encode(&70_000u64, &()).unwrap(),
+        sessionpack::session::record::encode(&5u64, &"a note").unwrap(),
+        sessionpack::session::record::encode(&5u64, &"x".repeat(200)).unwrap(),
     ];
     let (secs, _): (u64, u64) = redis::cmd("TIME")
         .query_async(&mut common::raw(&server).await)
@@ -468,7 +468,7 @@ async fn an_insert_sent_twice_is_created_once() {
     for record in &records {
         // In(600) takes the plain path for inline records; At(soon) the
         // script (too close to now for the clock estimate to call).
-        for expiry in [Expiry::In(600), Expiry::At(secs + 1)] {
+        for expiry in [Deadline::In(600), Deadline::At(secs + 1)] {
             let id = SessionId::generate().unwrap();
             let first = layout.insert(&id, record, expiry).await.unwrap();
             let Inserted::Created { expires_at } = first else {

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
-use sessionpack::meta::StoreMeta;
-use sessionpack::server::LocalServer;
-use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::session::meta::StoreMeta;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{Bucketed, BucketedConfig, Error, Layout, SessionId, Store};
+use sessionpack_testkit::LocalServer;
 
 fn long() -> Duration {
     Duration::from_secs(3600)
@@ -610,11 +610,11 @@ async fn a_store_opened_with_other_bucket_bits_is_refused() {
 async fn hostile_lifetimes_reach_no_layout_call() {
     let server = common::server();
     let layout = common::bucketed(&server, 4).await;
-    for secs in [0, sessionpack::layout::MAX_TTL_SECS + 1, u64::MAX] {
+    for secs in [0, sessionpack::ttl::MAX_TTL_SECS + 1, u64::MAX] {
         let id = SessionId::generate().unwrap();
         assert!(matches!(
             layout
-                .insert(&id, &[1], sessionpack::Expiry::In(secs))
+                .insert(&id, &[1], sessionpack::Deadline::In(secs))
                 .await,
             Err(Error::InvalidTtl { .. })
         ));
@@ -626,7 +626,11 @@ async fn hostile_lifetimes_reach_no_layout_call() {
     let id = SessionId::generate().unwrap();
     assert!(matches!(
         layout
-            .insert(&id, &[1], sessionpack::Expiry::At(u64::from(u32::MAX) + 1))
+            .insert(
+                &id,
+                &[1],
+                sessionpack::Deadline::At(u64::from(u32::MAX) + 1)
+            )
             .await,
         Err(Error::InvalidTtl { .. })
     ));
@@ -707,7 +711,7 @@ async fn a_batch_with_an_id_of_another_width_writes_nothing() {
     .unwrap();
     let mut raw = common::raw(&server).await;
     let keys: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
-    let record = sessionpack::record::encode(&1u64, &()).unwrap();
+    let record = sessionpack::session::record::encode(&1u64, &()).unwrap();
     let mut batch: Vec<(SessionId, Vec<u8>)> = (0..2000)
         .map(|_| (SessionId::generate_with(narrow).unwrap(), record.clone()))
         .collect();

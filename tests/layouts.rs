@@ -2,13 +2,13 @@
 
 mod common;
 
-use sessionpack::layout::compact::GroupedBuckets;
-use sessionpack::layout::{BookLoginHash, Encoding, KeyPerSession};
-use sessionpack::server::LocalServer;
+use sessionpack::session::layout::compact::GroupedBuckets;
+use sessionpack::session::layout::{BookLoginHash, Encoding, KeyPerSession};
 use sessionpack::users::UserIndexConfig;
 use sessionpack::{
     Bucketed, BucketedConfig, Buckets, Compact, CompactConfig, IdWidth, Layout, SessionId,
 };
+use sessionpack_testkit::LocalServer;
 
 async fn bucketed_256(server: &LocalServer) -> impl Layout + 'static {
     common::bucketed(server, 8).await

@@ -24,7 +24,7 @@ fn most_in_a_window(admitted: &[u64], window_ms: u64) -> usize {
         .unwrap_or(0)
 }
 
-async fn keys(server: &sessionpack::server::LocalServer) -> Vec<String> {
+async fn keys(server: &sessionpack_testkit::LocalServer) -> Vec<String> {
     let mut raw = common::raw(server).await;
     redis::cmd("KEYS")
         .arg("rl:*")

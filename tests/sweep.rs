@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use sessionpack::layout::BookLoginHash;
-use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::session::layout::BookLoginHash;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{SessionId, Store, lock};
 
 fn long() -> Duration {
@@ -35,6 +35,7 @@ async fn expired_sessions_leave_every_key_and_live_ones_stay() {
     let store: Store<_, String> = Store::new(layout.clone()).with_ttl(long());
     let mut short = Vec::new();
     let mut live = Vec::new();
+    let first_created = std::time::Instant::now();
     for i in 0..300u64 {
         let fat = "x".repeat(if i % 10 == 0 { 500 } else { 3 });
         short.push(
@@ -50,8 +51,10 @@ async fn expired_sessions_leave_every_key_and_live_ones_stay() {
     let report = sweeper.sweep_range(0..16).await.unwrap();
     assert_eq!(report.reclaimed, 300);
     assert_eq!(report.buckets, 16);
-    // Expired between 0 and ~1 s before the sweep, in whole seconds.
-    assert!(report.lag_secs <= 2, "{report:?}");
+    // The oldest expired a second after the first create, at the
+    // earliest; in whole seconds.
+    let since_first = first_created.elapsed().as_secs();
+    assert!(report.lag_secs <= since_first + 1, "{report:?}");
 
     let mut raw = common::raw(&server).await;
     let b = layout.buckets();
@@ -167,10 +170,12 @@ async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() 
             .iter()
             .all(Option::is_none)
     );
-    // Whatever the racing sweeps left, one more pass clears it.
+    // Whatever the racing sweeps left, one more pass clears it. A touch
+    // that finds a session expired removes it too, so the sweeps reclaim
+    // at most the expired ones; what is left is exactly the live ones.
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
     let rest = sweeper.sweep_range(0..64).await.unwrap().reclaimed;
-    assert_eq!(reclaimed + rest, 2000 + late);
+    assert!(reclaimed + rest <= 2000 + late);
     let mut raw = common::raw(&server).await;
     let n = alive.len() as u64;
     assert_eq!(totals(&mut raw, layout.buckets()).await, (n, n));
@@ -410,7 +415,7 @@ async fn the_books_cleanup_keeps_the_newest() {
 }
 
 /// The segment lease keys in `server`'s default namespace.
-async fn lease_keys(server: &sessionpack::server::LocalServer) -> Vec<String> {
+async fn lease_keys(server: &sessionpack_testkit::LocalServer) -> Vec<String> {
     common::raw(server).await.keys("sp:sweep:*").await.unwrap()
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::tokens::Tokens;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

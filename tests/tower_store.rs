@@ -9,8 +9,8 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use sessionpack::CompactConfig;
-use sessionpack::server::LocalServer;
 use sessionpack::tower::{TowerStore, session_id};
+use sessionpack_testkit::LocalServer;
 use time::OffsetDateTime;
 use tower_sessions_core::session::{Id, Record};
 use tower_sessions_core::session_store::Error as StoreError;
@@ -500,7 +500,7 @@ async fn a_session_loaded_as_live_in_its_last_seconds_can_be_extended() {
 async fn an_expiry_after_2106_is_kept_as_the_last_second_the_store_holds() {
     let server = common::server();
     let store = store(&server).await;
-    let last = sessionpack::layout::MAX_EXPIRES_AT as i64;
+    let last = sessionpack::ttl::MAX_EXPIRES_AT as i64;
     let far = OffsetDateTime::from_unix_timestamp(last + 86_400 * 365 * 100).unwrap();
     let mut r = record(data(json!({"k": 1})), 600);
     r.expiry_date = far;

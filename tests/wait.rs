@@ -4,9 +4,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use sessionpack::server::LocalServer;
-use sessionpack::wait::WaitForReplicas;
+use sessionpack::conn::wait::WaitForReplicas;
 use sessionpack::{Compact, CompactConfig, Error, Store};
+use sessionpack_testkit::LocalServer;
 
 fn in_sync(replica: &LocalServer) -> bool {
     let mut conn = replica.client().unwrap().get_connection().unwrap();

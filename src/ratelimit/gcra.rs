@@ -38,7 +38,7 @@ where
 
     /// The bucket key `client` lives in.
     pub fn bucket_key(&self, client: &str) -> String {
-        let h = crate::users::place_hash(client.as_bytes());
+        let h = crate::place::place_hash(client.as_bytes());
         self.key((h >> (64 - u32::from(self.bits))) as u32)
     }
 

@@ -3,12 +3,13 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Revoked, UserSession, head};
+use super::{Revoked, UserSession};
 use crate::error::Result;
-use crate::id::SessionId;
 use crate::identity::UserId;
-use crate::layout::Compact;
-use crate::store::{Session, Store};
+use crate::session::id::SessionId;
+use crate::session::layout::Compact;
+use crate::session::layout::compact::user_index::head;
+use crate::session::store::{Session, Store};
 
 impl<C, A, I> Store<Compact<C>, A, I>
 where

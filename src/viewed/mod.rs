@@ -34,107 +34,11 @@
 
 mod store;
 
+pub use crate::session::layout::compact::viewed::{
+    CHUNK_BYTES, DEFAULT_ITEM_BYTES, DEFAULT_KEEP, ItemKind, MAX_CHUNKS, ViewedConfig,
+};
+
 use crate::error::{Error, Result};
-
-/// Items kept per session by default: the book's 25.
-pub const DEFAULT_KEEP: u8 = 25;
-/// Largest item by default: 8 bytes, any `u64` item id.
-pub const DEFAULT_ITEM_BYTES: u8 = 8;
-/// Largest value of one chunk: Redis's default `hash-max-listpack-value`.
-pub const CHUNK_BYTES: usize = 64;
-/// Most chunks per bucket: each is a key beside the bucket, and every
-/// script removing a session names them all.
-pub const MAX_CHUNKS: usize = 16;
-
-/// How many items a store keeps per session, and how large one may be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ViewedConfig {
-    /// Items kept per session, newest first (1..=255), default 25.
-    pub keep: u8,
-    /// The largest item in bytes as stored ([`Item::encode`]), 1..=63,
-    /// default 8. It decides the chunk count: each chunk holds
-    /// `64 / (1 + item_bytes)` items at the least.
-    pub item_bytes: u8,
-}
-
-impl Default for ViewedConfig {
-    fn default() -> Self {
-        Self {
-            keep: DEFAULT_KEEP,
-            item_bytes: DEFAULT_ITEM_BYTES,
-        }
-    }
-}
-
-impl ViewedConfig {
-    /// Keeps the newest `keep` items of at most `item_bytes` bytes.
-    pub fn new(keep: u8, item_bytes: u8) -> Self {
-        Self { keep, item_bytes }
-    }
-
-    /// The chunk keys per bucket that hold `keep` items of the largest
-    /// size; an [`Error::Config`] when that is 0 items or more than
-    /// [`MAX_CHUNKS`] chunks.
-    pub fn chunks(&self) -> Result<usize> {
-        let per_chunk = CHUNK_BYTES / (1 + usize::from(self.item_bytes));
-        if self.keep == 0 || self.item_bytes == 0 || per_chunk == 0 {
-            return Err(Error::Config(format!(
-                "viewed items: keep {} items of up to {} bytes; both must be at least 1 and an \
-                 item at most {} bytes",
-                self.keep,
-                self.item_bytes,
-                CHUNK_BYTES - 1
-            )));
-        }
-        let chunks = usize::from(self.keep).div_ceil(per_chunk);
-        if chunks > MAX_CHUNKS {
-            return Err(Error::Config(format!(
-                "viewed items: {} items of up to {} bytes take {chunks} chunks of {CHUNK_BYTES} \
-                 bytes; at most {MAX_CHUNKS}: keep fewer or smaller items",
-                self.keep, self.item_bytes
-            )));
-        }
-        Ok(chunks)
-    }
-
-    /// Checks an item's stored bytes against the size limit.
-    pub(crate) fn check_item(&self, bytes: &[u8]) -> Result<()> {
-        let limit = usize::from(self.item_bytes);
-        if bytes.is_empty() || bytes.len() > limit {
-            return Err(Error::ItemTooLong {
-                len: bytes.len(),
-                limit,
-            });
-        }
-        Ok(())
-    }
-}
-
-/// What kind of item a list entry holds, kept in the top two bits of its
-/// length byte: an item viewed as one kind and read as another (a text
-/// item read as a number) is an error, never a made-up value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ItemKind {
-    /// Bytes of no stated kind (`Vec<u8>`, and every item stored before
-    /// items carried their kind): any item type may read them.
-    Bytes = 0,
-    /// An unsigned integer (`u64`, `u32`).
-    Uint = 1,
-    /// UTF-8 text (`String`).
-    Text = 2,
-}
-
-impl ItemKind {
-    /// The kind a length byte's top two bits name.
-    fn of_header(header: u8) -> Option<Self> {
-        match header >> 6 {
-            0 => Some(Self::Bytes),
-            1 => Some(Self::Uint),
-            2 => Some(Self::Text),
-            _ => None,
-        }
-    }
-}
 
 /// An item id as a viewed list stores it.
 pub trait Item: Sized {
@@ -144,15 +48,6 @@ pub trait Item: Sized {
     fn encode(&self) -> Vec<u8>;
     /// The item back from its stored bytes; `None` if they are not one.
     fn decode(bytes: &[u8]) -> Option<Self>;
-}
-
-/// An item as a list stores it: a header byte (`kind << 6 | length`), then
-/// its bytes. The caller has checked the length (at most 63).
-pub(crate) fn entry(kind: ItemKind, bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + bytes.len());
-    out.push(((kind as u8) << 6) | (bytes.len() as u8 & 63));
-    out.extend_from_slice(bytes);
-    out
 }
 
 /// Big-endian without leading zero bytes (at least one byte): ids below
@@ -240,34 +135,10 @@ pub(crate) fn decode_items<T: Item>(
         .collect()
 }
 
-/// The entries of a session's chunks ([`entry`]: header byte and bytes),
-/// in order (newest first); `None` if a chunk is malformed. The list ends at a missing chunk or after one with
-/// room for an item of `widest` bytes, as the view script reads it: a
-/// chunk past those (left by an evicted chunk key) is not the list's.
-pub(crate) fn parse_chunks(chunks: &[Option<Vec<u8>>], widest: u8) -> Option<Vec<Vec<u8>>> {
-    let mut items = Vec::new();
-    for chunk in chunks {
-        let Some(chunk) = chunk else { break };
-        let last = chunk.len() + 1 + usize::from(widest) <= CHUNK_BYTES;
-        let mut rest = chunk.as_slice();
-        while let Some((&header, tail)) = rest.split_first() {
-            let len = usize::from(header & 63);
-            if len == 0 || tail.len() < len {
-                return None;
-            }
-            items.push(rest[..1 + len].to_vec());
-            rest = &tail[len..];
-        }
-        if last {
-            break;
-        }
-    }
-    Some(items)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::layout::compact::viewed::entry;
 
     #[test]
     fn integers_take_their_significant_bytes() {
@@ -303,37 +174,5 @@ mod tests {
         );
         assert_eq!(decode_items::<u64>(&[legacy], at).unwrap(), [0x616263]);
         assert!(decode_items::<u64>(&[vec![0xc1, 1]], at).is_err(), "kind 3");
-    }
-
-    #[test]
-    fn chunk_counts_follow_the_item_size() {
-        assert_eq!(ViewedConfig::default().chunks().unwrap(), 4);
-        assert_eq!(ViewedConfig::new(25, 3).chunks().unwrap(), 2);
-        assert_eq!(ViewedConfig::new(16, 3).chunks().unwrap(), 1);
-        assert!(ViewedConfig::new(0, 8).chunks().is_err());
-        assert!(ViewedConfig::new(25, 64).chunks().is_err());
-        assert!(ViewedConfig::new(255, 32).chunks().is_err());
-    }
-
-    #[test]
-    fn chunks_parse_in_order_and_end_where_the_script_ends_them() {
-        let read = [Some(vec![1, 7, 2, 1, 0]), None, Some(vec![1, 9])];
-        assert_eq!(
-            parse_chunks(&read, 8).unwrap(),
-            vec![vec![1, 7], vec![2, 1, 0]]
-        );
-        // The kind bits are not part of the length.
-        let read = [Some(vec![0x41, 7, 0x82, b'a', b'b'])];
-        assert_eq!(
-            parse_chunks(&read, 8).unwrap(),
-            vec![vec![0x41, 7], vec![0x82, b'a', b'b']]
-        );
-        // A full chunk 0 goes on to chunk 1; one with room ends the list.
-        let full: Vec<u8> = [2u8, 1, 1].repeat(20);
-        let read = [Some(full.clone()), Some(vec![1, 9])];
-        assert_eq!(parse_chunks(&read, 4).unwrap().len(), 21);
-        assert_eq!(parse_chunks(&read, 3).unwrap().len(), 20);
-        assert_eq!(parse_chunks(&[Some(vec![3, 1])], 8), None, "truncated");
-        assert_eq!(parse_chunks(&[Some(vec![0])], 8), None, "empty item");
     }
 }

@@ -5,10 +5,10 @@ use serde::de::DeserializeOwned;
 
 use super::Item;
 use crate::error::Result;
-use crate::id::SessionId;
 use crate::identity::UserId;
-use crate::layout::{Compact, Layout};
-use crate::store::Store;
+use crate::session::id::SessionId;
+use crate::session::layout::{Compact, Layout};
+use crate::session::store::Store;
 
 impl<C, A, I> Store<Compact<C>, A, I>
 where

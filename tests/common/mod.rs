@@ -7,8 +7,8 @@ pub mod users;
 pub mod viewed;
 
 use redis::aio::ConnectionManager;
-use sessionpack::server::LocalServer;
 use sessionpack::{Bucketed, BucketedConfig};
+use sessionpack_testkit::LocalServer;
 
 /// A fresh server, stopped when dropped.
 pub fn server() -> LocalServer {
@@ -80,16 +80,16 @@ where
 /// reports.
 pub async fn concurrent_passes<T, C>(
     layout: T,
-    config: sessionpack::sweep::SweepConfig,
+    config: sessionpack::session::sweep::SweepConfig,
     sweepers: usize,
-) -> Vec<sessionpack::sweep::PassReport>
+) -> Vec<sessionpack::session::sweep::PassReport>
 where
-    T: Into<sessionpack::sweep::SweepTarget<C>> + Clone,
+    T: Into<sessionpack::session::sweep::SweepTarget<C>> + Clone,
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     let passes: Vec<_> = (0..sweepers)
         .map(|_| {
-            let s = sessionpack::sweep::Sweeper::new(layout.clone(), config.clone());
+            let s = sessionpack::session::sweep::Sweeper::new(layout.clone(), config.clone());
             tokio::spawn(async move { s.pass().await.unwrap() })
         })
         .collect();

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sessionpack::identity::Name;
-use sessionpack::layout::Layout;
-use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::session::layout::Layout;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::users::{UserIndexAudit, UserIndexConfig};
-use sessionpack::{Compact, CompactConfig, Expiry, Inserted, SessionId, Store};
+use sessionpack::{Compact, CompactConfig, Deadline, Inserted, SessionId, Store};
 
 /// A one-second grace and skew, so the hold (three seconds) can be waited
 /// out in a test.
@@ -233,7 +233,7 @@ where
     let store: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
     let users = layout.user_index().unwrap().clone();
     let user = 70_001u64;
-    let record = sessionpack::record::encode(&user, &()).unwrap();
+    let record = sessionpack::session::record::encode(&user, &()).unwrap();
     let (bucket, check) = users.place(&record);
     let write_entry = |id: SessionId| {
         let (key, mut conn) = (users.key(bucket), conn.clone());
@@ -256,7 +256,7 @@ where
     assert_eq!((r.absent, r.removed), (1, 0), "{r:?}");
     assert_eq!(
         layout
-            .insert_after_entry(&id, &record, Expiry::In(600), indexed_at)
+            .insert_after_entry(&id, &record, Deadline::In(600), indexed_at)
             .await
             .unwrap(),
         Inserted::IdTaken,
@@ -280,7 +280,7 @@ where
         let late = layout.new_id().await.unwrap();
         assert_eq!(
             layout
-                .insert_after_entry(&late, &record, Expiry::In(600), at)
+                .insert_after_entry(&late, &record, Deadline::In(600), at)
                 .await
                 .unwrap(),
             Inserted::Late
@@ -290,7 +290,7 @@ where
     let on_time = layout.new_id().await.unwrap();
     write_entry(on_time).await;
     let landed = layout
-        .insert_after_entry(&on_time, &record, Expiry::In(600), now)
+        .insert_after_entry(&on_time, &record, Deadline::In(600), now)
         .await
         .unwrap();
     assert!(matches!(landed, Inserted::Created { .. }), "{landed:?}");

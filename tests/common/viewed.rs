@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sessionpack::sweep::{SweepConfig, Sweeper};
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::users::UserIndexConfig;
 use sessionpack::viewed::{CHUNK_BYTES, ViewedConfig};
 use sessionpack::{Compact, CompactConfig, SessionId, Store};

@@ -1,0 +1,218 @@
+//! `sessionpack bench sweep`: reclaim rate of the bucketed sweeper against
+//! the book's cleanup, on the same server in the same run.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use super::Target;
+use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
+use crate::harness::info::{ServerInfo, server_cpu_secs};
+use sessionpack::error::{Error, Result};
+use sessionpack::session::layout::{BookLoginHash, Compact, CompactConfig, LayoutKind};
+use sessionpack::session::store::Store;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
+
+/// Arguments of `sessionpack bench sweep`.
+#[derive(Debug, Args)]
+pub struct SweepBenchArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Expired sessions to load into each layout.
+    #[arg(long, default_value_t = 1_000_000, value_parser = super::count::positive)]
+    sessions: u64,
+    /// Directory for sweep.json and sweep.md.
+    #[arg(long, default_value = "results/sweep")]
+    out: PathBuf,
+}
+
+/// One scenario's figures for both cleaners.
+#[derive(Debug, Serialize)]
+struct Scenario {
+    name: &'static str,
+    expired: u64,
+    live: u64,
+    bucketed_reclaimed: u64,
+    bucketed_secs: f64,
+    /// Server CPU (INFO cpu delta) per session reclaimed, in microseconds.
+    bucketed_cpu_us: f64,
+    book_reclaimed: u64,
+    book_secs: f64,
+    book_cpu_us: f64,
+    compact_reclaimed: u64,
+    compact_secs: f64,
+    compact_cpu_us: f64,
+}
+
+impl Scenario {
+    fn bucketed_rate(&self) -> f64 {
+        self.bucketed_reclaimed as f64 / self.bucketed_secs
+    }
+
+    fn book_rate(&self) -> f64 {
+        self.book_reclaimed as f64 / self.book_secs
+    }
+
+    fn compact_rate(&self) -> f64 {
+        self.compact_reclaimed as f64 / self.compact_secs
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct SweepBench {
+    command: String,
+    redis_version: String,
+    bucket_bits: u8,
+    compact_bucket_bits: u8,
+    scenarios: Vec<Scenario>,
+}
+
+/// Loads `expired` sessions that live one second and `live` that live an
+/// hour, interleaved, then waits until the short ones have expired.
+async fn load<L: sessionpack::Layout>(layout: &L, expired: u64, live: u64) -> Result<()> {
+    let short: Store<&L, ()> = Store::new(layout).with_ttl(Duration::from_secs(1));
+    let long: Store<&L, ()> = Store::new(layout).with_ttl(Duration::from_secs(3600));
+    let batch: Vec<(u64, ())> = (0..5_000u64).map(|i| (1 << 20 | i, ())).collect();
+    let (mut s, mut l) = (0, 0);
+    while s < expired || l < live {
+        let take = (expired - s).min(batch.len() as u64) as usize;
+        short.create_many(&batch[..take]).await?;
+        s += take as u64;
+        let take = (live - l).min(batch.len() as u64) as usize;
+        long.create_many(&batch[..take]).await?;
+        l += take as u64;
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    Ok(())
+}
+
+pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
+    // It compares with the book's design, which a cluster cannot run.
+    let (target, url) = args.target.connect_server("bench sweep").await?;
+    target.flush().await?;
+    let mut conn = sessionpack::connect(&url).await?;
+    let server = ServerInfo::read(&mut conn).await?;
+    let bits = advisor::recommend_bits(args.sessions, &server.limits, DEFAULT_MAX_CONVERTED);
+
+    let bucketed = match LayoutKind::Bucketed.open(conn.clone(), bits).await? {
+        sessionpack::session::layout::AnyLayout::Bucketed(b) => b,
+        _ => return Err(Error::Config("bucketed layout expected".into())),
+    };
+    let book = BookLoginHash::book(conn.clone(), "sp");
+    let sweeper = Sweeper::new(bucketed.clone(), SweepConfig::default());
+    let compact_bits =
+        advisor::recommend_compact_bits(args.sessions, &server.limits, DEFAULT_MAX_CONVERTED);
+    let compact = Compact::new(
+        conn.clone(),
+        CompactConfig::new(compact_bits).with_namespace("spc"),
+    )
+    .await?;
+    let compact_sweeper = Sweeper::new(compact.clone(), SweepConfig::default());
+    let n = args.sessions;
+    let mut scenarios = Vec::new();
+    for (name, expired, live) in [("all expired", n, 0), ("half expired", n / 2, n / 2)] {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        load(&bucketed, expired, live).await?;
+        let cpu = server_cpu_secs(&mut conn).await?;
+        let started = Instant::now();
+        let report = sweeper.sweep_range(0..bucketed.buckets().count()).await?;
+        let bucketed_secs = started.elapsed().as_secs_f64();
+        let bucketed_cpu = server_cpu_secs(&mut conn).await? - cpu;
+
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        load(&book, expired, live).await?;
+        let cpu = server_cpu_secs(&mut conn).await?;
+        let started = Instant::now();
+        // The book's cleanup keeps the newest `limit`: here, the live ones.
+        let book_reclaimed = book.clean_sessions(live).await?;
+        let book_secs = started.elapsed().as_secs_f64();
+        let book_cpu = server_cpu_secs(&mut conn).await? - cpu;
+
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        load(&compact, expired, live).await?;
+        let cpu = server_cpu_secs(&mut conn).await?;
+        let started = Instant::now();
+        let compact_report = compact_sweeper
+            .sweep_range(0..compact_sweeper.units())
+            .await?;
+        let compact_secs = started.elapsed().as_secs_f64();
+        let compact_cpu = server_cpu_secs(&mut conn).await? - cpu;
+        let scenario = Scenario {
+            name,
+            expired,
+            live,
+            bucketed_reclaimed: report.reclaimed,
+            bucketed_secs,
+            bucketed_cpu_us: bucketed_cpu * 1e6 / report.reclaimed.max(1) as f64,
+            book_reclaimed,
+            book_secs,
+            book_cpu_us: book_cpu * 1e6 / book_reclaimed.max(1) as f64,
+            compact_reclaimed: compact_report.reclaimed,
+            compact_secs,
+            compact_cpu_us: compact_cpu * 1e6 / compact_report.reclaimed.max(1) as f64,
+        };
+        println!(
+            "{name}: bucketed 2^{bits} sweeper {:.0}/s, compact 2^{compact_bits} {:.0}/s, book's clean_sessions {:.0}/s: {:.1}x and {:.1}x",
+            scenario.bucketed_rate(),
+            scenario.compact_rate(),
+            scenario.book_rate(),
+            scenario.bucketed_rate() / scenario.book_rate(),
+            scenario.compact_rate() / scenario.book_rate()
+        );
+        if report.reclaimed != expired
+            || book_reclaimed != expired
+            || compact_report.reclaimed != expired
+        {
+            return Err(Error::Config(format!(
+                "{name}: expected {expired} reclaimed, got {} (bucketed), {} (compact) and \
+                 {book_reclaimed} (book)",
+                report.reclaimed, compact_report.reclaimed
+            )));
+        }
+        scenarios.push(scenario);
+    }
+    let result = SweepBench {
+        command: super::bench_memory::command_line(),
+        redis_version: server.name(),
+        bucket_bits: bits,
+        compact_bucket_bits: compact_bits,
+        scenarios,
+    };
+    let mut md = format!(
+        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the compact sweeper over 2^{} buckets, one script per group of 128 buckets its index names as due, 64 groups per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips. Server CPU is the `INFO cpu` (user + sys) delta over the cleanup, per session reclaimed.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | vs book | server CPU µs/session |\n|---|---|---:|---:|---:|---:|---:|\n",
+        result.command, result.redis_version, bits, compact_bits
+    );
+    for s in &result.scenarios {
+        md += &format!(
+            "| {} ({} expired, {} live) | compact sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | book's clean_sessions | {} | {:.2} | {:.0} | | {:.2} |\n",
+            s.name,
+            s.expired,
+            s.live,
+            s.compact_reclaimed,
+            s.compact_secs,
+            s.compact_rate(),
+            s.compact_rate() / s.book_rate(),
+            s.compact_cpu_us,
+            s.bucketed_reclaimed,
+            s.bucketed_secs,
+            s.bucketed_rate(),
+            s.bucketed_rate() / s.book_rate(),
+            s.bucketed_cpu_us,
+            s.book_reclaimed,
+            s.book_secs,
+            s.book_rate(),
+            s.book_cpu_us
+        );
+    }
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
+    let json = serde_json::to_string_pretty(&result).map_err(|e| Error::Config(e.to_string()))?;
+    for (name, text) in [("sweep.json", json), ("sweep.md", md)] {
+        let path = args.out.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| Error::Config(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
+}

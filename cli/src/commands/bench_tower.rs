@@ -1,0 +1,298 @@
+//! `sessionpack bench tower`: sessionpack's tower-sessions store beside the
+//! peer crate (`tower-sessions-redis-store`, one key per session, built
+//! with feature `peer-bench`) on the same server, through the same trait,
+//! for each session profile: bytes per session, server CPU per call and
+//! client calls per second.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::Target;
+use crate::advisor::{self, DEFAULT_MAX_CONVERTED, Workload};
+use crate::harness::info::ServerInfo;
+use crate::harness::tower::{self, Contender, DynStore, OPS, Plan, StoreRun};
+use crate::profile::Profile;
+use sessionpack::error::{Error, Result};
+use sessionpack::json_map;
+use sessionpack::limits::ListpackLimits;
+use sessionpack::session::layout::LayoutKind;
+use sessionpack::tower::TowerStore;
+use sessionpack::{CompactConfig, IdWidth};
+
+/// Arguments of `sessionpack bench tower`.
+#[derive(Debug, Args)]
+pub struct TowerArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Sessions per profile and store.
+    #[arg(long, default_value_t = 200_000, value_parser = super::count::positive)]
+    sessions: u64,
+    /// Concurrent callers (tasks sharing one connection per store).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Rounds of the operations (figures are medians of the rounds).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Profiles to measure (default: all).
+    #[arg(long, value_delimiter = ',')]
+    profiles: Vec<Profile>,
+    /// log2 of the compact layout's bucket count (default: the advisor's
+    /// pick for a tower-sessions store of this many sessions).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=24))]
+    compact_bits: Option<u8>,
+    /// Directory for tower.json and tower.md.
+    #[arg(long, default_value = "results/tower")]
+    out: PathBuf,
+}
+
+/// One sessionpack run with the advisor's prediction beside it.
+#[derive(Debug, serde::Serialize)]
+struct Row {
+    run: StoreRun,
+    predicted_bytes: Option<f64>,
+}
+
+pub(super) async fn run(args: TowerArgs) -> Result<()> {
+    // The peer crate's store is set up for one server.
+    let (target, url) = args.target.connect_server("bench tower").await?;
+    target.flush().await?;
+    let mut conn = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let server = ServerInfo::read(&mut conn).await?;
+    let default_value = server.limits.hash_value;
+    let profiles = if args.profiles.is_empty() {
+        Profile::ALL.to_vec()
+    } else {
+        args.profiles.clone()
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    for profile in profiles {
+        let sizes: Vec<u64> = (0..1000)
+            .map(|n| json_map::encode(&profile.data(n)).map(|b| b.len() as u64))
+            .collect::<std::result::Result<_, _>>()?;
+        let mean = sizes.iter().sum::<u64>() as f64 / sizes.len() as f64;
+        let recommended = advisor::recommend_hash_value(&sizes, default_value);
+        let mut values = vec![default_value];
+        if recommended != default_value {
+            values.push(recommended);
+        }
+        for value in values {
+            set_hash_value(&mut conn, value).await?;
+            target.flush().await?;
+            let limits = ListpackLimits::read(&mut conn).await?;
+            let bits = args.compact_bits.unwrap_or_else(|| {
+                advisor::recommend_compact_bits_filled(
+                    args.sessions,
+                    &limits,
+                    DEFAULT_MAX_CONVERTED,
+                    advisor::TOWER_MAX_MEAN_FILL,
+                )
+            });
+            // Its saves come a whole phase after its loads here, so it
+            // remembers every session (a request saves what it loaded
+            // moments before).
+            let store = TowerStore::new(
+                sessionpack::connect(&url).await?,
+                CompactConfig::new(bits).with_id_width(IdWidth::Bits128),
+            )
+            .await?
+            .with_write_threshold(WRITE_THRESHOLD)
+            .with_memo_capacity(2 * args.sessions as usize);
+            let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
+            let mut contenders = vec![Contender {
+                label: format!("sessionpack (compact 2^{bits})"),
+                store: Arc::new(store) as DynStore,
+                unseen: Arc::new(unseen) as DynStore,
+            }];
+            if let Some(peer) = peer_store(&url).await? {
+                contenders.push(Contender {
+                    label: PEER.into(),
+                    store: peer.clone(),
+                    unseen: peer,
+                });
+            }
+            println!("{profile}, hash-max-listpack-value {value}");
+            let runs = tower::run(
+                &mut conn,
+                &contenders,
+                Plan {
+                    profile,
+                    sessions: args.sessions,
+                    concurrency: args.concurrency,
+                    rounds: args.rounds,
+                },
+            )
+            .await?;
+            let workload = Workload {
+                identity: 0,
+                attrs_bytes: (mean.round() as u64).saturating_sub(1),
+                limits,
+                id_bytes: 16,
+                ..Workload::new(args.sessions)
+            };
+            let predicted =
+                advisor::predict(LayoutKind::Compact, bits, &workload).bytes_per_session;
+            for (i, run) in runs.into_iter().enumerate() {
+                let predicted = (i == 0).then_some(predicted);
+                print_run(&run, predicted);
+                rows.push(Row {
+                    run,
+                    predicted_bytes: predicted,
+                });
+            }
+        }
+    }
+    target.flush().await?;
+    write_report(&args, &server, &rows)
+}
+
+const PEER: &str = "tower-sessions-redis-store 0.16";
+/// The store's write threshold in these runs: a rolling save that moves
+/// the expiry by less than a tenth of the lifetime left is not sent.
+const WRITE_THRESHOLD: f64 = 0.1;
+
+#[cfg(feature = "peer-bench")]
+async fn peer_store(url: &str) -> Result<Option<DynStore>> {
+    use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
+    let config = Config::from_url(url).map_err(|e| Error::Config(format!("fred: {e}")))?;
+    let client = tower_sessions_redis_store::fred::clients::Client::new(config, None, None, None);
+    client
+        .init()
+        .await
+        .map_err(|e| Error::Config(format!("fred: {e}")))?;
+    Ok(Some(Arc::new(tower_sessions_redis_store::RedisStore::new(
+        client,
+    ))))
+}
+
+#[cfg(not(feature = "peer-bench"))]
+async fn peer_store(_url: &str) -> Result<Option<DynStore>> {
+    println!("the peer crate is not measured: build with --features peer-bench");
+    Ok(None)
+}
+
+async fn set_hash_value(conn: &mut redis::aio::MultiplexedConnection, value: u64) -> Result<()> {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hash-max-listpack-value")
+        .arg(value)
+        .query_async(conn)
+        .await?;
+    Ok(())
+}
+
+fn print_run(run: &StoreRun, predicted: Option<f64>) {
+    let predicted = predicted.map_or(String::new(), |p| format!(" (advisor: {p:.1})"));
+    println!(
+        "  {}: {:.1} B/session{predicted}, {} keys",
+        run.store, run.bytes_per_session, run.keys
+    );
+    for op in &run.ops {
+        println!(
+            "    {:11} {:9.0} calls/s  {:5.2} µs server CPU per call  {}",
+            op.op,
+            op.calls_per_sec,
+            op.server_cpu_us,
+            commands(op)
+        );
+    }
+}
+
+/// What one call of an operation ran on the server, e.g.
+/// `hget 1.00 × 0.31 µs`.
+fn commands(op: &tower::OpRun) -> String {
+    op.commands
+        .iter()
+        .map(|c| format!("{} {:.2} × {:.2} µs", c.command, c.per_op, c.usec_per_call))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<()> {
+    let command = super::bench_memory::command_line();
+    let ops = OPS.join(" / ");
+    let mut md = format!(
+        "# tower-sessions stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} concurrent callers on one connection per store, every call through tower-sessions-core 0.14's `SessionStore`). Bytes per session are the growth of `used_memory` while each store in turn created its sessions. The operations then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer crate at the same `hash-max-listpack-value` in the same run.\n\nPer round: `create` adds a quarter as many sessions and `delete` removes them; `load` reads every session; `save` writes changed data of the same shape (another user's) to each, from the process that loaded it; `save-unseen` the same from a process that has loaded none of them (sessionpack then reads the stored expiry before writing; the peer is the same either way); `request` is a request under rolling expiry (`Expiry::OnInactivity` with `with_always_save(true)`): a load, then a save of the same data with the expiry a minute later. sessionpack's store runs with `with_write_threshold({WRITE_THRESHOLD})`, which lets it skip that save; the peer sends a `SET`. It remembers every session it loaded (`with_memo_capacity`), as its saves come a whole phase after its loads here.\n\n| profile | store | hash-max-listpack-value | B/session (advisor) | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---:|---|---|---|\n",
+        server.name(),
+        args.sessions,
+        args.concurrency,
+        args.rounds,
+    );
+    let peer_of = |run: &StoreRun| {
+        rows.iter()
+            .find(|r| {
+                r.run.profile == run.profile
+                    && r.run.store == PEER
+                    && r.run.hash_max_listpack_value == run.hash_max_listpack_value
+            })
+            .map(|r| &r.run)
+    };
+    for row in rows {
+        let run = &row.run;
+        let peer = peer_of(run);
+        let cpu = |r: &StoreRun, op: &str| r.op(op).map_or(f64::NAN, |o| o.server_cpu_us);
+        let rate = |r: &StoreRun, op: &str| r.op(op).map_or(f64::NAN, |o| o.calls_per_sec);
+        let ratios = |f: &dyn Fn(&StoreRun, &str) -> f64| match peer {
+            Some(p) if p.store != run.store => OPS
+                .map(|op| format!("{:.2}", f(run, op) / f(p, op)))
+                .join(" / "),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.1}{} | {} | {} | {} | {} |",
+            run.profile,
+            run.store,
+            run.hash_max_listpack_value,
+            run.bytes_per_session,
+            row.predicted_bytes
+                .map_or(String::new(), |p| format!(" ({p:.1})")),
+            peer.map_or("-".into(), |p| format!(
+                "{:.2}x",
+                run.bytes_per_session / p.bytes_per_session
+            )),
+            OPS.map(|op| format!("{:.2}", cpu(run, op))).join(" / "),
+            ratios(&cpu),
+            ratios(&rate),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n## What each call ran on the server\n\nFrom `INFO commandstats` over the rounds: calls of each command per operation × the server's time in it per call (a script's time includes the commands it sends, which are listed too). Commands below one call per hundred operations (the clock estimate's `TIME`) are left out.\n\n| profile | store | hash-max-listpack-value | op | commands per call |\n|---|---|---:|---|---|"
+    );
+    for row in rows {
+        let run = &row.run;
+        for op in &run.ops {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} |",
+                run.profile,
+                run.store,
+                run.hash_max_listpack_value,
+                op.op,
+                commands(op)
+            );
+        }
+    }
+    let limits = &server.limits;
+    let _ = writeln!(
+        md,
+        "\nRaising the limit: {}.",
+        advisor::hash_value_cost(advisor::HASH_VALUE_STEPS[2], limits)
+    );
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
+    let json = serde_json::json!({ "command": command, "server": server, "rows": rows });
+    let json = serde_json::to_string_pretty(&json).map_err(|e| Error::Config(e.to_string()))?;
+    for (name, text) in [("tower.json", json), ("tower.md", md)] {
+        let path = args.out.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| Error::Config(format!("cannot write {}: {e}", path.display())))?;
+    }
+    println!("wrote {}", args.out.join("tower.md").display());
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! Typical session data of web frameworks, as JSON maps: what the advisor
+//! plans for and the benchmarks store.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// A shape of session data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// `{"user_id": <integer>}`: the identity alone.
+    IdentityOnly,
+    /// axum-login's data with a 32-byte digest as `auth_hash`:
+    /// `{"axum-login.data": {"user_id", "auth_hash"}}`.
+    AxumLoginDigest,
+    /// axum-login's data with the 97-byte argon2 password-hash string its
+    /// examples return from `session_auth_hash`.
+    AxumLoginPasswordHash,
+    /// Django's login session (`django.contrib.auth`): user id as a
+    /// string, the backend's dotted path, a 64-hex-digit session hash.
+    Django,
+}
+
+impl Profile {
+    /// Every profile, in report order.
+    pub const ALL: [Self; 4] = [
+        Self::IdentityOnly,
+        Self::AxumLoginDigest,
+        Self::AxumLoginPasswordHash,
+        Self::Django,
+    ];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::IdentityOnly => "identity-only",
+            Self::AxumLoginDigest => "axum-login-digest",
+            Self::AxumLoginPasswordHash => "axum-login-password-hash",
+            Self::Django => "django",
+        }
+    }
+
+    /// The data of the `n`-th session: a user id and hashes that vary with
+    /// `n` (user ids 1,000,000 and up, as a busy site's are).
+    pub fn data(self, n: u64) -> HashMap<String, Value> {
+        let user = 1_000_000 + n % 9_000_000;
+        let bytes = |len: usize| -> Vec<u8> {
+            (0..len as u64)
+                .map(|i| (n.wrapping_mul(2_654_435_761).wrapping_add(i * 40_503) >> 7) as u8)
+                .collect()
+        };
+        let b64 = |len: usize| -> String {
+            const ALPHABET: &[u8] =
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            bytes(len)
+                .iter()
+                .map(|b| ALPHABET[usize::from(b % 64)] as char)
+                .collect()
+        };
+        let value = match self {
+            Self::IdentityOnly => json!({ "user_id": user }),
+            Self::AxumLoginDigest => {
+                json!({ "axum-login.data": { "user_id": user, "auth_hash": bytes(32) } })
+            }
+            Self::AxumLoginPasswordHash => {
+                // "$argon2id$v=19$m=19456,t=2,p=1$" + 22 + "$" + 43 = 97 bytes.
+                let phc = format!("$argon2id$v=19$m=19456,t=2,p=1${}${}", b64(22), b64(43));
+                json!({ "axum-login.data": { "user_id": user, "auth_hash": phc.into_bytes() } })
+            }
+            Self::Django => json!({
+                "_auth_user_id": user.to_string(),
+                "_auth_user_backend": "django.contrib.auth.backends.ModelBackend",
+                "_auth_user_hash": hex::encode(bytes(32)),
+            }),
+        };
+        serde_json::from_value(value).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Profile {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Self::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown profile {s:?}; one of {}", names.join(", "))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sessionpack::json_map;
+
+    #[test]
+    fn profiles_have_the_documented_sizes() {
+        let sizes: Vec<usize> = Profile::ALL
+            .iter()
+            .map(|p| json_map::encode(&p.data(12_345)).unwrap().len())
+            .collect();
+        // identity: map, code, uint32; digest: 40 + 4 for the uint32 id;
+        // password hash: 32-byte bin -> 97-byte bin; Django: three codes,
+        // "1012345", the 41-byte backend path, 64 hex digits.
+        assert_eq!(sizes, [7, 44, 109, 1 + 3 + 8 + 43 + 66]);
+        let phc = &Profile::AxumLoginPasswordHash.data(1)["axum-login.data"]["auth_hash"];
+        assert_eq!(phc.as_array().unwrap().len(), 97);
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for p in Profile::ALL {
+            assert_eq!(p.name().parse::<Profile>().unwrap(), p);
+        }
+    }
+}

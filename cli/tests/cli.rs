@@ -1,0 +1,799 @@
+//! The `sessionpack` binary end to end, against real servers.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use sessionpack::Store;
+
+fn sessionpack(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(args)
+        .output()
+        .expect("run sessionpack")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn demo_runs_against_its_own_server() {
+    let text = stdout(&sessionpack(&[
+        "demo",
+        "--sessions",
+        "2000",
+        "--bucket-bits",
+        "4",
+    ]));
+    assert!(text.contains("rotated   old id finds None"), "{text}");
+    assert!(
+        text.contains("newest first Some([1001, 1003, 1002])")
+            && text.contains("viewed Some([1001, 1003, 1002])")
+            && text.contains("its viewed items with it: None"),
+        "{text}"
+    );
+    assert!(text.contains("hostile   cookie refused"), "{text}");
+    assert!(text.contains("2000 sessions"), "{text}");
+}
+
+#[test]
+fn advise_recommends_and_checks() {
+    let text = stdout(&sessionpack(&["advise", "--sessions", "10000000"]));
+    assert!(
+        text.contains("Recommended: compact at 2^17 = 131072 buckets"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pass --profile"),
+        "a bare session says so: {text}"
+    );
+    // Counts as people write them read alike; no sessions is refused.
+    for written in ["10M", "1e7", "10_000_000", "10,000,000"] {
+        let same = stdout(&sessionpack(&["advise", "--sessions", written]));
+        assert!(
+            same.contains("Recommended: compact at 2^17 = 131072 buckets"),
+            "{written}: {same}"
+        );
+    }
+    let refused = sessionpack(&["advise", "--sessions", "0"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("at least 1"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(text.contains("bucketed: the fewest buckets"), "{text}");
+    assert!(text.contains("| json-setex |"), "{text}");
+    assert!(text.contains("| compact | 2^17"), "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "memory",
+        "--sessions",
+        "20000",
+        "--steps",
+        "2",
+        "--layouts",
+        "packed-setex,bucketed",
+        "--bucket-bits",
+        "8",
+        "--out",
+        out,
+    ]));
+    assert!(text.contains("bucketed 2^8"), "{text}");
+    let report = dir.path().join("report.json");
+    let text = stdout(&sessionpack(&[
+        "advise",
+        "--check",
+        report.to_str().unwrap(),
+    ]));
+    assert!(text.contains("| packed-setex | 20k |"), "{text}");
+    assert!(text.contains("| bucketed 2^8 | 20k |"), "{text}");
+}
+
+#[test]
+fn bench_memory_refuses_to_empty_a_server_holding_data() {
+    let server = common::server();
+    let mut conn = server.client().unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("precious")
+        .arg("1")
+        .query(&mut conn)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = sessionpack(&[
+        "bench",
+        "memory",
+        "--redis-url",
+        &server.url(),
+        "--sessions",
+        "100",
+        "--steps",
+        "1",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-flush"));
+    let kept: String = redis::cmd("GET").arg("precious").query(&mut conn).unwrap();
+    assert_eq!(kept, "1");
+}
+
+#[test]
+fn bench_sweep_and_throughput_write_their_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "sweep",
+        "--sessions",
+        "4000",
+        "--out",
+        out,
+    ]));
+    assert!(text.contains("all expired: bucketed"), "{text}");
+    assert!(
+        std::fs::read_to_string(dir.path().join("sweep.md"))
+            .unwrap()
+            .contains("book's clean_sessions")
+    );
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "throughput",
+        "--sessions",
+        "2000",
+        "--clients",
+        "4",
+        "--layouts",
+        "packed-setex,bucketed",
+        "--out",
+        out,
+    ]));
+    assert!(text.contains("vs packed-setex"), "{text}");
+    let md = std::fs::read_to_string(dir.path().join("throughput.md")).unwrap();
+    assert!(md.contains("| bucketed 2^"), "{md}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sweep_daemons_share_one_store() {
+    let server = common::server();
+    let layout = common::bucketed(&server, 8).await;
+    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..3000).map(|i| (i, ())).collect();
+    short.create_many(&batch).await.unwrap();
+    let long: Store<_, ()> = Store::new(layout.clone());
+    let alive = long.create_many(&batch).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+
+    let url: &'static str = Box::leak(server.url().into_boxed_str());
+    let args = [
+        "sweep",
+        "--redis-url",
+        url,
+        "--bucket-bits",
+        "8",
+        "--interval-secs",
+        "30",
+        "--segments",
+        "16",
+        "--passes",
+        "1",
+    ];
+    let (a, b) = tokio::join!(
+        tokio::task::spawn_blocking(move || sessionpack(&args)),
+        tokio::task::spawn_blocking(move || sessionpack(&args)),
+    );
+    // The daemons pass at start; the 30 s interval is the leases' length,
+    // so in one pass each they split the segments between them.
+    let total: u64 = [a.unwrap(), b.unwrap()]
+        .iter()
+        .map(|out| {
+            let text = stdout(out);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("pass 1:"))
+                .expect("a pass line");
+            line.split("totals: ")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(total, 3000, "every expired session reclaimed exactly once");
+    assert_eq!(common::found(&long, &alive).await, alive.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_reads_the_stores_bucket_bits_and_refuses_others() {
+    let server = common::server();
+    let layout = common::bucketed(&server, 6).await;
+    let short: Store<_, ()> = Store::new(layout).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..500).map(|i| (i, ())).collect();
+    short.create_many(&batch).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let url = server.url();
+
+    // Other bits than the store's: refused, nothing swept.
+    let out = sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &url,
+        "--bucket-bits",
+        "7",
+        "--passes",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("6 bucket bits"), "{err}");
+
+    // No bits given: the store's own are used.
+    let text = stdout(&sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &url,
+        "--passes",
+        "1",
+    ]));
+    assert!(text.contains("sweeping 64 buckets"), "{text}");
+    assert!(text.contains("500 reclaimed"), "{text}");
+
+    // A namespace that holds no store: a clear error.
+    let out = sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &url,
+        "--namespace",
+        "none",
+        "--passes",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no store recorded"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_sweeps_a_compact_store_by_its_metadata() {
+    let server = common::server();
+    // With viewed items, which the daemon removes with their sessions.
+    let layout = sessionpack::Compact::new(
+        common::manager(&server).await,
+        sessionpack::CompactConfig::new(9)
+            .with_id_width(sessionpack::IdWidth::Bits128)
+            .with_viewed(sessionpack::viewed::ViewedConfig::default()),
+    )
+    .await
+    .unwrap();
+    let short: Store<_, ()> = Store::new(layout.clone())
+        .with_ttl(Duration::from_secs(1))
+        .with_lifetimes(None, None);
+    let batch: Vec<(u64, ())> = (0..700).map(|i| (i, ())).collect();
+    let ids = short.create_many(&batch).await.unwrap();
+    for id in &ids[..50] {
+        short.view_many(id, &[1u64, 2, 3]).await.unwrap().unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let url = server.url();
+    let text = stdout(&sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &url,
+        "--passes",
+        "1",
+    ]));
+    assert!(text.contains("sweeping 512 buckets"), "{text}");
+    assert!(text.contains("700 reclaimed"), "{text}");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("sp:{*")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(keys, Vec::<String>::new(), "bucket and chunk keys left");
+}
+
+/// The daemon and the advisor take a named cluster; the daemon reclaims
+/// expired sessions from buckets on every primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_and_the_advisor_take_a_cluster() {
+    let cluster = sessionpack_testkit::LocalCluster::start(3, 0).expect("a local cluster");
+    let seed = cluster.primaries()[2].url();
+    let conn = sessionpack::conn::cluster::connect(&[seed.as_str()])
+        .await
+        .unwrap();
+    let layout = sessionpack::Compact::new(conn, sessionpack::CompactConfig::new(9))
+        .await
+        .unwrap();
+    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..900).map(|i| (i, ())).collect();
+    short.create_many(&batch).await.unwrap();
+    let alive = Store::<_, ()>::new(layout)
+        .create_many(&batch[..50])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let text = stdout(&sessionpack(&[
+        "sweep",
+        "--cluster-url",
+        &seed,
+        "--passes",
+        "1",
+    ]));
+    assert!(
+        text.contains("sweeping 512 buckets of sp on a cluster of 3 primaries"),
+        "{text}"
+    );
+    assert!(text.contains("900 reclaimed"), "{text}");
+    let left: Store<_, ()> = Store::new(
+        sessionpack::Compact::new(
+            sessionpack::conn::cluster::connect(&[seed.as_str()])
+                .await
+                .unwrap(),
+            sessionpack::CompactConfig::new(9),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(common::found(&left, &alive).await, 50);
+
+    // Naming both a server and a cluster is refused before anything runs.
+    let out = sessionpack(&["sweep", "--redis-url", &seed, "--cluster-url", &seed]);
+    assert!(!out.status.success());
+
+    let text = stdout(&sessionpack(&[
+        "advise",
+        "--cluster-url",
+        &seed,
+        "--sessions",
+        "1000000",
+    ]));
+    assert!(text.contains("from Server"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "On a cluster of 3 primaries (as {seed} reports its slots)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("| compact | 2^"), "{text}");
+    // A primary configured differently from the others is named.
+    let odd = &cluster.primaries()[1];
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hash-max-listpack-value")
+        .arg("128")
+        .query(&mut odd.client().unwrap().get_connection().unwrap())
+        .unwrap();
+    let out = sessionpack(&["advise", "--cluster-url", &seed]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("disagree") && err.contains(&odd.url()),
+        "{err}"
+    );
+}
+
+/// `bench throughput` on a cluster it starts, with replicas and the cost
+/// of waiting for them.
+#[test]
+fn bench_throughput_reports_per_primary_work_and_the_cost_of_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "throughput",
+        "--cluster",
+        "3",
+        "--replicas",
+        "1",
+        "--wait-replicas",
+        "1",
+        "--sessions",
+        "2000",
+        "--clients",
+        "4",
+        "--rounds",
+        "1",
+        "--layouts",
+        "packed-setex,compact",
+        // 32 groups of 128 buckets: 32 hash tags, some on every primary.
+        "--compact-bits",
+        "12",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]));
+    assert!(text.contains("compact 2^"), "{text}");
+    let md = std::fs::read_to_string(dir.path().join("throughput.md")).unwrap();
+    assert!(md.contains("a cluster of 3 primaries"), "{md}");
+    assert!(md.contains("server CPU µs/op per primary"), "{md}");
+    assert!(md.contains("keys per primary"), "{md}");
+    assert!(md.contains("| compact 2^"), "{md}");
+    assert!(md.contains("with WAIT"), "{md}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("throughput.json")).unwrap())
+            .unwrap();
+    let rates = report["rates"].as_array().unwrap();
+    // Each layout measured with and without WAIT, every operation each.
+    assert_eq!(
+        rates.len(),
+        2 * 2 * sessionpack_cli::harness::throughput::Op::ALL.len(),
+        "{md}"
+    );
+    assert!(
+        rates
+            .iter()
+            .any(|r| r["layout"].as_str().unwrap().ends_with("+ WAIT 1"))
+    );
+    for r in rates {
+        assert_eq!(r["node_cpu_us"].as_array().unwrap().len(), 3, "{r}");
+    }
+    let spread = report["spread"].as_array().unwrap();
+    assert_eq!(spread.len(), 2);
+    for s in spread {
+        let keys: Vec<u64> = s["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_u64().unwrap())
+            .collect();
+        assert!(keys.iter().all(|&k| k > 0), "{s}");
+    }
+
+    // Waiting for replicas a cluster without them does not have is refused.
+    let out = sessionpack(&[
+        "bench",
+        "throughput",
+        "--cluster",
+        "3",
+        "--wait-replicas",
+        "1",
+        "--sessions",
+        "2000",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--replicas 1"));
+}
+
+/// Benchmarks that compare with something a cluster cannot run say so.
+#[test]
+fn benchmarks_that_need_one_server_refuse_a_cluster() {
+    let out = sessionpack(&["bench", "sweep", "--cluster", "3", "--sessions", "1000"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bench sweep runs on one server"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `sessionpack users` lists a user's sessions with their labels, revokes
+/// all but one, audits the index, and refuses a store without an index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_command_lists_revokes_and_audits() {
+    use sessionpack::identity::Name;
+    use sessionpack::users::UserIndexConfig;
+    let server = common::server();
+    let config = sessionpack::CompactConfig::new(8).with_user_index(UserIndexConfig::new(4));
+    let layout = sessionpack::Compact::new(common::manager(&server).await, config)
+        .await
+        .unwrap();
+    let store: Store<_, (), Name> = Store::for_identities(layout);
+    let ada = Name::new("ada@example.com").unwrap();
+    let phone = store.create(ada.clone(), ()).await.unwrap();
+    store.set_label(&phone, Some("phone")).await.unwrap();
+    let laptop = store.create(ada.clone(), ()).await.unwrap();
+    store.create(Name::new("bob").unwrap(), ()).await.unwrap();
+    let url = server.url();
+    let list = |json: bool| {
+        let mut args = vec!["users", "list", "--redis-url", &url, "ada@example.com"];
+        if json {
+            args.push("--json");
+        }
+        stdout(&sessionpack(&args))
+    };
+    let text = list(false);
+    assert!(
+        text.contains("user ada@example.com: 2 live sessions"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&phone.id.redacted()) && text.contains("phone"),
+        "{text}"
+    );
+    assert!(text.contains(&laptop.id.redacted()), "{text}");
+    let text = stdout(&sessionpack(&[
+        "users",
+        "revoke",
+        "--redis-url",
+        &url,
+        "ada@example.com",
+        "--keep",
+        &phone.id.to_hex(),
+    ]));
+    assert!(
+        text.contains("1 sessions revoked") && text.contains("1 kept"),
+        "{text}"
+    );
+    let rows: serde_json::Value = serde_json::from_str(&list(true)).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+    assert_eq!(rows[0]["label"], "phone");
+    assert!(store.load(&laptop.id).await.unwrap().is_none());
+    let audit: serde_json::Value = serde_json::from_str(&stdout(&sessionpack(&[
+        "users",
+        "audit",
+        "--redis-url",
+        &url,
+    ])))
+    .unwrap();
+    assert_eq!(
+        (audit["sessions"].as_u64(), audit["unindexed"].as_u64()),
+        (Some(2), Some(0))
+    );
+
+    let bare = common::server();
+    sessionpack::Compact::new(
+        common::manager(&bare).await,
+        sessionpack::CompactConfig::new(8),
+    )
+    .await
+    .unwrap();
+    let out = sessionpack(&["users", "list", "--redis-url", &bare.url(), "7"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("only a compact store with a user index"),
+        "{err}"
+    );
+}
+
+/// `bench tokens` loads both layouts, consumes every sampled token exactly
+/// once in each (it refuses to report otherwise), and writes its report;
+/// the packed tokens take fewer bytes than a key each.
+#[test]
+fn bench_tokens_measures_both_layouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "tokens",
+        "--tokens",
+        "20000",
+        "--consume",
+        "2000",
+        "--out",
+        out,
+    ]));
+    assert!(
+        text.contains("setex (the talk's)") && text.contains("packed 2^"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("tokens.json")).unwrap())
+            .unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["consumed"], 2000, "{r}");
+    }
+    let bytes = |i: usize| runs[i]["bytes_per_token"].as_f64().unwrap();
+    assert!(
+        bytes(1) < bytes(0) / 2.0,
+        "packed {} vs setex {}",
+        bytes(1),
+        bytes(0)
+    );
+}
+
+/// `bench viewed` loads both layouts with full lists, then views: the
+/// packed items take well under the book's bytes, every list key stays a
+/// listpack, and every view finds its session.
+#[test]
+fn bench_viewed_measures_the_packed_lists_against_the_books() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "viewed",
+        "--sessions",
+        "5000",
+        "--views",
+        "5000",
+        "--out",
+        out,
+    ]));
+    assert!(
+        text.contains("book (ZSET per session)") && text.contains("packed 2^"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("viewed.json")).unwrap())
+            .unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["list_keys_converted"], 0, "{r}");
+        assert!(r["views_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["destroys"], 5000, "each session destroyed once: {r}");
+    }
+    assert_eq!(runs[0]["list_keys"], 5000, "a ZSET per session");
+    let items = |i: usize| runs[i]["item_bytes"].as_f64().unwrap();
+    assert!(
+        items(1) < items(0) / 2.0,
+        "packed {} vs the book's {}",
+        items(1),
+        items(0)
+    );
+}
+
+/// `bench locks` holds every lock it takes, loses none, and measures both
+/// kinds: the fenced lock leaves its counter behind, the talk's nothing.
+#[test]
+fn bench_locks_measures_the_lease_and_the_fenced_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench", "locks", "--locks", "2000", "--cycles", "2000", "--out", out,
+    ]));
+    assert!(
+        text.contains("lease (the talk's)") && text.contains("fenced"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("locks.json")).unwrap())
+            .unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let f = |i: usize, k: &str| runs[i][k].as_f64().unwrap();
+    assert!(f(0, "bytes_per_lock") > 0.0 && f(1, "bytes_per_lock") > f(0, "bytes_per_lock"));
+    // After the release the keyspace's table has not shrunk yet; the
+    // fenced lock leaves a counter key per name on top of that.
+    assert!(
+        f(1, "bytes_left_per_name") > f(0, "bytes_left_per_name") + 30.0,
+        "a fence counter per name"
+    );
+}
+
+/// `bench ratelimit` measures both limiters: the exact log never admits
+/// more than the limit in a window; GCRA admits at most a burst more.
+#[test]
+fn bench_ratelimit_measures_both_limiters() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "ratelimit",
+        "--clients",
+        "500",
+        "--limit",
+        "5",
+        "--burst-windows",
+        "3",
+        "--burst-window-ms",
+        "300",
+        "--out",
+        out,
+    ]));
+    assert!(
+        text.contains("log (the talk's)") && text.contains("gcra 2^"),
+        "{text}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("ratelimit.json")).unwrap())
+            .unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs[0]["most_in_a_window"], 5, "{}", runs[0]);
+    let gcra_most = runs[1]["most_in_a_window"].as_u64().unwrap();
+    assert!((5..=9).contains(&gcra_most), "{}", runs[1]);
+    let bytes = |i: usize| runs[i]["bytes_per_client"].as_f64().unwrap();
+    assert!(bytes(1) < bytes(0), "gcra {} vs log {}", bytes(1), bytes(0));
+}
+
+/// A daemon that stops (its passes done, or SIGTERM) gives its segment
+/// leases back: the next one sweeps every segment at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_daemon_that_stops_gives_its_leases_back() {
+    use std::io::{BufRead, BufReader};
+    let server = common::server();
+    common::bucketed(&server, 6).await;
+    let url = server.url();
+    let args = [
+        "sweep",
+        "--redis-url",
+        &url,
+        "--interval-secs",
+        "3600",
+        "--segments",
+        "16",
+    ];
+    let leases = || async {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("sp:sweep:*")
+            .query_async(&mut common::raw(&server).await)
+            .await
+            .unwrap();
+        keys
+    };
+    for run in 1..=2 {
+        let text = stdout(&sessionpack(&[&args[..], &["--passes", "1"]].concat()));
+        assert!(
+            text.contains("16 segments (0 held by others)"),
+            "run {run}: {text}"
+        );
+        assert_eq!(leases().await, Vec::<String>::new(), "run {run}");
+    }
+
+    // Stopped by SIGTERM, as a service manager stops it.
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(daemon.stdout.take().unwrap()).lines();
+    let first = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("pass 1:"))
+        .expect("a first pass");
+    assert!(first.contains("(0 held by others)"), "{first}");
+    assert_eq!(leases().await.len(), 16);
+    let status = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = daemon.wait().unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(exit.success(), "{exit:?}: {rest:?}");
+    assert!(rest.iter().any(|l| l.contains("terminated")), "{rest:?}");
+    assert_eq!(leases().await, Vec::<String>::new());
+}
+
+/// A sweeper never claims a namespace: named bits on an empty one are
+/// refused, nothing is written, and the app then opens its own layout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_never_claims_a_namespace() {
+    let server = common::server();
+    let url = server.url();
+    for bits in ["14", "16"] {
+        let out = sessionpack(&[
+            "sweep",
+            "--redis-url",
+            &url,
+            "--bucket-bits",
+            bits,
+            "--passes",
+            "1",
+        ]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no store recorded"), "{err}");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(keys, Vec::<String>::new(), "the sweeper wrote nothing");
+    // The app's default layout opens.
+    sessionpack::Compact::new(
+        common::manager(&server).await,
+        sessionpack::CompactConfig::default(),
+    )
+    .await
+    .unwrap();
+}

@@ -1,0 +1,47 @@
+//! An axum app with login, a protected page and logout, its sessions kept
+//! by sessionpack through axum-login and tower-sessions.
+//!
+//! ```text
+//! cargo run -p axum-login-example
+//! curl -c jar -d 'name=ferris&password=crab' localhost:3000/login
+//! curl -b jar localhost:3000/me
+//! curl -b jar localhost:3000/devices
+//! curl -b jar -X POST localhost:3000/logout-everywhere
+//! curl -c jar -b jar localhost:3000/items/42
+//! curl -b jar localhost:3000/recent
+//! ```
+//!
+//! `REDIS_URL` names the server (default `redis://127.0.0.1:6379/`),
+//! `ADDR` the address to listen on (default `127.0.0.1:3000`).
+
+mod app;
+
+use sessionpack::CompactConfig;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
+use sessionpack::tower::TowerStore;
+use sessionpack::users::UserIndexConfig;
+use sessionpack::viewed::ViewedConfig;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let conn = sessionpack::connect(&url).await?;
+    // Rolling expiry writes only when it moves by a tenth of the lifetime.
+    // A user index: "your devices" and "log out everywhere"; and each
+    // session's last 25 viewed items.
+    let config = CompactConfig::default()
+        .with_user_index(UserIndexConfig::default())
+        .with_viewed(ViewedConfig::default());
+    let store = TowerStore::new(conn, config)
+        .await?
+        .with_write_threshold(0.1);
+    // One sweeper per process; leases keep several processes from
+    // sweeping the same buckets at once.
+    let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("listening on http://{addr}");
+    axum::serve(listener, app::app(store, time::Duration::minutes(30))).await?;
+    sweeper.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,430 @@
+//! Redis Cluster connections (feature `cluster`).
+//!
+//! Every key sessionpack writes for one bucket shares the bucket's hash
+//! tag, so every script and every transaction runs in one slot. What spans
+//! slots are plain pipelines over many buckets (bulk loads and inserts, the
+//! sweeper's reads): the cluster client refuses those, so [`Cluster`]
+//! splits a pipeline by slot, sends the parts at once (to whichever
+//! primaries hold them) and puts the replies back in order. Redirections
+//! (`MOVED`, `ASK`), `TRYAGAIN` and reconnection after a failover are the
+//! cluster client's, except for the commands queued in a transaction, which
+//! [`Cluster`] resends itself; scripts are loaded on every primary
+//! (`SCRIPT LOAD` is routed to all of them).
+//!
+//! ```no_run
+//! # async fn run() -> sessionpack::Result<()> {
+//! use sessionpack::{Compact, CompactConfig};
+//!
+//! let conn = sessionpack::cluster::connect(&["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"]).await?;
+//! let layout = Compact::new(conn, CompactConfig::new(14)).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod slots;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::ConnectionLike as _;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::conn::ConnectOptions;
+use crate::error::Result;
+
+/// Attempts the cluster client makes for one request (redirections and
+/// reconnections included) before it reports an error.
+pub const RETRIES: u32 = 6;
+
+/// A connection to a Redis Cluster that sends pipelines spanning slots
+/// (see the module docs). Cheap to clone; clones share the connections.
+///
+/// A call that times out replaces the cluster client's connection for
+/// every clone (the timed-out call still fails, as
+/// [`crate::Error::Unavailable`]). The client serves every call from one
+/// task; during a slot refresh that task waits for a lock which a call it
+/// no longer polls may hold, and from then on every call times out. A
+/// fresh connection is the way out of that, and costs little after a
+/// real timeout: one connection per node and a `CLUSTER SLOTS`.
+#[derive(Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: ClusterClient,
+    options: ConnectOptions,
+    /// The connection calls go through, and how many times it was replaced.
+    current: Mutex<(u64, ClusterConnection)>,
+    /// Held while a replacement is made: concurrent timeouts make one.
+    replacing: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("replacements", &self.replacements())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Connects to the cluster that `seeds` (`redis://host:port/` URLs of some
+/// of its nodes) belong to, with the default [`ConnectOptions`].
+pub async fn connect(seeds: &[impl AsRef<str>]) -> Result<Cluster> {
+    connect_with(seeds, &ConnectOptions::default()).await
+}
+
+/// [`connect`] with other [`ConnectOptions`]: its response timeout bounds
+/// a whole call, redirections and reconnections included; a call follows
+/// up to [`RETRIES`] redirections or reconnections.
+pub async fn connect_with(seeds: &[impl AsRef<str>], options: &ConnectOptions) -> Result<Cluster> {
+    let client = redis::cluster::ClusterClientBuilder::new(seeds.iter().map(|s| s.as_ref()))
+        .connection_timeout(options.connect_timeout())
+        .response_timeout(options.response_timeout())
+        .retries(RETRIES)
+        .build()?;
+    let conn = client.get_async_connection().await?;
+    Ok(Cluster {
+        shared: Arc::new(Shared {
+            client,
+            options: *options,
+            current: Mutex::new((0, conn)),
+            replacing: tokio::sync::Mutex::new(()),
+        }),
+    })
+}
+
+/// The `redis://host:port/` URLs of the cluster's primaries that serve
+/// slots, as the node at `seed` sees them (`CLUSTER NODES`): where to read
+/// per-node figures (`INFO`, `DBSIZE`) that a cluster connection would send
+/// to one node only.
+pub async fn primaries(seed: &str) -> Result<Vec<String>> {
+    let mut conn = crate::conn::connect(seed).await?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await?;
+    let primaries = parse_primaries(&nodes);
+    if primaries.is_empty() {
+        return Err(crate::Error::Config(format!(
+            "{seed} reports no primary serving slots; is it a cluster node?"
+        )));
+    }
+    Ok(primaries)
+}
+
+/// The primaries serving slots in a `CLUSTER NODES` reply: lines
+/// `<id> <ip:port@cport[,hostname]> <flags> <primary> <ping> <pong>
+/// <epoch> <link> <slot>...`, flags `master` and not `fail`.
+fn parse_primaries(nodes: &str) -> Vec<String> {
+    let mut out: Vec<String> = nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?.split(',').collect::<Vec<_>>();
+            let serving = fields.len() > 8;
+            (flags.contains(&"master") && !flags.contains(&"fail") && serving).then_some(())?;
+            let addr = fields[1].split(['@', ',']).next()?;
+            Some(format!("redis://{addr}/"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+impl Cluster {
+    /// The cluster client's connection calls go through now.
+    pub fn inner(&self) -> ClusterConnection {
+        self.current().1
+    }
+
+    /// How many times a timed-out call has replaced the connection.
+    pub fn replacements(&self) -> u64 {
+        self.current().0
+    }
+
+    fn current(&self) -> (u64, ClusterConnection) {
+        let guard = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (guard.0, guard.1.clone())
+    }
+
+    /// Runs `call` on the current connection; a timeout replaces it.
+    async fn call<'a, T, F>(&'a self, call: impl FnOnce(ClusterConnection) -> F) -> RedisResult<T>
+    where
+        F: Future<Output = RedisResult<T>> + 'a,
+    {
+        let (generation, conn) = self.current();
+        let result = call(conn).await;
+        if result.as_ref().is_err_and(|e| e.is_timeout()) {
+            self.replace(generation).await;
+        }
+        result
+    }
+
+    /// Opens a new connection in place of the one of `generation`, unless
+    /// another call has already replaced it. If the cluster cannot be
+    /// reached the old one stays, and the next timeout tries again.
+    async fn replace(&self, generation: u64) {
+        let _one_at_a_time = self.shared.replacing.lock().await;
+        if self.current().0 != generation {
+            return;
+        }
+        let options = &self.shared.options;
+        let budget = options.connect_timeout() * 2 + options.response_timeout();
+        match tokio::time::timeout(budget, self.shared.client.get_async_connection()).await {
+            Ok(Ok(conn)) => {
+                let mut current = self
+                    .shared
+                    .current
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                *current = (generation + 1, conn);
+                tracing::warn!(
+                    replacements = generation + 1,
+                    "a cluster call timed out; its connection was replaced"
+                );
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "a cluster call timed out; reconnecting failed")
+            }
+            Err(_) => tracing::warn!("a cluster call timed out; reconnecting timed out"),
+        }
+    }
+
+    /// Sends a transaction (one slot by construction). The cluster client
+    /// follows redirections for single commands but not for the commands
+    /// queued in a `MULTI`: after a failover or a slot move their replies
+    /// are `MOVED`/`ASK` and `EXEC` aborts, having run nothing. Then a plain
+    /// read of the slot's key lets the client follow the redirection (and
+    /// learn the new owner), and the transaction is sent again, backing
+    /// off, up to [`RETRIES`] times.
+    async fn transaction(
+        &self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let mut delay = Duration::from_millis(10);
+        let mut attempt = 1;
+        loop {
+            let sent =
+                self.call(|mut conn| async move {
+                    conn.req_packed_commands(pipeline, offset, count).await
+                })
+                .await;
+            let key = match &sent {
+                Err(e) if attempt < RETRIES && redirected(e) => {
+                    pipeline.cmd_iter().find_map(key_of)
+                }
+                _ => None,
+            };
+            let Some(key) = key else {
+                return sent;
+            };
+            let exists = redis::cmd("EXISTS").arg(key).clone();
+            let _ = self
+                .call(|mut conn| async move { conn.req_packed_command(&exists).await })
+                .await;
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+            attempt += 1;
+        }
+    }
+}
+
+/// Whether `e` (or a command inside an aborted transaction) is a
+/// redirection or a "try again": the same call succeeds once the cluster
+/// has settled a failover or a slot move.
+fn redirected(e: &redis::RedisError) -> bool {
+    const CODES: [&str; 4] = ["MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"];
+    e.code().is_some_and(|c| CODES.contains(&c))
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, se)| CODES.contains(&se.code())))
+}
+
+/// The first key `cmd` names, for the commands sessionpack sends; `None`
+/// for commands with no key (`TIME`, `PING`). Runs on every command a
+/// pipeline holds, so it allocates nothing.
+fn key_of(cmd: &Cmd) -> Option<&[u8]> {
+    const SCRIPTS: [&[u8]; 6] = [
+        b"EVAL",
+        b"EVALSHA",
+        b"EVAL_RO",
+        b"EVALSHA_RO",
+        b"FCALL",
+        b"FCALL_RO",
+    ];
+    const KEYLESS: [&[u8]; 10] = [
+        b"TIME", b"PING", b"INFO", b"SCRIPT", b"CONFIG", b"DBSIZE", b"MULTI", b"EXEC", b"CLUSTER",
+        b"WAIT",
+    ];
+    let arg = |i: usize| match cmd.args_iter().nth(i)? {
+        redis::Arg::Simple(b) => Some(b),
+        _ => None,
+    };
+    let name = arg(0)?;
+    let is = |names: &[&[u8]]| names.iter().any(|n| name.eq_ignore_ascii_case(n));
+    let at = if is(&SCRIPTS) {
+        let keys: usize = std::str::from_utf8(arg(2)?).ok()?.parse().ok()?;
+        (keys > 0).then_some(3)?
+    } else if is(&[b"OBJECT", b"MEMORY"]) {
+        2
+    } else if is(&KEYLESS) {
+        return None;
+    } else {
+        1
+    };
+    arg(at)
+}
+
+/// The slot of the first key `cmd` names (see [`key_of`]).
+fn slot_of(cmd: &Cmd) -> Option<Slot> {
+    key_of(cmd).map(Slot::for_key)
+}
+
+impl redis::aio::ConnectionLike for Cluster {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(self.call(move |mut conn| async move { conn.req_packed_command(cmd).await }))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            if pipeline.is_transaction() {
+                return self.transaction(pipeline, offset, count).await;
+            }
+            let slots: Vec<Option<Slot>> = pipeline.cmd_iter().map(slot_of).collect();
+            let first = slots.iter().flatten().next().copied();
+            let one_slot = slots.iter().flatten().all(|s| Some(*s) == first);
+            if one_slot {
+                return self
+                    .call(|mut conn| async move {
+                        conn.req_packed_commands(pipeline, offset, count).await
+                    })
+                    .await;
+            }
+            // Commands with no key go with the first part.
+            let mut parts: Vec<(Pipeline, Vec<usize>)> = Vec::new();
+            let mut part_of: HashMap<Slot, usize> = HashMap::new();
+            for (i, (cmd, slot)) in pipeline.cmd_iter().zip(&slots).enumerate() {
+                let slot = slot
+                    .or(first)
+                    .expect("a pipeline of several slots has a key");
+                let p = *part_of.entry(slot).or_insert_with(|| {
+                    parts.push((Pipeline::new(), Vec::new()));
+                    parts.len() - 1
+                });
+                parts[p].0.add_command(cmd.clone());
+                parts[p].1.push(i);
+            }
+            let replies = self
+                .call(|conn| {
+                    futures_util::future::try_join_all(parts.iter().map(move |(part, _)| {
+                        let mut conn = conn.clone();
+                        async move { conn.req_packed_commands(part, 0, part.len()).await }
+                    }))
+                })
+                .await?;
+            let mut out = vec![Value::Nil; slots.len()];
+            for ((_, positions), values) in parts.iter().zip(replies) {
+                for (&i, v) in positions.iter().zip(values) {
+                    out[i] = v;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+impl crate::conn::wait::WaitAfter for Cluster {
+    /// To the primary of the pipeline's slot when its keys share one (as
+    /// every transaction's do), so one primary waits for its replicas;
+    /// else to every primary (the cluster client's routing for `WAIT`).
+    fn wait_after<'a>(
+        &'a mut self,
+        wait: &'a Cmd,
+        pipeline: &'a Pipeline,
+    ) -> RedisFuture<'a, Value> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        Box::pin(async move {
+            let mut slots = pipeline.cmd_iter().filter_map(slot_of);
+            let first = slots.next();
+            match first {
+                Some(slot) if slots.all(|s| s == slot) => {
+                    let route = Route::with_slot(slot, SlotAddr::Master);
+                    let routing =
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    self.call(
+                        |mut conn| async move { conn.route_command(wait.clone(), routing).await },
+                    )
+                    .await
+                }
+                _ => self.req_packed_command(wait).await,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_the_primaries_that_serve_slots() {
+        let nodes = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7002@17002,host.example master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7004@17004 slave a1 0 1 1 connected
+d4 127.0.0.1:7003@17003 master,fail - 0 1 3 disconnected 10923-16383
+e5 127.0.0.1:7005@17005 master - 0 1 4 connected
+";
+        assert_eq!(
+            parse_primaries(nodes),
+            ["redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/"]
+        );
+    }
+
+    #[test]
+    fn finds_the_key_of_each_kind_of_command() {
+        let slot = |c: &Cmd| slot_of(c);
+        let key = Slot::for_key("sp:{12}:3");
+        assert_eq!(
+            slot(redis::cmd("HGET").arg("sp:{12}:3").arg("f")),
+            Some(key)
+        );
+        assert_eq!(
+            slot(
+                redis::cmd("EVALSHA")
+                    .arg("abc")
+                    .arg(2)
+                    .arg("sp:{12}:3")
+                    .arg("x")
+            ),
+            Some(key)
+        );
+        assert_eq!(slot(redis::cmd("EVALSHA").arg("abc").arg(0).arg("x")), None);
+        assert_eq!(
+            slot(redis::cmd("OBJECT").arg("ENCODING").arg("sp:{12}:3")),
+            Some(key)
+        );
+        assert_eq!(slot(&redis::cmd("TIME")), None);
+        // The hash tag decides: keys of one bucket share a slot.
+        assert_eq!(Slot::for_key("sp:{12}:i"), key);
+    }
+}

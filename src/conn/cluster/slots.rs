@@ -1,0 +1,127 @@
+//! Where keys land on a cluster: the slot of a key (CRC16 of its hash tag,
+//! as Redis computes it), the slot ranges a cluster's primaries serve, and
+//! how a store's hash tags spread over them. A compact store of 2^b buckets
+//! has only 2^(b-7) hash tags (groups of 128 buckets), so small stores can
+//! load one primary more than another; [`tags_per_primary`] says by how
+//! much before any data is written.
+
+use std::ops::RangeInclusive;
+
+use crate::error::{Error, Result};
+
+/// Slots in a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+
+/// The slot `key` hashes to: CRC16 (XMODEM) of its hash tag (the text
+/// between the first `{` and the next `}`, when not empty), else of the
+/// whole key, modulo [`SLOTS`].
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % SLOTS
+}
+
+/// The slot ranges `redis-cli --cluster create` gives `primaries` new
+/// primaries: equal contiguous shares, in order.
+pub fn even_ranges(primaries: usize) -> Vec<RangeInclusive<u16>> {
+    let n = primaries.max(1);
+    let per = f64::from(SLOTS) / n as f64;
+    let mut first = 0u16;
+    (0..n)
+        .map(|i| {
+            let last = if i + 1 == n {
+                SLOTS - 1
+            } else {
+                ((per * (i + 1) as f64).round() as u16).saturating_sub(1)
+            };
+            let range = first..=last;
+            first = last + 1;
+            range
+        })
+        .collect()
+}
+
+/// The slot ranges each primary serving slots holds (`CLUSTER SLOTS` as
+/// the node at `seed` sees it), by `redis://host:port/` URL, sorted by URL.
+pub async fn primary_ranges(seed: &str) -> Result<Vec<(String, Vec<RangeInclusive<u16>>)>> {
+    let mut conn = crate::conn::connect(seed).await?;
+    let slots: Vec<(u16, u16, Vec<redis::Value>)> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn)
+        .await?;
+    let mut out: Vec<(String, Vec<RangeInclusive<u16>>)> = Vec::new();
+    for (first, last, primary) in slots {
+        let (Some(host), Some(port)) = (primary.first(), primary.get(1)) else {
+            return Err(Error::Config(format!(
+                "{seed}: unexpected CLUSTER SLOTS reply"
+            )));
+        };
+        let host: String = redis::from_redis_value_ref(host)?;
+        let port: u16 = redis::from_redis_value_ref(port)?;
+        let url = format!("redis://{host}:{port}/");
+        match out.iter_mut().find(|(u, _)| *u == url) {
+            Some((_, ranges)) => ranges.push(first..=last),
+            None => out.push((url, vec![first..=last])),
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// How many of `tags` (keys or hash tags) each primary serves, given the
+/// slot ranges of each.
+pub fn tags_per_primary(
+    tags: impl IntoIterator<Item = String>,
+    ranges: &[Vec<RangeInclusive<u16>>],
+) -> Vec<u64> {
+    let mut counts = vec![0; ranges.len()];
+    for tag in tags {
+        let slot = key_slot(tag.as_bytes());
+        if let Some(i) = ranges
+            .iter()
+            .position(|r| r.iter().any(|r| r.contains(&slot)))
+        {
+            counts[i] += 1;
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_rediss() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.0.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_eq!(key_slot(b"123456789"), 0x31c3 % SLOTS);
+        // An empty tag hashes the whole key.
+        assert_ne!(key_slot(b"a{}"), key_slot(b""));
+    }
+
+    #[test]
+    fn even_ranges_match_redis_cli() {
+        assert_eq!(even_ranges(3), [0..=5460, 5461..=10922, 10923..=16383]);
+        let six = even_ranges(6);
+        assert_eq!(*six[0].start(), 0);
+        assert_eq!(*six[5].end(), SLOTS - 1);
+        for pair in six.windows(2) {
+            assert_eq!(*pair[0].end() + 1, *pair[1].start());
+        }
+    }
+
+    #[test]
+    fn counts_tags_by_primary() {
+        let ranges: Vec<Vec<RangeInclusive<u16>>> =
+            even_ranges(3).into_iter().map(|r| vec![r]).collect();
+        let counts = tags_per_primary((0..300).map(|i| format!("{{{i}}}")), &ranges);
+        assert_eq!(counts.iter().sum::<u64>(), 300);
+        assert!(counts.iter().all(|&c| c > 50), "{counts:?}");
+    }
+}

@@ -1,0 +1,1128 @@
+//! The compact layout: sessions packed into `2^bits` buckets that are each
+//! one listpack HASH, the session's expiry inside its value; a load is one
+//! `HGET`.
+//!
+//! With no expiry ZSET per bucket, a bucket is bounded by
+//! `hash-max-listpack-entries` (512 by default) rather than the ZSET's 128,
+//! and each session stores its field once. The sweeper finds the buckets
+//! that may hold expired sessions through an index: buckets are grouped
+//! 128 to a hash tag, and each group has a ZSET of its buckets scored by a
+//! lower bound of their earliest expiry (an insert lowers it with `ZADD LT`
+//! in the same script; a sweep sets it to the true earliest). So index and
+//! buckets share one Redis Cluster slot, and no index key holds more than
+//! 128 buckets.
+//!
+//! Keys, for namespace `sp`, 2^20 buckets (2^13 groups): bucket `0x3fa07`
+//! is `sp:{07f4}:7` (group `0x7f4`, bucket 7 of the group), its group's index
+//! is `sp:{07f4}:i`, and a record too long for the listpack lives under
+//! `sp:{07f4}:7:o:<field hex>` with the session's expiry.
+//!
+//! A value is either the decimal digits of `identity * 10^10 + expiry`,
+//! which Redis keeps as one 8-byte listpack integer (an identity-only
+//! session whose identity is at least 2^16 and below 922,337,203: 10 bytes
+//! in the listpack, one less than the binary form), or the expiry as four
+//! big-endian bytes followed by the record (or by the out-of-line marker).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use redis::{Script, ScriptInvocation};
+use serde::{Deserialize, Serialize};
+
+use super::{Inserted, Layout, Stored, Written, check_batch};
+use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
+use crate::error::{Error, Result};
+use crate::limits::ListpackLimits;
+use crate::scripts::{
+    self, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE, COMPACT_TOUCH,
+    PIPELINE_CHUNK,
+};
+use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
+use crate::session::id::{IdWidth, InvalidIdExt, SessionId};
+use crate::session::meta::{FORMAT_VERSION, StoreMeta};
+use crate::session::record;
+use crate::ttl::{Deadline, check_ttl};
+use user_index::{UserIndex, UserIndexConfig};
+use viewed::ViewedConfig;
+
+mod health;
+mod take;
+pub(crate) mod user_index;
+mod users;
+pub(crate) mod viewed;
+
+pub use health::Health;
+pub use users::NO_OWNER;
+
+/// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
+pub const DEFAULT_BUCKET_BITS: u8 = 14;
+/// `log2` of the buckets that share one hash tag and one index ZSET: 128,
+/// the ZSET's listpack entry limit.
+pub const GROUP_BITS: u8 = 7;
+/// The byte a value holds after its expiry when the record is out of line.
+const OUT_OF_LINE: u8 = 0xc1;
+/// Bytes of the expiry at the head of a binary value.
+const EXPIRY_BYTES: usize = 4;
+/// Integer-form values are `identity * SCALE + expiry`.
+const SCALE: u64 = 10_000_000_000;
+/// Identities kept in the integer form: below this one binary is as small
+/// (MessagePack writes them in 1 to 3 bytes), from the upper one the value
+/// would not fit a signed 64-bit integer.
+const INTEGER_FORM: std::ops::Range<u64> = 1 << 16..922_337_203;
+
+/// What a compact store is called, how many buckets it has, and its ids.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompactConfig {
+    /// Prefix of every key, default `sp`.
+    pub namespace: String,
+    /// `log2` of the bucket count, 1..=24, default 14.
+    pub bucket_bits: u8,
+    /// The width of the store's ids, default 160 bits.
+    pub id_width: IdWidth,
+    /// The per-user index ([`crate::users`]), off by default.
+    pub user_index: Option<UserIndexConfig>,
+    /// Recently viewed items per session ([`crate::viewed`]), off by
+    /// default.
+    pub viewed: Option<ViewedConfig>,
+}
+
+impl Default for CompactConfig {
+    fn default() -> Self {
+        Self {
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            bucket_bits: DEFAULT_BUCKET_BITS,
+            id_width: IdWidth::default(),
+            user_index: None,
+            viewed: None,
+        }
+    }
+}
+
+impl CompactConfig {
+    /// `2^bucket_bits` buckets in the default namespace, 160-bit ids.
+    pub fn new(bucket_bits: u8) -> Self {
+        Self {
+            bucket_bits,
+            ..Self::default()
+        }
+    }
+
+    /// Uses another key namespace.
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Issues ids of `width` (128 bits saves 4 bytes a session).
+    pub fn with_id_width(mut self, width: IdWidth) -> Self {
+        self.id_width = width;
+        self
+    }
+
+    /// Keeps a per-user index ([`crate::users`]);
+    /// `UserIndexConfig::new(bits)` has `2^bits` buckets: about one per 100
+    /// to 400 sessions.
+    pub fn with_user_index(mut self, config: UserIndexConfig) -> Self {
+        self.user_index = Some(config);
+        self
+    }
+
+    /// Keeps each session's recently viewed items ([`crate::viewed`]);
+    /// `ViewedConfig::default()` keeps the last 25 of up to 8 bytes.
+    pub fn with_viewed(mut self, config: ViewedConfig) -> Self {
+        self.viewed = Some(config);
+        self
+    }
+}
+
+/// What a process last read or wrote for a session: a tower-sessions
+/// store remembers it to skip a save that would change too little, and to
+/// delete a session it saw inline with one `HDEL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The session's expiry then, unix seconds.
+    pub expires_at: u64,
+    /// Its record's length then, in bytes.
+    pub record_len: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// `identity * 10^10 + expiry`, one listpack integer.
+    Integer(u64),
+    /// Deadline, then the record, in the bucket.
+    Inline,
+    /// Deadline, then the marker; the record under its own key.
+    OutOfLine,
+}
+
+impl Form {
+    fn code(self) -> &'static str {
+        match self {
+            Self::Integer(_) => "i",
+            Self::Inline => "b",
+            Self::OutOfLine => "o",
+        }
+    }
+}
+
+impl Form {
+    /// The stored value for this form, as `make_value` in
+    /// `compact_common.lua` writes it.
+    fn value(self, record: &[u8], expiry: u64) -> Vec<u8> {
+        match self {
+            Self::Integer(identity) => (identity * SCALE + expiry).to_string().into_bytes(),
+            Self::Inline | Self::OutOfLine => {
+                let mut v = Vec::with_capacity(EXPIRY_BYTES + record.len());
+                // Expiries are checked to fit 32 bits before any write.
+                v.extend_from_slice(&(expiry as u32).to_be_bytes());
+                if self == Self::OutOfLine {
+                    v.push(OUT_OF_LINE);
+                } else {
+                    v.extend_from_slice(record);
+                }
+                v
+            }
+        }
+    }
+}
+
+/// Share of written records that may go out of line before the store warns.
+const OUT_OF_LINE_WARN_SHARE: f64 = 0.1;
+/// Writes seen before the share is judged.
+const OUT_OF_LINE_WARN_AFTER: u64 = 1000;
+
+/// Counts how many written records go out of line, and warns once when a
+/// large share does: each costs a key of its own (~100 B more than inline),
+/// which a higher `hash-max-listpack-value` would save.
+#[derive(Debug, Default)]
+struct OutOfLineWatch {
+    writes: AtomicU64,
+    out_of_line: AtomicU64,
+    longest: AtomicU64,
+    warned: AtomicBool,
+}
+
+impl OutOfLineWatch {
+    fn note(&self, value_len: u64, out_of_line: bool, limit: u64) {
+        let writes = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        if !out_of_line {
+            return;
+        }
+        let out = self.out_of_line.fetch_add(1, Ordering::Relaxed) + 1;
+        self.longest.fetch_max(value_len, Ordering::Relaxed);
+        if writes >= OUT_OF_LINE_WARN_AFTER
+            && out as f64 > OUT_OF_LINE_WARN_SHARE * writes as f64
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                share = format!("{:.0}%", 100.0 * out as f64 / writes as f64),
+                longest_value = self.longest.load(Ordering::Relaxed),
+                hash_max_listpack_value = limit,
+                "many session records are longer than the server's hash-max-listpack-value \
+                 and go out of line, each under a key of its own; `sessionpack advise \
+                 --profile` says which limit would keep them in their buckets"
+            );
+        }
+    }
+}
+
+/// A value read back: its expiry and where its record is.
+#[derive(Debug, PartialEq, Eq)]
+enum Value {
+    Here { expires_at: u64, record: Vec<u8> },
+    OutOfLine { expires_at: u64 },
+}
+
+impl Value {
+    fn expires_at(&self) -> u64 {
+        match self {
+            Self::Here { expires_at, .. } | Self::OutOfLine { expires_at } => *expires_at,
+        }
+    }
+}
+
+/// The expiry a stored value holds; `None` if it is in neither form.
+pub(crate) fn value_expiry(bytes: &[u8]) -> Option<u64> {
+    parse_value(bytes).map(|v| v.expires_at())
+}
+
+/// Reads a stored value; `None` if it is in neither form.
+fn parse_value(bytes: &[u8]) -> Option<Value> {
+    match bytes.first()? {
+        b'0'..=b'9' => {
+            let n: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+            Some(Value::Here {
+                expires_at: n % SCALE,
+                record: record::join(&(n / SCALE), &[]),
+            })
+        }
+        _ if bytes.len() > EXPIRY_BYTES => {
+            let (head, rest) = bytes.split_at(EXPIRY_BYTES);
+            let expires_at = u64::from(u32::from_be_bytes(head.try_into().ok()?));
+            Some(if rest == [OUT_OF_LINE] {
+                Value::OutOfLine { expires_at }
+            } else {
+                Value::Here {
+                    expires_at,
+                    record: rest.to_vec(),
+                }
+            })
+        }
+        _ => None,
+    }
+}
+
+/// How the compact layout names its keys: buckets, grouped 128 to a hash
+/// tag, each group with one index ZSET.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupedBuckets {
+    buckets: Buckets,
+}
+
+impl GroupedBuckets {
+    /// Groups over `buckets`.
+    pub fn new(buckets: Buckets) -> Self {
+        Self { buckets }
+    }
+
+    /// The buckets (bucket of an id, its field).
+    pub fn buckets(&self) -> &Buckets {
+        &self.buckets
+    }
+
+    /// Buckets per group (the low bits of a bucket number).
+    fn group_shift(&self) -> u8 {
+        self.buckets.bits().min(GROUP_BITS)
+    }
+
+    /// The number of groups (hash tags, index keys).
+    pub fn groups(&self) -> u32 {
+        1 << (self.buckets.bits() - self.group_shift())
+    }
+
+    /// The group a bucket belongs to.
+    pub fn group_of(&self, bucket: u32) -> u32 {
+        bucket >> self.group_shift()
+    }
+
+    /// The buckets of a group.
+    pub fn group_buckets(&self, group: u32) -> std::ops::Range<u32> {
+        let shift = self.group_shift();
+        (group << shift)..((group + 1) << shift)
+    }
+
+    /// A bucket's member in its group's index: its number within the group.
+    pub fn member(&self, bucket: u32) -> u32 {
+        bucket & ((1 << self.group_shift()) - 1)
+    }
+
+    /// The hash tag shared by a group's keys, braces included.
+    pub fn tag(&self, group: u32) -> String {
+        let bits = self.buckets.bits() - self.group_shift();
+        let digits = usize::from(bits.div_ceil(4)).max(1);
+        format!("{{{group:0digits$x}}}")
+    }
+
+    /// A bucket's HASH.
+    pub fn bucket_key(&self, bucket: u32) -> String {
+        format!(
+            "{}:{}:{:x}",
+            self.buckets.namespace(),
+            self.tag(self.group_of(bucket)),
+            self.member(bucket)
+        )
+    }
+
+    /// A group's index ZSET.
+    pub fn index_key(&self, group: u32) -> String {
+        format!("{}:{}:i", self.buckets.namespace(), self.tag(group))
+    }
+
+    /// The key of a record stored out of line.
+    pub fn out_of_line_key(&self, bucket: u32, field: &[u8]) -> String {
+        format!("{}:o:{}", self.bucket_key(bucket), hex::encode(field))
+    }
+
+    /// Chunk `chunk` of a bucket's viewed items ([`crate::viewed`]).
+    pub fn viewed_key(&self, bucket: u32, chunk: usize) -> String {
+        format!("{}:v{chunk}", self.bucket_key(bucket))
+    }
+}
+
+/// Sessions packed into listpack HASH buckets, expiry inside each value,
+/// with a per-group index of the buckets' earliest expiries.
+#[derive(Clone)]
+pub struct Compact<C> {
+    conn: C,
+    scheme: GroupedBuckets,
+    limits: ListpackLimits,
+    eviction_policy: Option<String>,
+    clock: Arc<ServerClock>,
+    watch: Arc<OutOfLineWatch>,
+    users: Option<UserIndex>,
+    /// The viewed items kept, and their chunks per bucket.
+    viewed: Option<(ViewedConfig, usize)>,
+}
+
+impl<C> std::fmt::Debug for Compact<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compact")
+            .field("buckets", self.scheme.buckets())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The names one id's operations need.
+pub(crate) struct Keys {
+    pub(crate) bucket: String,
+    pub(crate) index: String,
+    pub(crate) member: u32,
+    pub(crate) field: Vec<u8>,
+    pub(crate) bucket_no: u32,
+}
+
+impl<C> Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// Opens a compact store: checks the namespace's metadata (recording
+    /// it if the store is new) and reads the server's listpack limits and
+    /// eviction policy, as [`crate::Bucketed::new`] does.
+    pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
+        let buckets =
+            Buckets::new(config.namespace, config.bucket_bits)?.with_id_width(config.id_width);
+        let users = config
+            .user_index
+            .map(|c| UserIndex::new(buckets.namespace(), c))
+            .transpose()?;
+        let mut meta = Self::meta(&buckets);
+        if let Some(users) = &users {
+            meta.user_bits = users.bits();
+            meta.user_grace_secs = users.config().grace_secs;
+            meta.user_skew_secs = users.config().skew_secs;
+        }
+        if let Some(viewed) = &config.viewed {
+            viewed.chunks()?;
+            meta.viewed_keep = viewed.keep;
+            meta.viewed_item_bytes = viewed.item_bytes;
+        }
+        let (limits, policy) = super::open_bucket_store(&conn, &meta, buckets.namespace()).await?;
+        let mut layout = Self::with_limits(conn, buckets, limits)
+            .with_users(users)
+            .with_viewed(config.viewed)?;
+        layout.eviction_policy = policy;
+        Ok(layout)
+    }
+
+    /// The same layout keeping (or not) a user index, with no metadata
+    /// check (the benchmarks use it on servers they flush).
+    pub fn with_users(mut self, users: Option<UserIndex>) -> Self {
+        self.users = users;
+        self
+    }
+
+    /// The user index, if the store keeps one.
+    pub fn user_index(&self) -> Option<&UserIndex> {
+        self.users.as_ref()
+    }
+
+    /// The metadata a compact store with these buckets records.
+    pub fn meta(buckets: &Buckets) -> StoreMeta {
+        StoreMeta {
+            layout: "compact".to_owned(),
+            bucket_bits: buckets.bits(),
+            id_bits: buckets.id_width().bits(),
+            format: FORMAT_VERSION,
+            ..StoreMeta::default()
+        }
+    }
+
+    /// A compact layout with limits already known: no round trip, and no
+    /// metadata check (the benchmarks use it on servers they flush).
+    pub fn with_limits(conn: C, buckets: Buckets, limits: ListpackLimits) -> Self {
+        if buckets.field_len() as u64 > limits.hash_value {
+            tracing::warn!(
+                field = buckets.field_len(),
+                ?limits,
+                "server's listpack value limit is below the field length: every bucket will convert"
+            );
+        }
+        Self {
+            conn,
+            scheme: GroupedBuckets::new(buckets),
+            limits,
+            eviction_policy: None,
+            clock: Default::default(),
+            watch: Default::default(),
+            users: None,
+            viewed: None,
+        }
+    }
+
+    /// The connection the layout uses.
+    pub fn connection(&self) -> &C {
+        &self.conn
+    }
+
+    /// The bucket scheme (bucket of an id, its field).
+    pub fn buckets(&self) -> &Buckets {
+        self.scheme.buckets()
+    }
+
+    /// The key names: buckets, groups, index keys.
+    pub fn scheme(&self) -> &GroupedBuckets {
+        &self.scheme
+    }
+
+    /// The listpack limits this layout works to.
+    pub fn limits(&self) -> ListpackLimits {
+        self.limits
+    }
+
+    /// The server's `maxmemory-policy` when the layout was opened.
+    pub fn eviction_policy(&self) -> Option<&str> {
+        self.eviction_policy.as_deref()
+    }
+
+    pub(crate) fn keys(&self, id: &SessionId) -> Keys {
+        let bucket = self.buckets().bucket_of(id);
+        Keys {
+            bucket: self.scheme.bucket_key(bucket),
+            index: self.scheme.index_key(self.scheme.group_of(bucket)),
+            member: self.scheme.member(bucket),
+            field: self.buckets().field(id),
+            bucket_no: bucket,
+        }
+    }
+
+    /// A bucket's viewed chunk keys; none where the store keeps no viewed
+    /// items.
+    pub fn viewed_keys(&self, bucket: u32) -> Vec<String> {
+        (0..self.viewed_chunks())
+            .map(|c| self.scheme.viewed_key(bucket, c))
+            .collect()
+    }
+
+    /// How a record is stored: the integer form where it is smaller, out
+    /// of line where the value would exceed the listpack value limit.
+    fn form(&self, record: &[u8]) -> Form {
+        let len = (record.len() + EXPIRY_BYTES) as u64;
+        let out_of_line = len > self.limits.hash_value;
+        self.watch.note(len, out_of_line, self.limits.hash_value);
+        if out_of_line {
+            return Form::OutOfLine;
+        }
+        self.form_inline(record)
+    }
+
+    /// Whether a record of `len` bytes is kept inline (without noting it
+    /// for the out-of-line warning).
+    pub fn fits(&self, len: usize) -> bool {
+        ((len + EXPIRY_BYTES) as u64) <= self.limits.hash_value
+    }
+
+    /// The form of a record known to fit the listpack.
+    fn form_inline(&self, record: &[u8]) -> Form {
+        match record::int_only(record) {
+            Some(identity) if INTEGER_FORM.contains(&identity) => Form::Integer(identity),
+            _ => Form::Inline,
+        }
+    }
+
+    fn payload<'a>(form: Form, record: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        match form {
+            Form::Integer(identity) => identity.to_string().into_bytes().into(),
+            Form::Inline | Form::OutOfLine => record.into(),
+        }
+    }
+
+    /// A script call on `id`'s bucket: bucket, index and out-of-line keys,
+    /// then the viewed chunk keys (a script removing the session removes
+    /// its chunk fields); field and member.
+    fn invocation<'a>(&self, script: &'a Script, id: &SessionId) -> ScriptInvocation<'a> {
+        let k = self.keys(id);
+        let mut inv = script.prepare_invoke();
+        inv.key(&k.bucket)
+            .key(&k.index)
+            .key(self.scheme.out_of_line_key(k.bucket_no, &k.field));
+        for key in self.viewed_keys(k.bucket_no) {
+            inv.key(key);
+        }
+        inv.arg(&k.field).arg(k.member);
+        inv
+    }
+
+    /// Arguments saying which record a conditional write expects: its
+    /// identity in decimal when it is identity-only (it may be stored in
+    /// the integer form), and its bytes.
+    fn expected_args(inv: &mut ScriptInvocation<'_>, expected: Option<&[u8]>) {
+        let ident = match expected.and_then(record::int_only) {
+            Some(identity) => identity.to_string(),
+            None => String::new(),
+        };
+        inv.arg(scripts::flag(expected.is_some()))
+            .arg(ident)
+            .arg(expected.unwrap_or_default());
+    }
+
+    /// An insert script call; `indexed_at`, for a store with a user index,
+    /// is when the session's entry was written.
+    fn insert_invocation<'a>(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+        indexed_at: Option<u64>,
+    ) -> ScriptInvocation<'a> {
+        let k = self.keys(id);
+        let form = self.form(record);
+        let mut inv = COMPACT_INSERT.prepare_invoke();
+        inv.key(&k.bucket).key(&k.index);
+        // The out-of-line key is named only when it will be written.
+        if form == Form::OutOfLine {
+            inv.key(self.scheme.out_of_line_key(k.bucket_no, &k.field));
+        }
+        let (mode, secs) = match expiry {
+            Deadline::In(secs) => ("in", secs),
+            Deadline::At(at) => ("at", at),
+        };
+        inv.arg(&k.field)
+            .arg(k.member)
+            .arg(form.code())
+            .arg(&*Self::payload(form, record))
+            .arg(mode)
+            .arg(secs);
+        if let (Some(users), Some(at)) = (&self.users, indexed_at) {
+            inv.arg(at).arg(users.config().grace_secs);
+        }
+        inv
+    }
+
+    fn error<'a>(&'a self, id: &'a SessionId) -> impl FnOnce(redis::RedisError) -> Error + 'a {
+        move |e| Error::from_redis(e, || self.buckets().location(id))
+    }
+
+    fn corrupt(&self, id: &SessionId) -> Error {
+        Error::CorruptRecord {
+            location: self.buckets().location(id),
+            reason: "the bucket's value is in neither the integer nor the binary form".into(),
+        }
+    }
+
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        id: &SessionId,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T> {
+        inv.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))
+    }
+
+    /// The server's time in whole seconds, read now.
+    async fn server_now(&self) -> Result<u64> {
+        let sent = Instant::now();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        self.clock.record(secs, micros, sent);
+        Ok(secs)
+    }
+
+    /// The interval the server's time lies in now, by the estimate,
+    /// refreshed with a `TIME` call when stale.
+    async fn time_bounds(&self) -> Result<(f64, f64)> {
+        for _ in 0..3 {
+            if let Some(bounds) = self.clock.bounds() {
+                return Ok(bounds);
+            }
+            self.server_now().await?;
+        }
+        Err(Error::Unavailable(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "server clock",
+            "three TIME replies in a row took longer than the clock estimate accepts".to_owned(),
+        ))))
+    }
+
+    /// The expiry an insert writes, decided by the clock estimate where it
+    /// can: `Some(Ok(at))`, `Some(Err(()))` for an absolute expiry surely
+    /// past, `None` when too close to now to call (the insert script then
+    /// asks the server). A lifetime counts from the latest the server's
+    /// time may be, so the session lives at least that long.
+    async fn decide_expiry(&self, expiry: Deadline) -> Result<Option<Result<u64, ()>>> {
+        let (earliest, latest) = self.time_bounds().await?;
+        Ok(match expiry {
+            Deadline::In(secs) => {
+                let at = latest.ceil() as u64 + secs;
+                (at <= crate::ttl::MAX_EXPIRES_AT).then_some(Ok(at))
+            }
+            Deadline::At(at) if (at as f64) <= earliest - MARGIN => Some(Err(())),
+            Deadline::At(at) if (at as f64) > latest + MARGIN => Some(Ok(at)),
+            Deadline::At(_) => None,
+        })
+    }
+
+    /// An insert with plain commands (no script): `HSETNX` of the value
+    /// and `ZADD LT` of the bucket's index entry in one `MULTI`/`EXEC`.
+    /// Only for values that fit the bucket (an out-of-line record needs
+    /// its key written with the entry, which the insert script does).
+    async fn insert_plain(
+        &self,
+        id: &SessionId,
+        form: Form,
+        record: &[u8],
+        at: u64,
+    ) -> Result<Inserted> {
+        let k = self.keys(id);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .ignore_errors()
+            .hset_nx(&k.bucket, &k.field, form.value(record, at))
+            .cmd("ZADD")
+            .arg(&k.index)
+            .arg("LT")
+            .arg(at)
+            .arg(k.member);
+        let replies: Vec<redis::Value> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let mut replies = replies.into_iter();
+        let (set, indexed) = (replies.next(), replies.next());
+        let server_error = |v: &Option<redis::Value>| match v {
+            Some(redis::Value::ServerError(e)) => Some(redis::RedisError::from(e.clone())),
+            _ => None,
+        };
+        if let Some(e) = server_error(&set) {
+            return Err(self.error(id)(e));
+        }
+        let created = matches!(set, Some(redis::Value::Int(1)));
+        if !created && server_error(&indexed).is_none() {
+            return self.again(id, record).await;
+        }
+        if let Some(e) = server_error(&indexed) {
+            // A foreign key where the index goes: take the field back out,
+            // so no session is left that the sweeper cannot find.
+            if created {
+                let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+                    .arg(&k.bucket)
+                    .arg(&k.field)
+                    .query_async(&mut self.conn.clone())
+                    .await;
+            }
+            return Err(Error::from_redis(e, || k.index.clone()));
+        }
+        Ok(if created {
+            Inserted::Created { expires_at: at }
+        } else {
+            Inserted::IdTaken
+        })
+    }
+
+    /// After an `HSETNX` that found the field: the same live record there
+    /// means this insert was sent twice (a reply lost, the call sent
+    /// again), and it is done; anything else is a taken id.
+    async fn again(&self, id: &SessionId, record: &[u8]) -> Result<Inserted> {
+        let k = self.keys(id);
+        let stored: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(&k.bucket)
+            .arg(&k.field)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let mine = stored
+            .as_deref()
+            .and_then(parse_value)
+            .and_then(|v| match v {
+                Value::Here {
+                    expires_at,
+                    record: r,
+                } if r == record => Some(expires_at),
+                _ => None,
+            });
+        match mine {
+            Some(expires_at) if self.clock.judge(expires_at) == Verdict::Live => {
+                Ok(Inserted::Created { expires_at })
+            }
+            _ => Ok(Inserted::IdTaken),
+        }
+    }
+
+    /// Writes a live session's record and expiry together, as a
+    /// tower-sessions `save` does: one script that reads the stored value
+    /// and writes the new one (`HGET`, `HSET`; `ZADD LT` only when the
+    /// expiry moves earlier). A session that is gone or expired by the
+    /// server's clock is left alone ([`Written::Missing`]): a save never
+    /// revives one, whatever this process saw of it before. The script
+    /// asks the server's clock (`TIME`) only when the stored or the new
+    /// expiry is within the clock estimate's reach of now, so a session a
+    /// load returned as live can be extended up to its last second. An
+    /// expiry already past removes the session.
+    pub async fn save(&self, id: &SessionId, record: &[u8], expires_at: u64) -> Result<Written> {
+        Deadline::At(expires_at).check()?;
+        id.check_width(self.buckets().id_width())?;
+        let (_, latest) = self.time_bounds().await?;
+        let latest = (latest + MARGIN).ceil() as u64;
+        let form = self.form(record);
+        let mut inv = self.invocation(&COMPACT_SAVE, id);
+        let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
+        inv.arg(form.value(record, expires_at))
+            .arg(expires_at)
+            .arg(side)
+            .arg(latest);
+        Ok(Written::from_code(self.call(id, &inv).await?))
+    }
+
+    /// Removes a session, live or expired, with plain commands (as a
+    /// tower-sessions `delete` does): `HDEL` of its field, and in the same
+    /// transaction `DEL` of its out-of-line record unless `seen_inline`
+    /// (the caller saw the record inline moments before; one another
+    /// process moved out of line since is then left to its key's own
+    /// expiry, the session's), and `HDEL`s of its viewed items where the
+    /// store keeps them. The index entry stays a lower bound; the
+    /// sweeper rescores it. Returns whether there was a field to remove.
+    pub async fn delete(&self, id: &SessionId, seen_inline: bool) -> Result<bool> {
+        id.check_width(self.buckets().id_width())?;
+        let k = self.keys(id);
+        let mut conn = self.conn.clone();
+        let viewed = self.viewed_keys(k.bucket_no);
+        let removed: i64 = if seen_inline && viewed.is_empty() {
+            redis::cmd("HDEL")
+                .arg(&k.bucket)
+                .arg(&k.field)
+                .query_async(&mut conn)
+                .await
+        } else {
+            let mut pipe = redis::pipe();
+            pipe.atomic().hdel(&k.bucket, &k.field);
+            if !seen_inline {
+                pipe.del(self.scheme.out_of_line_key(k.bucket_no, &k.field))
+                    .ignore();
+            }
+            for key in &viewed {
+                pipe.hdel(key, &k.field).ignore();
+            }
+            pipe.query_async::<(i64,)>(&mut conn).await.map(|(n,)| n)
+        }
+        .map_err(self.error(id))?;
+        Ok(removed > 0)
+    }
+
+    /// The session a value read for `id` holds, if it is live at `now`
+    /// (`None`: judge by the clock estimate, asking the server when close).
+    async fn live(
+        &self,
+        id: &SessionId,
+        bytes: Option<Vec<u8>>,
+        now: Option<u64>,
+    ) -> Result<Option<Stored>> {
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;
+        let expires_at = value.expires_at();
+        let live = match now {
+            Some(now) => expires_at > now,
+            None => match self.clock.judge(expires_at) {
+                Verdict::Live => true,
+                Verdict::Expired => false,
+                Verdict::Ask => expires_at > self.server_now().await?,
+            },
+        };
+        if !live {
+            return Ok(None);
+        }
+        match value {
+            Value::Here { expires_at, record } => Ok(Some(Stored { record, expires_at })),
+            Value::OutOfLine { .. } => self.read_out_of_line(id).await,
+        }
+    }
+
+    /// The value and its out-of-line record, read together in one
+    /// transaction, so a write moving the record in or out of line is never
+    /// seen half done. The expiry only moves forward while an id lives, so
+    /// a session judged live before is live at this reading.
+    async fn read_out_of_line(&self, id: &SessionId) -> Result<Option<Stored>> {
+        let k = self.keys(id);
+        let (bytes, side): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
+            .atomic()
+            .hget(&k.bucket, &k.field)
+            .get(self.scheme.out_of_line_key(k.bucket_no, &k.field))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        match parse_value(&bytes).ok_or_else(|| self.corrupt(id))? {
+            Value::Here { expires_at, record } => Ok(Some(Stored { record, expires_at })),
+            Value::OutOfLine { expires_at } => Ok(side.map(|record| Stored { record, expires_at })),
+        }
+    }
+}
+
+impl<C> Layout for Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    fn name(&self) -> &'static str {
+        "compact"
+    }
+
+    fn location(&self, id: &SessionId) -> String {
+        self.buckets().location(id)
+    }
+
+    fn id_width(&self) -> IdWidth {
+        self.buckets().id_width()
+    }
+
+    fn stamps_ids(&self) -> bool {
+        self.users.is_some()
+    }
+
+    async fn new_id(&self) -> Result<SessionId> {
+        if self.users.is_none() {
+            return SessionId::generate_with(self.id_width());
+        }
+        SessionId::generate_stamped(self.id_width(), self.stamp_now().await?)
+    }
+
+    async fn insert(&self, id: &SessionId, record: &[u8], expiry: Deadline) -> Result<Inserted> {
+        let expiry = expiry.check()?;
+        id.check_width(self.buckets().id_width())?;
+        if let Some(users) = &self.users
+            && let Some(head) = self.owner_head(id, record)?
+        {
+            return self
+                .insert_indexed(users, head, id, record, expiry, None)
+                .await;
+        }
+        let len = (record.len() + EXPIRY_BYTES) as u64;
+        if len <= self.limits.hash_value {
+            match self.decide_expiry(expiry).await? {
+                Some(Ok(at)) => {
+                    self.watch.note(len, false, self.limits.hash_value);
+                    return self
+                        .insert_plain(id, self.form_inline(record), record, at)
+                        .await;
+                }
+                Some(Err(())) => return Ok(Inserted::AlreadyExpired),
+                None => {}
+            }
+        }
+        let code = self
+            .call(id, &self.insert_invocation(id, record, expiry, None))
+            .await?;
+        Ok(Inserted::from_code(code))
+    }
+
+    async fn insert_successor(
+        &self,
+        from: &SessionId,
+        prev: Option<&SessionId>,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+    ) -> Result<Inserted> {
+        if let Some(users) = &self.users
+            && let Some(head) = self.owner_head(id, record)?
+        {
+            let expiry = expiry.check()?;
+            id.check_width(self.buckets().id_width())?;
+            return self
+                .insert_indexed(users, head, id, record, expiry, Some((from, prev)))
+                .await;
+        }
+        self.insert(id, record, expiry).await
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
+        let k = self.keys(id);
+        let mut pipe = redis::pipe();
+        pipe.hget(&k.bucket, &k.field);
+        let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
+            .await
+            .map_err(self.error(id))?;
+        let bytes: Option<Vec<u8>> =
+            redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
+        self.live(id, bytes, None).await
+    }
+
+    async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
+        let mut inv = self.invocation(&COMPACT_TOUCH, id);
+        inv.arg(check_ttl(ttl_secs)?);
+        self.call(id, &inv).await
+    }
+
+    async fn replace(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expected: Option<&[u8]>,
+    ) -> Result<Written> {
+        let form = self.form(record);
+        let payload = Self::payload(form, record);
+        let invocation = |owner: Option<&[u8]>| {
+            let mut inv = self.invocation(&COMPACT_REPLACE, id);
+            inv.arg(form.code()).arg(&*payload);
+            Self::expected_args(&mut inv, expected);
+            if let Some(head) = owner {
+                let ident = record::int_only(head).map_or(String::new(), |n| n.to_string());
+                inv.arg(ident).arg(head);
+            }
+            inv
+        };
+        // With a user index, a write that gives the session another owner
+        // is refused until that owner's entry is written (first, as for a
+        // create); a write that keeps the owner costs nothing more.
+        let owner = match &self.users {
+            Some(_) => self.owner_head(id, record)?,
+            None => None,
+        };
+        if let Some(head) = owner {
+            let code: i64 = self.call(id, &invocation(Some(head))).await?;
+            if code != -3 {
+                return Ok(Written::from_code(code));
+            }
+            self.ensure_entry(head, id).await?;
+        }
+        Ok(Written::from_code(self.call(id, &invocation(None)).await?))
+    }
+
+    async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {
+        let mut inv = self.invocation(&COMPACT_REMOVE, id);
+        Self::expected_args(&mut inv, expected.map(|e| e.record.as_slice()));
+        inv.arg(expected.map_or(0, |e| e.expires_at));
+        Ok(Written::from_code(self.call(id, &inv).await?))
+    }
+
+    async fn insert_many(
+        &self,
+        items: &[(SessionId, Vec<u8>)],
+        ttl_secs: u64,
+    ) -> Result<Vec<Inserted>> {
+        check_batch(items, ttl_secs, self.buckets().id_width())?;
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(PIPELINE_CHUNK) {
+            // Index entries first, as for one insert.
+            let indexed_at = self.index_add_many(chunk).await?;
+            let invocations: Vec<_> = chunk
+                .iter()
+                .map(|(id, record)| {
+                    self.insert_invocation(id, record, Deadline::In(ttl_secs), indexed_at)
+                })
+                .collect();
+            let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
+            let codes: Vec<i64> = crate::session::layout::pipeline::pipelined(
+                &self.conn,
+                self,
+                &ids,
+                &invocations,
+                &COMPACT_INSERT,
+            )
+            .await?;
+            out.extend(codes.into_iter().map(Inserted::from_code));
+        }
+        Ok(out)
+    }
+
+    async fn carry_over(&self, from: &SessionId, to: &SessionId) -> Result<()> {
+        self.copy_viewed(from, to).await
+    }
+
+    async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(PIPELINE_CHUNK) {
+            let mut pipe = redis::pipe();
+            for id in chunk {
+                let k = self.keys(id);
+                pipe.hget(&k.bucket, &k.field);
+            }
+            pipe.cmd("TIME");
+            let sent = Instant::now();
+            let mut replies: Vec<redis::Value> =
+                pipe.query_async(&mut self.conn.clone()).await.map_err(
+                    crate::session::layout::pipeline::pipeline_error(self, chunk, 1),
+                )?;
+            let time = replies.pop().unwrap_or(redis::Value::Nil);
+            let (now, micros): (u64, u64) = redis::from_redis_value(time)?;
+            self.clock.record(now, micros, sent);
+            for (id, reply) in chunk.iter().zip(replies) {
+                let bytes: Option<Vec<u8>> = redis::from_redis_value(reply)?;
+                // The time was read after the values: never early.
+                out.push(self.live(id, bytes, Some(now)).await?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_in_both_forms() {
+        let record = record::encode(&1_234_567u64, &()).unwrap();
+        let n = 1_234_567 * SCALE + 1_800_000_000;
+        assert_eq!(
+            parse_value(n.to_string().as_bytes()),
+            Some(Value::Here {
+                expires_at: 1_800_000_000,
+                record: record.clone()
+            })
+        );
+        // Identity 0 is the expiry alone.
+        assert_eq!(
+            parse_value(b"1800000000"),
+            Some(Value::Here {
+                expires_at: 1_800_000_000,
+                record: vec![0]
+            })
+        );
+        let mut binary = 1_800_000_000u32.to_be_bytes().to_vec();
+        binary.extend_from_slice(&[0x05, 0x81, 0xa1, b'a', 0x01]);
+        assert_eq!(
+            parse_value(&binary),
+            Some(Value::Here {
+                expires_at: 1_800_000_000,
+                record: vec![0x05, 0x81, 0xa1, b'a', 0x01]
+            })
+        );
+        let mut marker = 1_800_000_000u32.to_be_bytes().to_vec();
+        marker.push(OUT_OF_LINE);
+        assert_eq!(
+            parse_value(&marker),
+            Some(Value::OutOfLine {
+                expires_at: 1_800_000_000
+            })
+        );
+        for garbage in [&b""[..], b"\x6b\x00", b"12x", b"99999999999999999999999"] {
+            assert_eq!(parse_value(garbage), None, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn the_integer_form_never_overflows_a_signed_64_bit_integer() {
+        let largest = (INTEGER_FORM.end - 1) * SCALE + u64::from(u32::MAX);
+        assert!(largest <= i64::MAX as u64);
+    }
+
+    #[test]
+    fn groups_hold_128_buckets_under_one_tag() {
+        let layout = GroupedBuckets::new(Buckets::new("sp", 20).unwrap());
+        assert_eq!(layout.groups(), 1 << 13);
+        assert_eq!(layout.bucket_key(0x3fa07), "sp:{07f4}:7");
+        assert_eq!(layout.index_key(0x7f4), "sp:{07f4}:i");
+        assert_eq!(layout.group_buckets(0x7f4), 0x3fa00..0x3fa80);
+        let small = GroupedBuckets::new(Buckets::new("sp", 4).unwrap());
+        assert_eq!(small.groups(), 1);
+        assert_eq!(small.bucket_key(15), "sp:{0}:f");
+    }
+}

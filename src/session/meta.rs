@@ -1,0 +1,170 @@
+//! Store metadata: what a namespace holds, recorded once and checked by
+//! every process that opens it.
+//!
+//! A store is laid out by its layout, bucket bits, id width and record
+//! format; two processes that disagree on any of them read and sweep
+//! different keys (a sweeper given 17 bucket bits for a 16-bit store would
+//! sweep nothing, and say nothing). The first process to open a namespace
+//! records them in one small HASH, `<namespace>:meta`; every later one
+//! compares and refuses a mismatch with [`Error::Config`]. The key has no
+//! expiry: it is the store's own, a few dozen bytes per namespace, and
+//! evicting or deleting it only means the next process records it again.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::scripts::META_CLAIM;
+
+/// The record format this version writes (see [`crate::session::record`]).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What a store is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreMeta {
+    /// The layout's name, e.g. `bucketed`.
+    pub layout: String,
+    /// `log2` of the bucket count.
+    pub bucket_bits: u8,
+    /// Bits in a session id.
+    pub id_bits: u16,
+    /// The record format.
+    pub format: u32,
+    /// `log2` of the user index's bucket count; 0 for a store without one
+    /// (and for stores recorded before user indexes existed).
+    pub user_bits: u8,
+    /// The user index's grace, seconds ([`crate::users::UserIndexConfig`]);
+    /// 0 without an index.
+    pub user_grace_secs: u64,
+    /// The user index's clock skew allowance, seconds; 0 without an index.
+    pub user_skew_secs: u64,
+    /// Viewed items kept per session ([`crate::viewed`]); 0 for a store
+    /// that keeps none.
+    pub viewed_keep: u8,
+    /// The largest viewed item in bytes; 0 without viewed items.
+    pub viewed_item_bytes: u8,
+}
+
+impl fmt::Display for StoreMeta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "layout {}, {} bucket bits, {}-bit ids, record format {}",
+            self.layout, self.bucket_bits, self.id_bits, self.format
+        )?;
+        match self.user_bits {
+            0 => write!(f, ", no user index"),
+            bits => write!(
+                f,
+                ", a user index of 2^{bits} buckets ({} s grace, {} s skew)",
+                self.user_grace_secs, self.user_skew_secs
+            ),
+        }?;
+        match self.viewed_keep {
+            0 => Ok(()),
+            keep => write!(
+                f,
+                ", the last {keep} viewed items of up to {} bytes",
+                self.viewed_item_bytes
+            ),
+        }
+    }
+}
+
+impl StoreMeta {
+    /// The metadata key of `namespace`.
+    pub fn key(namespace: &str) -> String {
+        format!("{namespace}:meta")
+    }
+
+    fn fields(&self) -> [(&'static str, String); 9] {
+        [
+            ("layout", self.layout.clone()),
+            ("bucket_bits", self.bucket_bits.to_string()),
+            ("id_bits", self.id_bits.to_string()),
+            ("format", self.format.to_string()),
+            ("user_bits", self.user_bits.to_string()),
+            ("user_grace_secs", self.user_grace_secs.to_string()),
+            ("user_skew_secs", self.user_skew_secs.to_string()),
+            ("viewed_keep", self.viewed_keep.to_string()),
+            ("viewed_item_bytes", self.viewed_item_bytes.to_string()),
+        ]
+    }
+
+    fn from_fields(namespace: &str, map: &HashMap<String, String>) -> Result<Self> {
+        let bad = |field: &str| {
+            Error::Config(format!(
+                "{}: field {field:?} is missing or malformed; delete the key only if no \
+                 store lives in namespace {namespace:?}",
+                Self::key(namespace)
+            ))
+        };
+        let get = |field: &str| map.get(field).ok_or_else(|| bad(field));
+        fn parse_or_zero<T: std::str::FromStr + Default>(v: Option<&String>) -> Option<T> {
+            v.map_or(Some(T::default()), |v| v.parse().ok())
+        }
+        let optional = |field: &str| -> Result<u64> {
+            parse_or_zero(map.get(field)).ok_or_else(|| bad(field))
+        };
+        Ok(Self {
+            layout: get("layout")?.clone(),
+            bucket_bits: get("bucket_bits")?
+                .parse()
+                .map_err(|_| bad("bucket_bits"))?,
+            id_bits: get("id_bits")?.parse().map_err(|_| bad("id_bits"))?,
+            format: get("format")?.parse().map_err(|_| bad("format"))?,
+            // Absent from stores recorded before user indexes existed.
+            user_bits: u8::try_from(optional("user_bits")?).map_err(|_| bad("user_bits"))?,
+            user_grace_secs: optional("user_grace_secs")?,
+            user_skew_secs: optional("user_skew_secs")?,
+            // Absent from stores recorded before viewed items existed.
+            viewed_keep: u8::try_from(optional("viewed_keep")?).map_err(|_| bad("viewed_keep"))?,
+            viewed_item_bytes: u8::try_from(optional("viewed_item_bytes")?)
+                .map_err(|_| bad("viewed_item_bytes"))?,
+        })
+    }
+
+    /// Reads what `namespace` holds, if anything has recorded it.
+    pub async fn read<C>(conn: &C, namespace: &str) -> Result<Option<Self>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        let key = Self::key(namespace);
+        let map: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(&mut conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        if map.is_empty() {
+            return Ok(None);
+        }
+        Self::from_fields(namespace, &map).map(Some)
+    }
+
+    /// Records `self` for `namespace` unless something is recorded there
+    /// already, and checks that what is recorded is `self`: a mismatch is
+    /// an [`Error::Config`] naming both. One script call.
+    pub async fn claim<C>(&self, conn: &C, namespace: &str) -> Result<()>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        let key = Self::key(namespace);
+        let mut inv = META_CLAIM.prepare_invoke();
+        inv.key(&key);
+        for (field, value) in self.fields() {
+            inv.arg(field).arg(value);
+        }
+        let map: HashMap<String, String> = inv
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        let stored = Self::from_fields(namespace, &map)?;
+        if stored != *self {
+            return Err(Error::Config(format!(
+                "namespace {namespace:?} holds a store with {stored}; this one was opened \
+                 with {self}"
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,15 @@
+//! Sessions: their ids and records, the layouts that keep them in Redis,
+//! the typed [`store::Store`] over a layout, and the sweeper that removes
+//! what expired.
+//!
+//! Within this floor: [`id`] and [`record`] at the bottom, then
+//! [`buckets`] (id to bucket and key names) and [`meta`] (what a namespace
+//! was opened with), then [`layout`], then [`store`] and [`sweep`].
+
+pub mod buckets;
+pub mod id;
+pub mod layout;
+pub mod meta;
+pub mod record;
+pub mod store;
+pub mod sweep;

@@ -1,0 +1,302 @@
+//! Sweeping the compact layout: the index of each group of buckets names
+//! the buckets that may hold expired sessions, and one script per group
+//! sweeps them and rescores their index entries.
+
+use super::cap::{cutoff_among, sample_buckets};
+use super::step::{Cutoff, RangeOutcome};
+use crate::error::{Error, Result};
+use crate::scripts::{self, COMPACT_CAP, COMPACT_EVICT, COMPACT_SWEEP};
+use crate::session::layout::Compact;
+use crate::session::layout::compact::value_expiry;
+
+/// A bucket's field and value, as `HGETALL` returns them.
+type FieldValue = (Vec<u8>, Vec<u8>);
+
+/// Groups swept per pipeline.
+const PIPELINE: usize = 64;
+
+/// Sweeps `groups`: the buckets their indexes say are due at `now`, or
+/// with `full` every bucket of each group (which also restores index
+/// entries that were lost or are stale).
+pub(super) async fn sweep_groups<C>(
+    layout: &Compact<C>,
+    groups: std::ops::Range<u32>,
+    now: u64,
+    full: bool,
+) -> Result<RangeOutcome>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let scheme = layout.scheme();
+    let conn = layout.connection();
+    let mut out = RangeOutcome::default();
+    let groups: Vec<u32> = groups.collect();
+    for chunk in groups.chunks(PIPELINE) {
+        let due: Vec<Vec<u32>> = if full {
+            chunk
+                .iter()
+                .map(|&g| {
+                    let buckets = scheme.group_buckets(g);
+                    (0..buckets.end - buckets.start).collect()
+                })
+                .collect()
+        } else {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for &g in chunk {
+                pipe.cmd("ZRANGE")
+                    .arg(scheme.index_key(g))
+                    .arg("-inf")
+                    .arg(now)
+                    .arg("BYSCORE");
+            }
+            let replies: Vec<redis::RedisResult<Vec<u32>>> =
+                pipe.query_async(&mut conn.clone()).await?;
+            let mut due = Vec::with_capacity(chunk.len());
+            for (&g, reply) in chunk.iter().zip(replies) {
+                match reply {
+                    Ok(members) => due.push(members),
+                    Err(e) => {
+                        out.bad_bucket(scheme.group_buckets(g).start, e.to_string());
+                        due.push(Vec::new());
+                    }
+                }
+            }
+            due
+        };
+        let work: Vec<(u32, &Vec<u32>)> = chunk
+            .iter()
+            .copied()
+            .zip(due.iter())
+            .filter(|(_, members)| !members.is_empty())
+            .collect();
+        if work.is_empty() {
+            continue;
+        }
+        let invocations: Vec<_> = work
+            .iter()
+            .map(|&(g, members)| {
+                let base = scheme.group_buckets(g).start;
+                let mut inv = COMPACT_SWEEP.prepare_invoke();
+                inv.key(scheme.index_key(g));
+                for &m in members {
+                    inv.key(scheme.bucket_key(base + m));
+                }
+                for &m in members {
+                    for key in layout.viewed_keys(base + m) {
+                        inv.key(key);
+                    }
+                }
+                for &m in members {
+                    inv.arg(m);
+                }
+                inv
+            })
+            .collect();
+        let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_SWEEP).await?;
+        for (&(g, _), reply) in work.iter().zip(replies) {
+            let base = scheme.group_buckets(g).start;
+            let Some(parts) = group_reply(reply, base, &mut out)? else {
+                continue;
+            };
+            let int = |i: usize| int_at(&parts, i);
+            out.reclaimed += int(0).max(0) as u64;
+            out.buckets += int(2).max(0) as u64;
+            if int(1) >= 0 {
+                let oldest = int(1) as u64;
+                out.oldest_removed = Some(out.oldest_removed.map_or(oldest, |o| o.min(oldest)));
+            }
+            for member in parts.iter().skip(3) {
+                bad_member(member, base, &mut out);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Sessions held in all buckets (`HLEN`; sessions expired but not yet
+/// swept count too: the cap runs right after a pass has swept). Buckets of
+/// another type are left out.
+pub(super) async fn count_sessions<C>(layout: &Compact<C>) -> Result<u64>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let scheme = layout.scheme();
+    let count = layout.buckets().count();
+    let mut total = 0;
+    for start in (0..count).step_by(4096) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for bucket in start..(start + 4096).min(count) {
+            pipe.hlen(scheme.bucket_key(bucket));
+        }
+        let replies: Vec<redis::RedisResult<u64>> =
+            pipe.query_async(&mut layout.connection().clone()).await?;
+        total += replies.into_iter().flatten().sum::<u64>();
+    }
+    Ok(total)
+}
+
+/// The cap's cutoff from the live entries of a sample of buckets (all of
+/// them up to 4,096): the `ceil(q s)`-th smallest (expiry, field) of the
+/// `s` sampled, `q` the share to evict.
+pub(super) async fn place_cutoff<C>(
+    layout: &Compact<C>,
+    now: u64,
+    total: u64,
+    max: u64,
+) -> Result<Option<Cutoff>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let scheme = layout.scheme();
+    let sample = sample_buckets(layout.buckets().count());
+    let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
+    for chunk in sample.chunks(512) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for &bucket in chunk {
+            pipe.hgetall(scheme.bucket_key(bucket));
+        }
+        let replies: Vec<redis::RedisResult<Vec<FieldValue>>> =
+            pipe.query_async(&mut layout.connection().clone()).await?;
+        for (field, value) in replies.into_iter().flatten().flatten() {
+            if let Some(expiry) = value_expiry(&value).filter(|&e| e > now) {
+                entries.push((expiry, field));
+            }
+        }
+    }
+    Ok(cutoff_among(entries, total, max))
+}
+
+/// Removes from every bucket the sessions at or before `cutoff` (and the
+/// expired ones), group by group; live sessions with records out of line
+/// go with their record keys in a second script per bucket.
+pub(super) async fn evict<C>(layout: &Compact<C>, cutoff: &Cutoff) -> Result<RangeOutcome>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let scheme = layout.scheme();
+    let conn = layout.connection();
+    let mut out = RangeOutcome::default();
+    let groups: Vec<u32> = (0..scheme.groups()).collect();
+    for chunk in groups.chunks(PIPELINE) {
+        let invocations: Vec<_> = chunk
+            .iter()
+            .map(|&g| {
+                let buckets = scheme.group_buckets(g);
+                let mut inv = COMPACT_CAP.prepare_invoke();
+                inv.key(scheme.index_key(g));
+                for bucket in buckets.clone() {
+                    inv.key(scheme.bucket_key(bucket));
+                }
+                for bucket in buckets.clone() {
+                    for key in layout.viewed_keys(bucket) {
+                        inv.key(key);
+                    }
+                }
+                inv.arg(cutoff.expiry).arg(&cutoff.field);
+                for m in 0..buckets.end - buckets.start {
+                    inv.arg(m);
+                }
+                inv
+            })
+            .collect();
+        let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_CAP).await?;
+        let mut out_of_line: Vec<(u32, Vec<Vec<u8>>)> = Vec::new();
+        for (&g, reply) in chunk.iter().zip(replies) {
+            let base = scheme.group_buckets(g).start;
+            out.buckets += u64::from(scheme.group_buckets(g).end - base);
+            let Some(parts) = group_reply(reply, base, &mut out)? else {
+                continue;
+            };
+            let int = |i: usize| int_at(&parts, i).max(0) as u64;
+            out.reclaimed += int(0);
+            out.evicted += int(1);
+            let pairs = int(2) as usize;
+            for pair in parts[3..3 + 2 * pairs].chunks(2) {
+                let member: u32 = redis::from_redis_value_ref(&pair[0]).unwrap_or(0);
+                let field: Vec<u8> = redis::from_redis_value_ref(&pair[1]).unwrap_or_default();
+                match out_of_line.iter_mut().find(|(b, _)| *b == base + member) {
+                    Some((_, fields)) => fields.push(field),
+                    None => out_of_line.push((base + member, vec![field])),
+                }
+            }
+            for member in &parts[3 + 2 * pairs..] {
+                bad_member(member, base, &mut out);
+            }
+        }
+        if out_of_line.is_empty() {
+            continue;
+        }
+        let invocations: Vec<_> = out_of_line
+            .iter()
+            .map(|(bucket, fields)| {
+                let mut inv = COMPACT_EVICT.prepare_invoke();
+                inv.key(scheme.bucket_key(*bucket));
+                for field in fields {
+                    inv.key(scheme.out_of_line_key(*bucket, field));
+                }
+                for key in layout.viewed_keys(*bucket) {
+                    inv.key(key);
+                }
+                inv.arg(cutoff.expiry).arg(&cutoff.field);
+                for field in fields {
+                    inv.arg(field);
+                }
+                inv
+            })
+            .collect();
+        let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_EVICT).await?;
+        for ((bucket, _), reply) in out_of_line.iter().zip(replies) {
+            match reply.and_then(|v| redis::from_redis_value::<u64>(v).map_err(Into::into)) {
+                Ok(n) => out.evicted += n,
+                Err(e) => out.bad_bucket(*bucket, e.to_string()),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A group script's reply as its parts; `None` (the group reported bad at
+/// its first bucket) if the script failed on the server.
+fn group_reply(
+    reply: redis::RedisResult<redis::Value>,
+    base: u32,
+    out: &mut RangeOutcome,
+) -> Result<Option<Vec<redis::Value>>> {
+    match reply {
+        Ok(value) => redis::from_redis_value(value)
+            .map(Some)
+            .map_err(|e| Error::Config(format!("unexpected reply from a group script: {e}"))),
+        Err(e) => {
+            out.bad_bucket(base, e.to_string());
+            Ok(None)
+        }
+    }
+}
+
+/// Reports a bucket a group script skipped: its member for a key of
+/// another type, `-(member + 1)` for one holding a value in neither form.
+fn bad_member(member: &redis::Value, base: u32, out: &mut RangeOutcome) {
+    let m: i64 = redis::from_redis_value_ref(member).unwrap_or(0);
+    if m >= 0 {
+        out.bad_bucket(
+            base + m as u32,
+            "WRONGTYPE: a bucket key of another type".into(),
+        );
+    } else {
+        out.bad_bucket(
+            base + (-m - 1) as u32,
+            "CORRUPT: a value in neither the integer nor the binary form".into(),
+        );
+    }
+}
+
+/// The integer at `i` of a reply, or -1.
+fn int_at(parts: &[redis::Value], i: usize) -> i64 {
+    parts
+        .get(i)
+        .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+        .unwrap_or(-1)
+}

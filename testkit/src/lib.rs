@@ -1,0 +1,198 @@
+//! Throwaway Redis servers for sessionpack's tests, benchmarks and
+//! command-line harness: a `redis-server` on a free loopback port
+//! ([`LocalServer`]) and a local Redis Cluster of them ([`LocalCluster`]).
+//!
+//! The process is started with persistence off, in a temporary directory,
+//! and stopped by its own process id when the handle is dropped.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+mod cluster;
+mod error;
+
+pub use cluster::{LocalCluster, NODE_TIMEOUT, REDIS_CLI_ENV, Role};
+pub use error::{Error, Result};
+
+/// Environment variable naming the `redis-server` binary to run.
+pub const REDIS_SERVER_ENV: &str = "SESSIONPACK_REDIS_SERVER";
+
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+const PORT_ATTEMPTS: usize = 5;
+
+/// A `redis-server` child process, stopped on drop.
+#[derive(Debug)]
+pub struct LocalServer {
+    child: Mutex<Option<Child>>,
+    port: u16,
+    args: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl LocalServer {
+    /// Starts a server with default settings.
+    pub fn start() -> Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `--name value` arguments, e.g.
+    /// `["--hash-max-listpack-value", "32"]`.
+    pub fn start_with(args: &[&str]) -> Result<Self> {
+        let dir = tempfile::tempdir()
+            .map_err(|e| Error::Setup(format!("cannot make a temporary directory: {e}")))?;
+        let mut server = Self {
+            child: Mutex::new(None),
+            port: 0,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            dir,
+        };
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            server.port = free_port()?;
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Setup("redis-server did not start".into())))
+    }
+
+    /// The port it listens on, on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A `redis://` URL for it.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child().as_ref().map(Child::id)
+    }
+
+    fn child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A client for it.
+    pub fn client(&self) -> Result<redis::Client> {
+        Ok(redis::Client::open(self.url())?)
+    }
+
+    /// Stops the server (by its process id) and waits for it to exit.
+    pub fn stop(&self) {
+        if let Some(mut child) = self.child().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server and starts it again on the same port in the same
+    /// directory: empty, unless it saved a snapshot there (`SAVE`), which it
+    /// then loads before answering. Returns once it answers `PING`.
+    pub fn restart(&self) -> Result<()> {
+        self.stop();
+        self.spawn()
+    }
+
+    /// Starts the server again after [`LocalServer::stop`], empty, on the
+    /// same port. Does nothing if it is running.
+    pub fn resume(&self) -> Result<()> {
+        if self.child().is_some() {
+            return Ok(());
+        }
+        self.spawn()
+    }
+
+    fn spawn(&self) -> Result<()> {
+        let binary = std::env::var_os(REDIS_SERVER_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("redis-server"));
+        let port = self.port.to_string();
+        let dir = self.dir.path().to_string_lossy().into_owned();
+        let log = self
+            .dir
+            .path()
+            .join("redis.log")
+            .to_string_lossy()
+            .into_owned();
+        let mut child = Command::new(&binary)
+            .args([
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--dir", &dir, "--logfile", &log, "--daemonize", "no"])
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                Error::Setup(format!(
+                    "cannot run {}: {e} (install it with `apt-get install redis-server`, \
+                     or name a binary in {REDIS_SERVER_ENV})",
+                    binary.display()
+                ))
+            })?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if ping(self.port) {
+                *self.child() = Some(child);
+                return Ok(());
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(Error::Setup(format!(
+                    "redis-server exited with {status}: {}",
+                    log.lines().last().unwrap_or("no log")
+                )));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Setup(
+                    "redis-server did not answer PING in time".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| Error::Setup(format!("no free port: {e}")))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::Setup(format!("no free port: {e}")))
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
