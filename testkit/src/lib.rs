@@ -148,7 +148,10 @@ impl LocalServer {
             })?;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if ping(self.port) {
+            // Another process may have taken the port since it was found
+            // free, and answer in our server's place: only our own
+            // process id counts.
+            if ping(self.port) && process_id(self.port) == Some(child.id()) {
                 *self.child() = Some(child);
                 return Ok(());
             }
@@ -184,6 +187,18 @@ fn free_port() -> Result<u16> {
         .local_addr()
         .map(|a| a.port())
         .map_err(|e| Error::Setup(format!("no free port: {e}")))
+}
+
+/// The process id of the server answering on `port`.
+fn process_id(port: u16) -> Option<u32> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 fn ping(port: u16) -> bool {
