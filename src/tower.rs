@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! # async fn run() -> sessionpack::Result<()> {
-//! use sessionpack::sweep::{SweepConfig, Sweeper};
+//! use sessionpack::session::sweep::{SweepConfig, Sweeper};
 //! use sessionpack::tower::TowerStore;
 //! use sessionpack::{CompactConfig, Connection};
 //!

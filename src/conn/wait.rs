@@ -22,7 +22,7 @@
 //! ```no_run
 //! # async fn run() -> sessionpack::Result<()> {
 //! use std::time::Duration;
-//! use sessionpack::wait::WaitForReplicas;
+//! use sessionpack::conn::wait::WaitForReplicas;
 //!
 //! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
 //! let conn = WaitForReplicas::new(conn, 1, Duration::from_millis(100));

@@ -44,7 +44,7 @@ local function is_integer_form(value)
 end
 
 -- The expiry a value holds; nil for a value in neither form (another
--- program wrote it), as `parse_value` in src/layout/compact/mod.rs reads it.
+-- program wrote it), as `parse_value` in src/session/layout/compact/mod.rs reads it.
 local function expiry_of(value)
   if is_integer_form(value) then
     if #value > 19 or string.find(value, '%D') then

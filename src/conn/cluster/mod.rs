@@ -15,7 +15,7 @@
 //! # async fn run() -> sessionpack::Result<()> {
 //! use sessionpack::{Compact, CompactConfig};
 //!
-//! let conn = sessionpack::cluster::connect(&["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"]).await?;
+//! let conn = sessionpack::conn::cluster::connect(&["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"]).await?;
 //! let layout = Compact::new(conn, CompactConfig::new(14)).await?;
 //! # Ok(()) }
 //! ```
