@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the source-built test servers once and caches them outside the
-# repository: Redis 7.4.1 and Valkey 8.0.1, from the archives in
-# ../shared/servers/ (checked against their sha256). Prints one line per
-# server, `name path-to-server-binary`. A cached build is reused.
+# repository: Redis 7.4.1 and 8.0.6, Valkey 8.0.1 and 9.1.2, from the
+# archives in ../shared/servers/ (checked against their sha256); with names
+# as arguments (e.g. `redis-8.0.6 valkey-9.1.2`), only those. Prints one
+# line per server, `name path-to-server-binary`. A cached build is reused.
 #
 #   SESSIONPACK_SERVER_SOURCES  folder of the archives (default ../shared/servers)
 #   SESSIONPACK_CACHE           cache folder (default ~/.cache/sessionpack)
@@ -12,9 +13,14 @@ sources=${SESSIONPACK_SERVER_SOURCES:-$(cd .. && pwd)/shared/servers}
 cache=${SESSIONPACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sessionpack}/servers
 mkdir -p "$cache"
 
+wanted=("$@")
+
 build() {
   local name=$1 archive=$2 sha=$3 binary=$4
   local out="$cache/$name"
+  if [ ${#wanted[@]} -gt 0 ] && [[ " ${wanted[*]} " != *" $name "* ]]; then
+    return
+  fi
   if [ -x "$out/bin/$binary" ]; then
     echo "$name $out/bin/$binary"
     return
@@ -28,8 +34,9 @@ build() {
   work=$(mktemp -d)
   tar -xzf "$sources/$archive" -C "$work"
   echo "building $name (a few minutes, once)" >&2
-  # Bundled jemalloc, no TLS: nothing beyond a C compiler and make.
-  make -C "$work"/*/ -j"$(nproc)" BUILD_TLS=no >"$work/build.log" 2>&1 || {
+  # Bundled jemalloc, no TLS, no modules (Redis 8's need the internet):
+  # nothing beyond a C compiler and make.
+  make -C "$work"/*/ -j"$(nproc)" BUILD_TLS=no BUILD_WITH_MODULES=no >"$work/build.log" 2>&1 || {
     tail -n 30 "$work/build.log" >&2
     return 1
   }
@@ -53,3 +60,7 @@ build redis-7.4.1 redis-7.4.1.tar.gz \
   4de2e6f23676e4d3872547a51731b8c78de812ff09260712c20f4ce01d1bad30 redis-server
 build valkey-8.0.1 valkey-8.0.1.tar.gz \
   bccb382a0f583fb419526348ed07c3d19e0b6fe8f5492aa3b3037793016ea478 valkey-server
+build redis-8.0.6 redis-8.0.6.tar.gz \
+  763bf3005bcbf77c1d8145016a9627e45219665f99cf5a736bc73ec70faf0c8e redis-server
+build valkey-9.1.2 valkey-9.1.2.tar.gz \
+  8e8557da7426a51b4e0fb514a65ef6241dc7c85cb408243af389070abf379cec valkey-server

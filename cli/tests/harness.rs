@@ -330,7 +330,12 @@ async fn the_memory_benchmark_sums_a_clusters_primaries() {
         }
         assert_eq!(p.sample.keys, keys, "{}", run.label);
         assert_eq!(holding, 3, "{}: every primary holds keys", run.label);
-        assert!(p.bytes_per_session > 20.0 && p.bytes_per_session < 400.0);
+        assert!(
+            p.bytes_per_session > 20.0 && p.bytes_per_session < 400.0,
+            "{}: {:.1} bytes/session",
+            run.label,
+            p.bytes_per_session
+        );
         if s.layout == LayoutKind::PackedSetex {
             assert_eq!(keys, sessions, "a key per session");
         }
