@@ -3,7 +3,8 @@
 # repository: Redis 7.4.1 and 8.0.6, Valkey 8.0.1 and 9.1.2, from the
 # archives in ../shared/servers/ (checked against their sha256); with names
 # as arguments (e.g. `redis-8.0.6 valkey-9.1.2`), only those. Prints one
-# line per server, `name path-to-server-binary`. A cached build is reused.
+# line per server, `name path-to-server-binary`. A cached build is reused
+# if it was built with TLS (the TLS tests need it; older caches had none).
 #
 #   SESSIONPACK_SERVER_SOURCES  folder of the archives (default ../shared/servers)
 #   SESSIONPACK_CACHE           cache folder (default ~/.cache/sessionpack)
@@ -21,7 +22,7 @@ build() {
   if [ ${#wanted[@]} -gt 0 ] && [[ " ${wanted[*]} " != *" $name "* ]]; then
     return
   fi
-  if [ -x "$out/bin/$binary" ]; then
+  if [ -x "$out/bin/$binary" ] && [ -f "$out/bin/BUILT_WITH_TLS" ]; then
     echo "$name $out/bin/$binary"
     return
   fi
@@ -34,9 +35,9 @@ build() {
   work=$(mktemp -d)
   tar -xzf "$sources/$archive" -C "$work"
   echo "building $name (a few minutes, once)" >&2
-  # Bundled jemalloc, no TLS, no modules (Redis 8's need the internet):
-  # nothing beyond a C compiler and make.
-  make -C "$work"/*/ -j"$(nproc)" BUILD_TLS=no BUILD_WITH_MODULES=no >"$work/build.log" 2>&1 || {
+  # Bundled jemalloc, TLS built in (OpenSSL, as Debian's server has it), no
+  # modules (Redis 8's need the internet).
+  make -C "$work"/*/ -j"$(nproc)" BUILD_TLS=yes BUILD_WITH_MODULES=no >"$work/build.log" 2>&1 || {
     tail -n 30 "$work/build.log" >&2
     return 1
   }
@@ -45,15 +46,17 @@ build() {
   for tool in redis-cli valkey-cli redis-benchmark valkey-benchmark; do
     [ -x "$work"/*/src/$tool ] && cp "$work"/*/src/$tool "$out/bin.tmp/" || true
   done
+  touch "$out/bin.tmp/BUILT_WITH_TLS"
   rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin"
   rm -rf "$work"
   echo "$name $out/bin/$binary"
 }
 
-if ! command -v make >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1; then
+if ! command -v make >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1 \
+  || ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists openssl; then
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq build-essential >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq build-essential pkg-config libssl-dev >/dev/null
 fi
 
 build redis-7.4.1 redis-7.4.1.tar.gz \

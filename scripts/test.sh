@@ -69,11 +69,11 @@ grep '/cli test:harness ' "$work/all" > "$work/alone" || true
 
 run() {
   local server=$1 server_binary=$2 dir=$3 target=$4 path=$5
-  local log="$work/$server.${target/:/.}.log" start=$SECONDS quiet=-q
+  local log="$work/$server.${target/:/.}.log" start=$SECONDS flags=(-q --show-output)
   # A criterion bench run without --bench tests each bench once; it takes
   # no libtest flags.
-  [ "${target%%:*}" = bench ] && quiet=
-  if (cd "$dir" && SESSIONPACK_REDIS_SERVER=$server_binary "$path" $quiet) > "$log" 2>&1; then
+  [ "${target%%:*}" = bench ] && flags=()
+  if (cd "$dir" && SESSIONPACK_REDIS_SERVER=$server_binary "$path" "${flags[@]}") > "$log" 2>&1; then
     echo "ok     $server ${dir#"$root"}/$target ($((SECONDS - start)) s)"
   else
     echo "FAILED $server ${dir#"$root"}/$target ($((SECONDS - start)) s)"
@@ -87,6 +87,11 @@ start=$SECONDS
 xargs -P "$jobs" -L 1 bash -c 'run "$@"' run < "$work/runs"
 RUST_TEST_THREADS=2 xargs -P 1 -L 1 bash -c 'run "$@"' run < "$work/alone"
 echo "== test binaries: $((SECONDS - start)) s"
+# A test the server cannot serve (a build without TLS) says so and passes:
+# each such skip is shown here, never silent.
+for log in "$work"/*.log; do
+  grep -h "^skipped: " "$log" | sed "s#^#$(basename "$log" .log): #" || true
+done
 
 failed=0
 for mark in "$work"/*.failed; do

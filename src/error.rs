@@ -99,6 +99,14 @@ pub enum Error {
     #[error("write not confirmed by enough replicas: {0}")]
     NotReplicated(#[source] redis::RedisError),
 
+    /// The server's ACL refused a command or key to this connection's
+    /// user (`NOPERM`, or a script's command refused under the caller's
+    /// rule; see [`crate::acl`] for each role's rule). Nothing the refused
+    /// command would have done was done; a script refused part way keeps
+    /// the writes it made before (as a script that fails always does).
+    #[error("refused by the server's ACL: {}", summary(.0))]
+    NoPermission(#[source] redis::RedisError),
+
     /// Any other error reported by Redis or the client.
     #[error("redis error: {}", summary(.0))]
     Redis(#[source] redis::RedisError),
@@ -217,6 +225,9 @@ impl Error {
         if err.kind() == redis::ErrorKind::Client && err.to_string().contains(NOT_REPLICATED) {
             return Self::NotReplicated(err);
         }
+        if denied_by_acl(&err) {
+            return Self::NoPermission(err);
+        }
         let transient = |code: &str| TRANSIENT_CODES.contains(&code);
         if err.is_io_error()
             || err.is_connection_refusal()
@@ -233,6 +244,25 @@ impl Error {
         }
         Self::Redis(err)
     }
+}
+
+/// Whether the server's ACL refused the command, or a command a script
+/// ran: `NOPERM`, or a script error worded by Redis 7.0 ("can't run this
+/// command"), 7.2+ and Valkey ("ACL failure in script").
+fn denied_by_acl(err: &redis::RedisError) -> bool {
+    let denied = |code: &str, text: &str| {
+        code == "NOPERM"
+            || text.contains("ACL failure in script")
+            || text.contains("The user executing the script can't run this command")
+            || text.contains("The user executing the script can't access")
+    };
+    let text = err.to_string();
+    denied(err.code().unwrap_or_default(), &text)
+        || err.clone().into_server_errors().is_some_and(|errors| {
+            errors
+                .iter()
+                .any(|(_, e)| denied(e.code(), e.details().unwrap_or_default()))
+        })
 }
 
 /// A Redis error as text, with a failed pipeline's errors summed up: a

@@ -6,6 +6,7 @@
 
 // 1. Small pieces: errors, lifetimes, the server's clock and limits, session
 //    owners, the JSON-map codec, a placement hash, the Lua scripts.
+pub mod acl;
 pub mod clock;
 pub mod error;
 pub mod identity;

@@ -294,7 +294,9 @@ async fn slots_and_hash_tags_are_placed_as_the_cluster_places_them() {
     let c = start();
     let seed = c.primaries()[0].url();
     // A new cluster's primaries hold the ranges the advisor assumes.
-    let ranges = slots::primary_ranges(&seed).await.unwrap();
+    let ranges = slots::primary_ranges(&seed, &Default::default())
+        .await
+        .unwrap();
     let mut held: Vec<Vec<std::ops::RangeInclusive<u16>>> =
         ranges.iter().map(|(_, r)| r.clone()).collect();
     held.sort_by_key(|r| *r[0].start());

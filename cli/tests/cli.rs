@@ -797,3 +797,140 @@ async fn the_sweep_daemon_never_claims_a_namespace() {
     .await
     .unwrap();
 }
+
+/// The operational commands and the memory benchmark reach a TLS-only
+/// server that asks for a client certificate: `--redis-url rediss://...`
+/// with the CA and the certificate named; without the certificate the
+/// server refuses and the command says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_reach_a_tls_only_server() {
+    use sessionpack::conn::{ConnectOptions, TlsConfig};
+    use sessionpack_testkit::{ClientCerts, LocalServer, TestCerts};
+    let certs = TestCerts::generate().unwrap();
+    let server = match LocalServer::start_tls(&certs, ClientCerts::Required, &[]) {
+        Ok(server) => server,
+        Err(sessionpack_testkit::Error::Unsupported(why)) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Err(e) => panic!("start a TLS server: {e}"),
+    };
+    let url = server.url();
+    let tls = TlsConfig::from_files(
+        Some(&certs.ca()),
+        Some(&certs.client_cert()),
+        Some(&certs.client_key()),
+    )
+    .unwrap();
+    let conn = sessionpack::connect_with(&url, &ConnectOptions::default().with_tls(tls))
+        .await
+        .unwrap();
+    let layout = sessionpack::Compact::new(conn, sessionpack::CompactConfig::new(4))
+        .await
+        .unwrap();
+    let store: Store<_, String> = Store::new(layout);
+    let brief = store
+        .create_with_ttl(1, "brief".into(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    while store.load(&brief.id).await.unwrap().is_some() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let (ca, cert, key) = (certs.ca(), certs.client_cert(), certs.client_key());
+    let (ca, cert, key) = (
+        ca.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+    let sweep = ["sweep", "--redis-url", &url, "--passes", "1"];
+    let text = stdout(&sessionpack(
+        &[
+            &sweep[..],
+            &["--tls-ca-cert", ca, "--tls-cert", cert, "--tls-key", key],
+        ]
+        .concat(),
+    ));
+    assert!(text.contains("1 reclaimed"), "{text}");
+
+    let refused = sessionpack(&[&sweep[..], &["--tls-ca-cert", ca]].concat());
+    assert!(
+        !refused.status.success(),
+        "served without a client certificate"
+    );
+    let unpaired = sessionpack(&[&sweep[..], &["--tls-ca-cert", ca, "--tls-cert", cert]].concat());
+    assert!(!unpaired.status.success());
+    assert!(
+        String::from_utf8_lossy(&unpaired.stderr).contains("--tls-key"),
+        "{}",
+        String::from_utf8_lossy(&unpaired.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "memory",
+        "--redis-url",
+        &url,
+        "--tls-ca-cert",
+        ca,
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+        "--allow-flush",
+        "--sessions",
+        "2000",
+        "--steps",
+        "1",
+        "--layouts",
+        "compact",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]));
+    assert!(text.contains("compact"), "{text}");
+    assert!(dir.path().join("report.json").exists());
+}
+
+/// `sessionpack acl` prints an `ACL SETUSER` command that a server takes
+/// as it is, and under which the app's store works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_acl_rule_is_enough_for_the_store() {
+    let server = common::server();
+    let line = stdout(&sessionpack(&[
+        "acl",
+        "--role",
+        "store",
+        "--namespace",
+        "acl1",
+        "--user",
+        "web",
+    ]));
+    let line = line.trim().replace("CHANGE-THIS-PASSWORD", "pw");
+    let mut words = line.split_whitespace();
+    let mut cmd = redis::cmd(words.next().unwrap());
+    for word in words {
+        cmd.arg(word);
+    }
+    let () = cmd
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    let url = format!("redis://web:pw@127.0.0.1:{}/", server.port());
+    let conn = sessionpack::connect(&url).await.unwrap();
+    let config = sessionpack::CompactConfig::new(4).with_namespace("acl1");
+    let store: Store<_, String> = Store::new(
+        sessionpack::Compact::new(conn.clone(), config)
+            .await
+            .unwrap(),
+    );
+    let s = store.create(1, "v".into()).await.unwrap();
+    assert!(store.load(&s.id).await.unwrap().is_some());
+    let other = sessionpack::Compact::new(conn, sessionpack::CompactConfig::new(4)).await;
+    assert!(
+        matches!(other, Err(sessionpack::Error::NoPermission(_))),
+        "{other:?}"
+    );
+    let bad = sessionpack(&["acl", "--role", "admin"]);
+    assert!(!bad.status.success());
+}

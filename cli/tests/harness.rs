@@ -45,9 +45,17 @@ async fn user_indexes_are_loaded_and_measured() {
         };
         let endpoint = endpoint.clone();
         async move {
-            memory::run(&endpoint, spec, sessions, 2, 3600, &mut ())
-                .await
-                .unwrap()
+            memory::run(
+                &endpoint,
+                &Default::default(),
+                spec,
+                sessions,
+                2,
+                3600,
+                &mut (),
+            )
+            .await
+            .unwrap()
         }
     };
     let bytes = |r: &memory::RunResult| r.last().unwrap().used_memory_delta as f64;
@@ -122,6 +130,7 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
         runs.push(
             memory::run(
                 &Endpoint::Server(url.clone()),
+                &Default::default(),
                 s,
                 sessions,
                 4,
@@ -271,7 +280,9 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
 async fn throughput_measures_every_operation() {
     let server = common::server();
     let conn = connect(&server.url()).await.unwrap();
-    let mut nodes = Nodes::connect(&[server.url()]).await.unwrap();
+    let mut nodes = Nodes::connect(&[server.url()], &Default::default())
+        .await
+        .unwrap();
     let layout = LayoutKind::Compact.open(conn, 8).await.unwrap();
     let rates = throughput::measure("compact 2^8", Store::new(layout), 4, 2000, &mut nodes)
         .await
@@ -303,7 +314,7 @@ async fn the_memory_benchmark_sums_a_clusters_primaries() {
     let primaries: Vec<String> = cluster.primaries().iter().map(|n| n.url()).collect();
     // One seed is enough: the primaries are found from it.
     let endpoint = Endpoint::Cluster(vec![primaries[1].clone()]);
-    let mut found = endpoint.primaries().await.unwrap();
+    let mut found = endpoint.primaries(&Default::default()).await.unwrap();
     found.sort();
     let mut expected = primaries.clone();
     expected.sort();
@@ -313,9 +324,17 @@ async fn the_memory_benchmark_sums_a_clusters_primaries() {
         spec(LayoutKind::Compact, Some(13), None),
         spec(LayoutKind::PackedSetex, None, None),
     ] {
-        let run = memory::run(&endpoint, s, sessions, 2, 3600, &mut ())
-            .await
-            .unwrap();
+        let run = memory::run(
+            &endpoint,
+            &Default::default(),
+            s,
+            sessions,
+            2,
+            3600,
+            &mut (),
+        )
+        .await
+        .unwrap();
         let p = run.last().unwrap();
         assert_eq!(p.sessions, sessions);
         // Keys are counted on every primary: every bucket that holds a
@@ -347,7 +366,9 @@ async fn throughput_on_a_cluster_reads_every_primarys_work() {
     let cluster = sessionpack_testkit::LocalCluster::start(3, 0).expect("a local cluster");
     let primaries: Vec<String> = cluster.primaries().iter().map(|n| n.url()).collect();
     let endpoint = Endpoint::Cluster(primaries.clone());
-    let mut nodes = Nodes::connect(&primaries).await.unwrap();
+    let mut nodes = Nodes::connect(&primaries, &Default::default())
+        .await
+        .unwrap();
     let layout = LayoutKind::Compact
         .open(endpoint.connect().await.unwrap(), 10)
         .await
@@ -384,9 +405,17 @@ async fn replication_memory_is_reported_apart_from_the_sessions() {
             sessionpack_testkit::LocalCluster::start(3, replicas).expect("a local cluster");
         let endpoint = Endpoint::Cluster(cluster.urls());
         let s = spec(LayoutKind::Compact, Some(13), None);
-        let run = memory::run(&endpoint, s, sessions, 1, 3600, &mut ())
-            .await
-            .unwrap();
+        let run = memory::run(
+            &endpoint,
+            &Default::default(),
+            s,
+            sessions,
+            1,
+            3600,
+            &mut (),
+        )
+        .await
+        .unwrap();
         let p = *run.last().unwrap();
         if replicas == 0 {
             assert_eq!(p.not_sessions, 0, "no replication without replicas");

@@ -38,15 +38,18 @@ impl Endpoint {
     }
 
     /// The servers that hold the data: the server itself, or the cluster's
-    /// primaries (see [`super::cluster::primaries`]).
-    pub async fn primaries(&self) -> Result<Vec<String>> {
+    /// primaries (see [`super::cluster::primaries`]), as URLs to open with
+    /// the same `options`.
+    pub async fn primaries(&self, options: &ConnectOptions) -> Result<Vec<String>> {
+        #[cfg(not(feature = "cluster"))]
+        let _ = options;
         match self {
             Self::Server(url) => Ok(vec![url.clone()]),
             #[cfg(feature = "cluster")]
             Self::Cluster(seeds) => {
                 let mut last = None;
                 for seed in seeds {
-                    match super::cluster::primaries(seed).await {
+                    match super::cluster::primaries(seed, options).await {
                         Ok(p) => return Ok(p),
                         Err(e) => last = Some(e),
                     }

@@ -24,11 +24,13 @@ use crate::error::Result;
 /// assert_eq!(options.connect_timeout(), Duration::from_secs(2));
 /// assert_eq!(options.response_timeout(), Duration::from_secs(3));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectOptions {
     connect_timeout: Duration,
     response_timeout: Duration,
     retries: u32,
+    #[cfg(feature = "tls")]
+    tls: Option<super::tls::TlsConfig>,
 }
 
 impl Default for ConnectOptions {
@@ -40,6 +42,8 @@ impl Default for ConnectOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             retries: DEFAULT_RETRIES,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -86,6 +90,53 @@ impl ConnectOptions {
         self
     }
 
+    /// Sets what `rediss://` connections trust and present (feature
+    /// `tls`). Without it they trust the platform's roots and present no
+    /// certificate. A `redis://` URL with this set is refused: certificates
+    /// given for a plain connection are a mistake, not a preference.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, tls: super::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// What [`ConnectOptions::with_tls`] set.
+    #[cfg(feature = "tls")]
+    pub fn tls(&self) -> Option<&super::tls::TlsConfig> {
+        self.tls.as_ref()
+    }
+
+    /// A client for `url` with these options' certificates: a `rediss://`
+    /// URL needs feature `tls`, and certificates need a `rediss://` URL.
+    pub(crate) fn client(&self, url: &str) -> Result<redis::Client> {
+        let tls_url = is_tls_url(url);
+        #[cfg(not(feature = "tls"))]
+        if tls_url {
+            return Err(crate::Error::Config(
+                "a rediss:// URL needs sessionpack's `tls` feature".into(),
+            ));
+        }
+        #[cfg(feature = "tls")]
+        {
+            if tls_url {
+                super::tls::install_provider();
+            }
+            match (&self.tls, tls_url) {
+                (Some(tls), true) => {
+                    return Ok(redis::Client::build_with_tls(url, tls.certificates())?);
+                }
+                (Some(_), false) => {
+                    return Err(crate::Error::Config(format!(
+                        "TLS certificates were given for a plain connection to {}; use rediss://",
+                        redact(url)
+                    )));
+                }
+                (None, _) => {}
+            }
+        }
+        Ok(redis::Client::open(url)?)
+    }
+
     /// The [`ConnectionManagerConfig`] [`connect_with`] uses: these
     /// timeouts, and quick reconnection attempts.
     ///
@@ -116,6 +167,28 @@ pub async fn connect(url: &str) -> Result<Connection> {
 
 /// [`connect`] with other [`ConnectOptions`].
 pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Connection> {
-    let client = redis::Client::open(url)?;
+    let client = options.client(url)?;
     Ok(ConnectionManager::new_with_config(client, options.manager_config()).await?)
+}
+
+/// Whether `url` asks for TLS (`rediss://`, or Valkey's `valkeys://`).
+pub(crate) fn is_tls_url(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+}
+
+/// `url` without its password, for an error message.
+#[cfg(feature = "tls")]
+pub(crate) fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, rest)), Some(at)) if at > scheme.len() => {
+            let host = &url[at + 1..];
+            let user = rest[..at - scheme.len() - 3]
+                .split(':')
+                .next()
+                .unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
 }

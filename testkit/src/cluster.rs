@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::LocalServer;
+use super::{ClientCerts, LocalServer, TestCerts};
 use crate::{Error, Result};
 
 /// Environment variable naming the `redis-cli` binary that creates the
@@ -38,20 +38,48 @@ impl LocalCluster {
     /// Starts `primaries` primaries, each with `replicas` replicas, and
     /// returns once every slot is served and every replica is in sync.
     pub fn start(primaries: usize, replicas: usize) -> Result<Self> {
+        Self::start_inner(primaries, replicas, None)
+    }
+
+    /// [`LocalCluster::start`] with every node speaking TLS only, clients,
+    /// the cluster bus and replication alike (`tls-cluster yes`);
+    /// [`Error::Unsupported`] if the server or `redis-cli` was built
+    /// without TLS.
+    pub fn start_tls(
+        primaries: usize,
+        replicas: usize,
+        certs: &TestCerts,
+        client_certs: ClientCerts,
+    ) -> Result<Self> {
+        Self::start_inner(primaries, replicas, Some((certs, client_certs)))
+    }
+
+    fn start_inner(
+        primaries: usize,
+        replicas: usize,
+        tls: Option<(&TestCerts, ClientCerts)>,
+    ) -> Result<Self> {
         let timeout = NODE_TIMEOUT.as_millis().to_string();
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-timeout",
+            &timeout,
+        ];
         let nodes = (0..primaries * (1 + replicas))
-            .map(|_| {
-                LocalServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-node-timeout",
-                    &timeout,
-                ])
+            .map(|_| match tls {
+                None => LocalServer::start_with(&args),
+                Some((certs, client_certs)) => LocalServer::start_tls(
+                    certs,
+                    client_certs,
+                    &[&args[..], &["--tls-cluster", "yes"]].concat(),
+                ),
             })
             .collect::<Result<Vec<_>>>()?;
         let cluster = Self { nodes };
         let binary = redis_cli();
         let output = Command::new(&binary)
+            .args(cluster.nodes[0].cli_tls_args())
             .arg("--cluster")
             .arg("create")
             .args(cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())))
@@ -65,9 +93,15 @@ impl LocalCluster {
                 ))
             })?;
         if !output.status.success() {
+            let why = tail(&output);
+            if tls.is_some() && why.to_ascii_lowercase().contains("tls") {
+                return Err(Error::Unsupported(format!(
+                    "{} cannot reach TLS nodes (built without TLS?): {why}",
+                    binary.display()
+                )));
+            }
             return Err(Error::Setup(format!(
-                "redis-cli --cluster create failed: {}",
-                tail(&output)
+                "redis-cli --cluster create failed: {why}"
             )));
         }
         cluster.wait_until_ready(READY_TIMEOUT)?;
@@ -79,7 +113,7 @@ impl LocalCluster {
         &self.nodes
     }
 
-    /// `redis://` URLs of every node, to seed a cluster client.
+    /// URLs of every node (`rediss://` for TLS), to seed a cluster client.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(LocalServer::url).collect()
     }
@@ -166,6 +200,7 @@ impl LocalCluster {
     /// serves traffic; returns once the cluster is settled.
     pub fn reshard(&self, from: &LocalServer, to: &LocalServer, slots: u64) -> Result<()> {
         let output = Command::new(redis_cli())
+            .args(from.cli_tls_args())
             .arg("--cluster")
             .arg("reshard")
             .arg(format!("127.0.0.1:{}", from.port()))

@@ -8,6 +8,10 @@ pub enum Error {
     /// A process could not be started, or did not become ready in time.
     #[error("{0}")]
     Setup(String),
+    /// The server binary lacks what the test asked of it (a build without
+    /// TLS): the test is skipped with this message, not failed.
+    #[error("{0}")]
+    Unsupported(String),
     /// A command to a server failed.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),

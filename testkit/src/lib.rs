@@ -12,8 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+mod certs;
 mod cluster;
 mod error;
+
+pub use certs::TestCerts;
 
 pub use cluster::{LocalCluster, NODE_TIMEOUT, REDIS_CLI_ENV, Role};
 pub use error::{Error, Result};
@@ -30,7 +33,26 @@ pub struct LocalServer {
     child: Mutex<Option<Child>>,
     port: u16,
     args: Vec<String>,
+    tls: Option<Tls>,
     dir: tempfile::TempDir,
+}
+
+/// How a TLS server is set up: its certificates, and whether it asks
+/// clients for one.
+#[derive(Clone, Debug)]
+struct Tls {
+    certs: TestCerts,
+    client_certs: ClientCerts,
+}
+
+/// Whether a TLS server asks clients for a certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientCerts {
+    /// `tls-auth-clients yes`: a client without one signed by the CA is
+    /// refused.
+    Required,
+    /// `tls-auth-clients no`: the server's certificate is all there is.
+    NotAsked,
 }
 
 impl LocalServer {
@@ -42,12 +64,30 @@ impl LocalServer {
     /// Starts a server with extra `--name value` arguments, e.g.
     /// `["--hash-max-listpack-value", "32"]`.
     pub fn start_with(args: &[&str]) -> Result<Self> {
+        Self::start_inner(args, None)
+    }
+
+    /// Starts a server that speaks TLS only (`--port 0`, `--tls-port`),
+    /// with `certs`' server certificate, asking clients for one or not.
+    /// [`Error::Unsupported`] if the binary was built without TLS.
+    pub fn start_tls(certs: &TestCerts, client_certs: ClientCerts, args: &[&str]) -> Result<Self> {
+        Self::start_inner(
+            args,
+            Some(Tls {
+                certs: certs.clone(),
+                client_certs,
+            }),
+        )
+    }
+
+    fn start_inner(args: &[&str], tls: Option<Tls>) -> Result<Self> {
         let dir = tempfile::tempdir()
             .map_err(|e| Error::Setup(format!("cannot make a temporary directory: {e}")))?;
         let mut server = Self {
             child: Mutex::new(None),
             port: 0,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
+            tls,
             dir,
         };
         let mut last = None;
@@ -55,6 +95,7 @@ impl LocalServer {
             server.port = free_port()?;
             match server.spawn() {
                 Ok(()) => return Ok(server),
+                Err(e @ Error::Unsupported(_)) => return Err(e),
                 Err(e) => last = Some(e),
             }
         }
@@ -66,9 +107,19 @@ impl LocalServer {
         self.port
     }
 
-    /// A `redis://` URL for it.
+    /// A URL for it: `redis://`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// Whether it speaks TLS only.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The server's process id, while it runs.
@@ -80,9 +131,36 @@ impl LocalServer {
         self.child.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A client for it.
+    /// A client for it; for a TLS server one that trusts the test CA and
+    /// presents the client certificate.
     pub fn client(&self) -> Result<redis::Client> {
-        Ok(redis::Client::open(self.url())?)
+        match &self.tls {
+            None => Ok(redis::Client::open(self.url())?),
+            Some(tls) => Ok(redis::Client::build_with_tls(
+                self.url(),
+                tls.certs.client_tls()?,
+            )?),
+        }
+    }
+
+    /// The `redis-cli` arguments that reach it over TLS (none for a plain
+    /// server).
+    pub fn cli_tls_args(&self) -> Vec<String> {
+        match &self.tls {
+            None => Vec::new(),
+            Some(tls) => {
+                let path = |p: PathBuf| p.to_string_lossy().into_owned();
+                vec![
+                    "--tls".into(),
+                    "--cacert".into(),
+                    path(tls.certs.ca()),
+                    "--cert".into(),
+                    path(tls.certs.client_cert()),
+                    "--key".into(),
+                    path(tls.certs.client_key()),
+                ]
+            }
+        }
     }
 
     /// Stops the server (by its process id) and waits for it to exit.
@@ -122,10 +200,14 @@ impl LocalServer {
             .join("redis.log")
             .to_string_lossy()
             .into_owned();
+        let (plain_port, tls_args) = match &self.tls {
+            None => (port.as_str(), Vec::new()),
+            Some(tls) => ("0", tls.server_args(&port)),
+        };
         let mut child = Command::new(&binary)
             .args([
                 "--port",
-                &port,
+                plain_port,
                 "--bind",
                 "127.0.0.1",
                 "--save",
@@ -134,6 +216,7 @@ impl LocalServer {
                 "no",
             ])
             .args(["--dir", &dir, "--logfile", &log, "--daemonize", "no"])
+            .args(&tls_args)
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -151,15 +234,25 @@ impl LocalServer {
             // Another process may have taken the port since it was found
             // free, and answer in our server's place: only our own
             // process id counts.
-            if ping(self.port) && process_id(self.port) == Some(child.id()) {
+            let answers = match self.tls {
+                None => ping(self.port),
+                Some(_) => true,
+            };
+            if answers && self.process_id() == Some(child.id()) {
                 *self.child() = Some(child);
                 return Ok(());
             }
             if let Ok(Some(status)) = child.try_wait() {
                 let log = std::fs::read_to_string(&log).unwrap_or_default();
+                let last = log.lines().last().unwrap_or("no log");
+                if self.tls.is_some() && log.to_ascii_lowercase().contains("tls") {
+                    return Err(Error::Unsupported(format!(
+                        "{} cannot serve TLS (built without it?): {last}",
+                        binary.display()
+                    )));
+                }
                 return Err(Error::Setup(format!(
-                    "redis-server exited with {status}: {}",
-                    log.lines().last().unwrap_or("no log")
+                    "redis-server exited with {status}: {last}"
                 )));
             }
             if Instant::now() > deadline {
@@ -189,16 +282,45 @@ fn free_port() -> Result<u16> {
         .map_err(|e| Error::Setup(format!("no free port: {e}")))
 }
 
-/// The process id of the server answering on `port`.
-fn process_id(port: u16) -> Option<u32> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let mut conn = client
-        .get_connection_with_timeout(Duration::from_millis(500))
-        .ok()?;
-    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|pid| pid.trim().parse().ok())
+impl LocalServer {
+    /// The process id of the server answering on its port.
+    fn process_id(&self) -> Option<u32> {
+        let mut conn = self
+            .client()
+            .ok()?
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|pid| pid.trim().parse().ok())
+    }
+}
+
+impl Tls {
+    /// The server's TLS arguments; a cluster node's bus and replication
+    /// links use TLS too (harmless on a server that is neither).
+    fn server_args(&self, port: &str) -> Vec<String> {
+        let path = |p: PathBuf| p.to_string_lossy().into_owned();
+        let auth = match self.client_certs {
+            ClientCerts::Required => "yes",
+            ClientCerts::NotAsked => "no",
+        };
+        vec![
+            "--tls-port".into(),
+            port.into(),
+            "--tls-cert-file".into(),
+            path(self.certs.server_cert()),
+            "--tls-key-file".into(),
+            path(self.certs.server_key()),
+            "--tls-ca-cert-file".into(),
+            path(self.certs.ca()),
+            "--tls-auth-clients".into(),
+            auth.into(),
+            "--tls-replication".into(),
+            "yes".into(),
+        ]
+    }
 }
 
 fn ping(port: u16) -> bool {

@@ -7,6 +7,7 @@ use clap::Args;
 use crate::advisor::{self, DEFAULT_IDENTITY, DEFAULT_MAX_CONVERTED, Prediction, Workload};
 use crate::harness::memory::{FIRST_IDENTITY, MemoryReport, human_count};
 use sessionpack::Buckets;
+use sessionpack::conn::ConnectOptions;
 use sessionpack::conn::cluster::slots;
 use sessionpack::error::{Error, Result};
 use sessionpack::identity::Form;
@@ -28,6 +29,9 @@ pub struct AdviseArgs {
     /// hash tags spread over its primaries' slots.
     #[arg(long, value_name = "URL")]
     cluster_url: Option<String>,
+    /// Certificates for `rediss://` URLs.
+    #[command(flatten)]
+    tls: super::tls_args::TlsArgs,
     /// Show how the picks' hash tags would spread over a new cluster of
     /// this many primaries (slots split as `redis-cli --cluster create`
     /// does).
@@ -139,11 +143,12 @@ fn plan_records(args: &AdviseArgs, limits: ListpackLimits) -> Result<()> {
 /// The listpack limits every primary of the cluster `seed` belongs to
 /// runs with; an error names the first that differs, since buckets on it
 /// would be encoded differently from the advice.
-async fn cluster_limits(seed: &str) -> Result<ListpackLimits> {
-    let primaries = sessionpack::conn::cluster::primaries(seed).await?;
+async fn cluster_limits(seed: &str, options: &ConnectOptions) -> Result<ListpackLimits> {
+    let primaries = sessionpack::conn::cluster::primaries(seed, options).await?;
     let mut first: Option<(String, ListpackLimits)> = None;
     for url in primaries {
-        let limits = ListpackLimits::read(&mut sessionpack::connect(&url).await?).await?;
+        let limits =
+            ListpackLimits::read(&mut sessionpack::connect_with(&url, options).await?).await?;
         match &first {
             None => first = Some((url, limits)),
             Some((at, seen)) if *seen != limits => {
@@ -197,9 +202,12 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
     if let Some(report) = &args.check {
         return check(report);
     }
+    let options = args.tls.apply(ConnectOptions::default())?;
     let limits = match (&args.redis_url, &args.cluster_url) {
-        (Some(url), _) => ListpackLimits::read(&mut sessionpack::connect(url).await?).await?,
-        (None, Some(seed)) => cluster_limits(seed).await?,
+        (Some(url), _) => {
+            ListpackLimits::read(&mut sessionpack::connect_with(url, &options).await?).await?
+        }
+        (None, Some(seed)) => cluster_limits(seed, &options).await?,
         (None, None) => ListpackLimits::REDIS7_DEFAULTS,
     };
     if args.profile.is_some() || !args.record_bytes.is_empty() {
@@ -287,7 +295,7 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
     let ranges = match (&args.cluster_url, args.primaries) {
         (Some(seed), _) => Some((
             format!("as {seed} reports its slots"),
-            sessionpack::conn::cluster::slots::primary_ranges(seed)
+            sessionpack::conn::cluster::slots::primary_ranges(seed, &options)
                 .await?
                 .into_iter()
                 .map(|(_, r)| r)

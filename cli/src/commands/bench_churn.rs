@@ -43,7 +43,7 @@ pub(super) async fn run(args: ChurnArgs) -> Result<()> {
     let mut server = None;
     for (i, kind) in layouts.into_iter().enumerate() {
         target.fresh(i > 0).await?;
-        let mut conn = sessionpack::connect(&url).await?;
+        let mut conn = target.open(&url).await?;
         let info = ServerInfo::read(&mut conn).await?;
         let pick = match kind {
             LayoutKind::Compact => advisor::recommend_compact_bits,

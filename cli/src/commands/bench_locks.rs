@@ -31,12 +31,20 @@ pub struct LocksArgs {
 
 pub(super) async fn run(args: LocksArgs) -> Result<()> {
     let (target, url) = args.target.connect_server("bench locks").await?;
-    let mut conn = sessionpack::connect(&url).await?;
+    let mut conn = target.open(&url).await?;
     let server = ServerInfo::read(&mut conn).await?;
     let mut runs: Vec<LockRun> = Vec::new();
     for fenced in [false, true] {
         target.fresh(fenced).await?;
-        let run = locks::run(&url, fenced, args.locks, args.cycles, args.clients).await?;
+        let run = locks::run(
+            &url,
+            &target.options,
+            fenced,
+            args.locks,
+            args.cycles,
+            args.clients,
+        )
+        .await?;
         println!(
             "{:20} {:6.1} B/held lock, {:6.1} B/name left, {:.0} cycles/s, {:.2} µs server CPU per cycle",
             run.kind,

@@ -166,7 +166,7 @@ fn plan(args: &MemoryArgs, server: &ServerInfo) -> Vec<RunSpec> {
 pub(super) async fn run(args: MemoryArgs) -> Result<()> {
     let target = args.target.connect().await?;
     target.flush().await?;
-    let mut conn = sessionpack::connect(&target.primaries[0]).await?;
+    let mut conn = target.open(&target.primaries[0]).await?;
     let server = ServerInfo::read(&mut conn).await?;
     drop(conn);
     let mut runs = plan(&args, &server);
@@ -208,6 +208,7 @@ pub(super) async fn run(args: MemoryArgs) -> Result<()> {
         results.push(
             memory::run(
                 &target.endpoint,
+                &target.options,
                 spec,
                 args.sessions,
                 args.steps,

@@ -57,7 +57,7 @@ pub(super) async fn run(args: RateLimitArgs) -> Result<()> {
     let mut server = None;
     for packed in [false, true] {
         target.fresh(packed).await?;
-        let mut conn = sessionpack::connect(&url).await?;
+        let mut conn = target.open(&url).await?;
         server = Some(ServerInfo::read(&mut conn).await?);
         // The load uses the long window; the burst test a short one, on
         // its own keys.

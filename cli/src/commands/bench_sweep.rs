@@ -92,7 +92,7 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
     // It compares with the book's design, which a cluster cannot run.
     let (target, url) = args.target.connect_server("bench sweep").await?;
     target.flush().await?;
-    let mut conn = sessionpack::connect(&url).await?;
+    let mut conn = target.open(&url).await?;
     let server = ServerInfo::read(&mut conn).await?;
     let bits = advisor::recommend_bits(args.sessions, &server.limits, DEFAULT_MAX_CONVERTED);
 

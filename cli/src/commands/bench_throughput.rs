@@ -3,6 +3,7 @@
 //! server CPU per operation (per primary on a cluster) and, optionally,
 //! what waiting for replicas costs.
 
+use super::target::Connected;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -68,10 +69,10 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         .next()
         .and_then(|p| p.trim_end_matches('/').parse().ok())
         .ok_or_else(|| Error::Config(format!("cannot find a port in {first}")))?;
-    let mut nodes = Nodes::connect(&target.primaries).await?;
-    let server = ServerInfo::read(&mut sessionpack::connect(first).await?).await?;
+    let mut nodes = Nodes::connect(&target.primaries, &target.options).await?;
+    let server = ServerInfo::read(&mut target.open(first).await?).await?;
     if let Some(n) = args.wait_replicas {
-        check_replicas(&target.primaries, n).await?;
+        check_replicas(&target, n).await?;
     }
     let conn = target.conn().await?;
     let cluster = target.is_cluster();
@@ -298,9 +299,9 @@ where
 
 /// Refuses `--wait-replicas n` when a primary has fewer than `n` replicas
 /// connected: every write would time out.
-async fn check_replicas(primaries: &[String], n: u32) -> Result<()> {
-    for url in primaries {
-        let replication = info(&mut sessionpack::connect(url).await?, "replication").await?;
+async fn check_replicas(target: &Connected, n: u32) -> Result<()> {
+    for url in &target.primaries {
+        let replication = info(&mut target.open(url).await?, "replication").await?;
         let connected: u32 = replication
             .get("connected_slaves")
             .and_then(|v| v.parse().ok())

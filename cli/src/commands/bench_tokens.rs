@@ -37,7 +37,7 @@ pub struct TokensArgs {
 pub(super) async fn run(args: TokensArgs) -> Result<()> {
     let (target, url) = args.target.connect_server("bench tokens").await?;
     let consume = args.consume.min(args.tokens);
-    let mut conn = sessionpack::connect(&url).await?;
+    let mut conn = target.open(&url).await?;
     let server = ServerInfo::read(&mut conn).await?;
     let bits = args.bucket_bits.unwrap_or_else(|| {
         advisor::recommend_compact_bits(args.tokens, &server.limits, DEFAULT_MAX_CONVERTED)
@@ -46,9 +46,17 @@ pub(super) async fn run(args: TokensArgs) -> Result<()> {
     for packed in [false, true] {
         target.fresh(packed).await?;
         let run = if packed {
-            tokens::packed(&url, args.tokens, bits, consume, args.clients).await?
+            tokens::packed(
+                &url,
+                &target.options,
+                args.tokens,
+                bits,
+                consume,
+                args.clients,
+            )
+            .await?
         } else {
-            tokens::setex(&url, args.tokens, consume, args.clients).await?
+            tokens::setex(&url, &target.options, args.tokens, consume, args.clients).await?
         };
         if run.consumed != consume {
             return Err(Error::Config(format!(

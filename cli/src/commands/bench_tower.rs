@@ -96,7 +96,7 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             // remembers every session (a request saves what it loaded
             // moments before).
             let store = TowerStore::new(
-                sessionpack::connect(&url).await?,
+                target.open(&url).await?,
                 CompactConfig::new(bits).with_id_width(IdWidth::Bits128),
             )
             .await?

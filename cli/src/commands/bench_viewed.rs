@@ -42,7 +42,7 @@ pub struct ViewedArgs {
 
 pub(super) async fn run(args: ViewedArgs) -> Result<()> {
     let (target, url) = args.target.connect_server("bench viewed").await?;
-    let mut conn = sessionpack::connect(&url).await?;
+    let mut conn = target.open(&url).await?;
     let server = ServerInfo::read(&mut conn).await?;
     let bits = args.bucket_bits.unwrap_or_else(|| {
         advisor::recommend_compact_bits(args.sessions, &server.limits, DEFAULT_MAX_CONVERTED)
@@ -58,9 +58,9 @@ pub(super) async fn run(args: ViewedArgs) -> Result<()> {
     for packed in [false, true] {
         target.fresh(packed).await?;
         let run = if packed {
-            viewed::packed(&url, load, bits).await?
+            viewed::packed(&url, &target.options, load, bits).await?
         } else {
-            viewed::book(&url, load).await?
+            viewed::book(&url, &target.options, load).await?
         };
         println!(
             "{:24} {:6.1} B/session for sessions, {:6.1} B/session for {} items, {:.0} views/s, {:.2} µs server CPU per view, {:.2} per destroy",

@@ -36,7 +36,7 @@ async fn used_memory(conn: &mut redis::aio::ConnectionManager) -> Result<u64> {
 pub(super) async fn run(args: DemoArgs) -> Result<()> {
     let (target, url) = args.target.connect_server("demo").await?;
     target.flush().await?;
-    let mut conn = sessionpack::connect(&url).await?;
+    let mut conn = target.open(&url).await?;
     let config = CompactConfig::new(args.bucket_bits).with_viewed(ViewedConfig::default());
     let layout = Compact::new(conn.clone(), config).await?;
     println!(

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use sessionpack::error::Result;
 use sessionpack::session::layout::LayoutKind;
 
+mod acl;
 mod advise;
 mod bench_churn;
 mod bench_locks;
@@ -21,6 +22,7 @@ mod demo;
 mod store_args;
 mod sweep;
 mod target;
+mod tls_args;
 mod users;
 
 pub use target::Target;
@@ -70,6 +72,9 @@ pub enum Command {
     /// A user's sessions in a compact store with a user index: list them,
     /// revoke them, or audit the index.
     Users(users::UsersArgs),
+    /// Print the least-privilege ACL rule of a role (the app's store, the
+    /// sweeper, the users command) for a namespace.
+    Acl(acl::AclArgs),
 }
 
 /// The benchmarks.
@@ -151,5 +156,6 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Sweep(args) => sweep::run(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Users(args) => users::run(args).await,
+        Command::Acl(args) => acl::run(&args),
     }
 }

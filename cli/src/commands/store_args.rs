@@ -26,6 +26,9 @@ pub struct StoreArgs {
     /// How long one reply from Redis may take, in seconds.
     #[arg(long, default_value_t = DEFAULT_RESPONSE_TIMEOUT.as_secs_f64())]
     pub response_timeout_secs: f64,
+    /// Certificates for `rediss://` URLs.
+    #[command(flatten)]
+    pub tls: super::tls_args::TlsArgs,
 }
 
 impl StoreArgs {
@@ -37,12 +40,17 @@ impl StoreArgs {
         }
     }
 
+    /// How to connect: the response timeout and the certificates named.
+    pub fn options(&self) -> Result<ConnectOptions> {
+        let timeout = Duration::from_secs_f64(self.response_timeout_secs.clamp(0.001, 1e6));
+        self.tls
+            .apply(ConnectOptions::default().with_response_timeout(timeout))
+    }
+
     /// Connects, and reads the store's metadata: a namespace no app has
     /// opened is an error (a command never records a store).
     pub async fn open(&self) -> Result<(AnyConnection, StoreMeta)> {
-        let timeout = Duration::from_secs_f64(self.response_timeout_secs.clamp(0.001, 1e6));
-        let options = ConnectOptions::default().with_response_timeout(timeout);
-        let conn = self.endpoint().connect_with(&options).await?;
+        let conn = self.endpoint().connect_with(&self.options()?).await?;
         let meta = StoreMeta::read(&conn, &self.namespace)
             .await?
             .ok_or_else(|| {

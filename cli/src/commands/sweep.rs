@@ -80,7 +80,11 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
         if args.store.endpoint().is_cluster() {
             format!(
                 " on a cluster of {} primaries",
-                args.store.endpoint().primaries().await?.len()
+                args.store
+                    .endpoint()
+                    .primaries(&args.store.options()?)
+                    .await?
+                    .len()
             )
         } else {
             String::new()

@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use sessionpack::conn::{AnyConnection, Endpoint};
+use sessionpack::conn::{AnyConnection, ConnectOptions, Connection, Endpoint};
 use sessionpack::error::{Error, Result};
 use sessionpack_testkit::{LocalCluster, LocalServer};
 
@@ -27,6 +27,9 @@ pub struct Target {
     /// Allow emptying a named server or cluster that already holds keys.
     #[arg(long)]
     pub allow_flush: bool,
+    /// Certificates for `rediss://` URLs.
+    #[command(flatten)]
+    pub tls: super::tls_args::TlsArgs,
 }
 
 /// A server or cluster to work against, stopped at the end if this run
@@ -40,6 +43,8 @@ pub struct Connected {
     pub local: Option<LocalServer>,
     /// The cluster this run started, if it did.
     pub cluster: Option<LocalCluster>,
+    /// How to connect to it and to each of its primaries.
+    pub options: ConnectOptions,
     allow_flush: bool,
 }
 
@@ -47,6 +52,7 @@ impl Target {
     /// Starts a dedicated server or cluster, or checks the named one
     /// answers.
     pub async fn connect(&self) -> Result<Connected> {
+        let options = self.tls.apply(ConnectOptions::default())?;
         if let Some(primaries) = self.cluster {
             let cluster = LocalCluster::start(usize::from(primaries), usize::from(self.replicas))
                 .map_err(super::server_error)?;
@@ -60,19 +66,21 @@ impl Target {
                 primaries: seeds,
                 local: None,
                 cluster: Some(cluster),
+                options,
                 allow_flush: true,
             });
         }
         if !self.cluster_url.is_empty() {
             let endpoint = Endpoint::Cluster(self.cluster_url.clone());
-            let primaries = endpoint.primaries().await?;
-            let mut conn = endpoint.connect().await?;
+            let primaries = endpoint.primaries(&options).await?;
+            let mut conn = endpoint.connect_with(&options).await?;
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
             return Ok(Connected {
                 endpoint,
                 primaries,
                 local: None,
                 cluster: None,
+                options,
                 allow_flush: self.allow_flush,
             });
         }
@@ -83,11 +91,12 @@ impl Target {
                 (server.url(), Some(server))
             }
         };
-        let mut conn = sessionpack::connect(&url).await?;
+        let mut conn = sessionpack::connect_with(&url, &options).await?;
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         Ok(Connected {
             endpoint: Endpoint::Server(url.clone()),
             primaries: vec![url],
+            options,
             allow_flush: self.allow_flush || local.is_some(),
             local,
             cluster: None,
@@ -114,7 +123,13 @@ impl Target {
 impl Connected {
     /// A connection for the stores: to the server, or to the cluster.
     pub async fn conn(&self) -> Result<AnyConnection> {
-        self.endpoint.connect().await
+        self.endpoint.connect_with(&self.options).await
+    }
+
+    /// A connection to one server of it (`url` from
+    /// [`Connected::primaries`]).
+    pub async fn open(&self, url: &str) -> Result<Connection> {
+        sessionpack::connect_with(url, &self.options).await
     }
 
     /// Whether it is a cluster.
@@ -127,7 +142,7 @@ impl Connected {
     pub async fn flush(&self) -> Result<()> {
         let mut conns = Vec::with_capacity(self.primaries.len());
         for url in &self.primaries {
-            let mut conn = sessionpack::connect(url).await?;
+            let mut conn = self.open(url).await?;
             let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
             if keys > 0 && !self.allow_flush {
                 return Err(Error::Config(format!(

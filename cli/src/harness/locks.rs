@@ -11,6 +11,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::info::{MemorySample, server_cpu_secs, settled_sample};
+use sessionpack::conn::ConnectOptions;
 use sessionpack::error::{Error, Result};
 use sessionpack::lock::{self, Lock};
 
@@ -44,12 +45,13 @@ const BATCH: usize = 1000;
 /// `clients` callers.
 pub async fn run(
     url: &str,
+    options: &ConnectOptions,
     fenced: bool,
     locks: u64,
     cycles: u64,
     clients: usize,
 ) -> Result<LockRun> {
-    let mut conn = sessionpack::connect(url).await?;
+    let mut conn = sessionpack::connect_with(url, options).await?;
     let empty = settled_sample(&mut conn).await?;
     let names: Vec<String> = (0..locks).map(|i| format!("job-{i}")).collect();
     let mut held = Vec::with_capacity(names.len());

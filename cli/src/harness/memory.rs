@@ -11,7 +11,7 @@ use super::info::{MemorySample, ServerInfo};
 use super::nodes::Nodes;
 pub use super::user_load::UserIndexSpec;
 use super::user_load::{self, Users};
-use sessionpack::conn::Endpoint;
+use sessionpack::conn::{ConnectOptions, Endpoint};
 use sessionpack::error::{Error, Result};
 pub use sessionpack::identity::Form as IdentityForm;
 use sessionpack::identity::Identity;
@@ -203,14 +203,15 @@ impl Progress for () {
 /// the sum over its primaries.
 pub async fn run(
     endpoint: &Endpoint,
+    options: &ConnectOptions,
     spec: RunSpec,
     sessions: u64,
     steps: u32,
     ttl_secs: u64,
     progress: &mut dyn Progress,
 ) -> Result<RunResult> {
-    let nodes = Nodes::connect(&endpoint.primaries().await?).await?;
-    let conn = endpoint.connect().await?;
+    let nodes = Nodes::connect(&endpoint.primaries(options).await?, options).await?;
+    let conn = endpoint.connect_with(options).await?;
     run_on(conn, nodes, spec, sessions, steps, ttl_secs, progress).await
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 
 use super::info::{MemorySample, info, server_cpu_secs, wait_for_rehash};
+use sessionpack::conn::ConnectOptions;
 use sessionpack::error::Result;
 
 /// One connection per server, in the order of the URLs given.
@@ -17,10 +18,10 @@ pub struct Nodes {
 
 impl Nodes {
     /// Connects to each of `urls`.
-    pub async fn connect(urls: &[String]) -> Result<Self> {
+    pub async fn connect(urls: &[String], options: &ConnectOptions) -> Result<Self> {
         let mut conns = Vec::with_capacity(urls.len());
         for url in urls {
-            conns.push(sessionpack::conn::connect(url).await?);
+            conns.push(sessionpack::conn::connect_with(url, options).await?);
         }
         Ok(Self {
             urls: urls.to_vec(),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::info::{MemorySample, server_cpu_secs, settled_sample};
+use sessionpack::conn::ConnectOptions;
 use sessionpack::error::{Error, Result};
 use sessionpack::session::id::{IdWidth, SessionId};
 use sessionpack::tokens::Tokens;
@@ -58,8 +59,14 @@ const BATCH: usize = 1000;
 
 /// Loads `n` tokens the talk's way into an emptied server, measures, then
 /// consumes `consume` of them with `clients` callers.
-pub async fn setex(url: &str, n: u64, consume: u64, clients: usize) -> Result<TokenRun> {
-    let mut conn = sessionpack::connect(url).await?;
+pub async fn setex(
+    url: &str,
+    options: &ConnectOptions,
+    n: u64,
+    consume: u64,
+    clients: usize,
+) -> Result<TokenRun> {
+    let mut conn = sessionpack::connect_with(url, options).await?;
     let empty = settled_sample(&mut conn).await?;
     let mut tokens = Vec::with_capacity(n as usize);
     for start in (0..n).step_by(BATCH) {
@@ -96,8 +103,15 @@ pub async fn setex(url: &str, n: u64, consume: u64, clients: usize) -> Result<To
 }
 
 /// The same, packed in `2^bits` buckets.
-pub async fn packed(url: &str, n: u64, bits: u8, consume: u64, clients: usize) -> Result<TokenRun> {
-    let mut conn = sessionpack::connect(url).await?;
+pub async fn packed(
+    url: &str,
+    options: &ConnectOptions,
+    n: u64,
+    bits: u8,
+    consume: u64,
+    clients: usize,
+) -> Result<TokenRun> {
+    let mut conn = sessionpack::connect_with(url, options).await?;
     let store: Tokens<_, Verify> = Tokens::open(conn.clone(), bits).await?;
     let empty = settled_sample(&mut conn).await?;
     let mut tokens = Vec::with_capacity(n as usize);

@@ -11,6 +11,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::info::{MemorySample, server_cpu_secs, settled_sample};
+use sessionpack::conn::ConnectOptions;
 use sessionpack::error::{Error, Result};
 use sessionpack::session::id::SessionId;
 use sessionpack::session::layout::{Compact, CompactConfig};
@@ -72,8 +73,8 @@ const TTL_SECS: u64 = 24 * 3600;
 const BATCH: usize = 1000;
 
 /// The book's layout in an emptied server.
-pub async fn book(url: &str, load: ViewedLoad) -> Result<ViewedRun> {
-    let mut conn = sessionpack::connect(url).await?;
+pub async fn book(url: &str, options: &ConnectOptions, load: ViewedLoad) -> Result<ViewedRun> {
+    let mut conn = sessionpack::connect_with(url, options).await?;
     let empty = settled_sample(&mut conn).await?;
     let tokens: Vec<String> = (0..load.sessions)
         .map(|_| SessionId::generate().map(|id| id.to_hex()))
@@ -167,8 +168,13 @@ pub async fn book(url: &str, load: ViewedLoad) -> Result<ViewedRun> {
 
 /// The packed layout: a compact store of `2^bits` buckets keeping the
 /// newest `keep` items of up to 8 bytes.
-pub async fn packed(url: &str, load: ViewedLoad, bits: u8) -> Result<ViewedRun> {
-    let mut conn = sessionpack::connect(url).await?;
+pub async fn packed(
+    url: &str,
+    options: &ConnectOptions,
+    load: ViewedLoad,
+    bits: u8,
+) -> Result<ViewedRun> {
+    let mut conn = sessionpack::connect_with(url, options).await?;
     let config = CompactConfig::new(bits).with_viewed(ViewedConfig::new(load.keep, 8));
     let layout = Compact::new(conn.clone(), config).await?;
     let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(TTL_SECS));

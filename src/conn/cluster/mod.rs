@@ -81,33 +81,94 @@ pub async fn connect(seeds: &[impl AsRef<str>]) -> Result<Cluster> {
 /// a whole call, redirections and reconnections included; a call follows
 /// up to [`RETRIES`] redirections or reconnections.
 pub async fn connect_with(seeds: &[impl AsRef<str>], options: &ConnectOptions) -> Result<Cluster> {
-    let client = redis::cluster::ClusterClientBuilder::new(seeds.iter().map(|s| s.as_ref()))
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds.iter().map(|s| s.as_ref()))
         .connection_timeout(options.connect_timeout())
         .response_timeout(options.response_timeout())
-        .retries(RETRIES)
-        .build()?;
+        .retries(RETRIES);
+    let client = with_tls(builder, seeds, options)?.build()?;
     let conn = client.get_async_connection().await?;
     Ok(Cluster {
         shared: Arc::new(Shared {
             client,
-            options: *options,
+            options: options.clone(),
             current: Mutex::new((0, conn)),
             replacing: tokio::sync::Mutex::new(()),
         }),
     })
 }
 
-/// The `redis://host:port/` URLs of the cluster's primaries that serve
-/// slots, as the node at `seed` sees them (`CLUSTER NODES`): where to read
-/// per-node figures (`INFO`, `DBSIZE`) that a cluster connection would send
-/// to one node only.
-pub async fn primaries(seed: &str) -> Result<Vec<String>> {
-    let mut conn = crate::conn::connect(seed).await?;
+/// Gives the cluster client the certificates of `options` (feature
+/// `tls`). Every node is reached as the seeds are: all `rediss://` or all
+/// `redis://`.
+fn with_tls(
+    builder: redis::cluster::ClusterClientBuilder,
+    seeds: &[impl AsRef<str>],
+    options: &ConnectOptions,
+) -> Result<redis::cluster::ClusterClientBuilder> {
+    let tls: Vec<bool> = seeds
+        .iter()
+        .map(|s| crate::conn::standalone::is_tls_url(s.as_ref()))
+        .collect();
+    if tls.iter().any(|&t| t) && !tls.iter().all(|&t| t) {
+        return Err(crate::Error::Config(
+            "a cluster's seeds are all rediss:// or all redis://".into(),
+        ));
+    }
+    #[cfg(feature = "tls")]
+    {
+        match (options.tls(), tls.first().copied().unwrap_or(false)) {
+            (Some(config), true) => return Ok(builder.certs(config.certificates())),
+            (Some(_), false) => {
+                return Err(crate::Error::Config(
+                    "TLS certificates were given for plain redis:// cluster seeds; use rediss://"
+                        .into(),
+                ));
+            }
+            (None, true) => crate::conn::tls::install_provider(),
+            (None, false) => {}
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    if tls.first().copied().unwrap_or(false) {
+        let _ = options;
+        return Err(crate::Error::Config(
+            "rediss:// seeds need sessionpack's `tls` feature".into(),
+        ));
+    }
+    Ok(builder)
+}
+
+/// The URL of the node at `host:port`, reached as `seed` is: the same
+/// scheme (`rediss://` stays TLS) and the same user and password.
+pub(crate) fn node_url(seed: &str, host: &str, port: u16) -> String {
+    let (scheme, rest) = seed.split_once("://").unwrap_or(("redis", seed));
+    let authority = rest.split('/').next().unwrap_or_default();
+    let user = authority.rfind('@').map_or("", |at| &authority[..=at]);
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    format!("{scheme}://{user}{host}:{port}/")
+}
+
+/// The URLs of the cluster's primaries that serve slots, as the node at
+/// `seed` sees them (`CLUSTER NODES`), reached as `seed` is (see
+/// [`connect_with`]'s options): where to read per-node figures (`INFO`,
+/// `DBSIZE`) that a cluster connection would send to one node only.
+pub async fn primaries(seed: &str, options: &ConnectOptions) -> Result<Vec<String>> {
+    let mut conn = crate::conn::connect_with(seed, options).await?;
     let nodes: String = redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(&mut conn)
         .await?;
-    let primaries = parse_primaries(&nodes);
+    let primaries: Vec<String> = parse_primaries(&nodes)
+        .into_iter()
+        .filter_map(|addr| {
+            let (host, port) = addr.rsplit_once(':')?;
+            Some(node_url(seed, host, port.parse().ok()?))
+        })
+        .collect();
     if primaries.is_empty() {
         return Err(crate::Error::Config(format!(
             "{seed} reports no primary serving slots; is it a cluster node?"
@@ -116,7 +177,8 @@ pub async fn primaries(seed: &str) -> Result<Vec<String>> {
     Ok(primaries)
 }
 
-/// The primaries serving slots in a `CLUSTER NODES` reply: lines
+/// The `host:port` of the primaries serving slots in a `CLUSTER NODES`
+/// reply: lines
 /// `<id> <ip:port@cport[,hostname]> <flags> <primary> <ping> <pong>
 /// <epoch> <link> <slot>...`, flags `master` and not `fail`.
 fn parse_primaries(nodes: &str) -> Vec<String> {
@@ -128,7 +190,7 @@ fn parse_primaries(nodes: &str) -> Vec<String> {
             let serving = fields.len() > 8;
             (flags.contains(&"master") && !flags.contains(&"fail") && serving).then_some(())?;
             let addr = fields[1].split(['@', ',']).next()?;
-            Some(format!("redis://{addr}/"))
+            Some(addr.to_owned())
         })
         .collect();
     out.sort();
@@ -394,9 +456,22 @@ c3 127.0.0.1:7004@17004 slave a1 0 1 1 connected
 d4 127.0.0.1:7003@17003 master,fail - 0 1 3 disconnected 10923-16383
 e5 127.0.0.1:7005@17005 master - 0 1 4 connected
 ";
+        assert_eq!(parse_primaries(nodes), ["127.0.0.1:7001", "127.0.0.1:7002"]);
+    }
+
+    #[test]
+    fn a_node_is_reached_as_its_seed_is() {
         assert_eq!(
-            parse_primaries(nodes),
-            ["redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/"]
+            node_url("redis://10.0.0.1:7000/", "10.0.0.2", 7001),
+            "redis://10.0.0.2:7001/"
+        );
+        assert_eq!(
+            node_url("rediss://app:s3cr%40t@10.0.0.1:7000/", "10.0.0.2", 7001),
+            "rediss://app:s3cr%40t@10.0.0.2:7001/"
+        );
+        assert_eq!(
+            node_url("rediss://:pw@h:1", "::1", 7001),
+            "rediss://:pw@[::1]:7001/"
         );
     }
 

@@ -45,9 +45,13 @@ pub fn even_ranges(primaries: usize) -> Vec<RangeInclusive<u16>> {
 }
 
 /// The slot ranges each primary serving slots holds (`CLUSTER SLOTS` as
-/// the node at `seed` sees it), by `redis://host:port/` URL, sorted by URL.
-pub async fn primary_ranges(seed: &str) -> Result<Vec<(String, Vec<RangeInclusive<u16>>)>> {
-    let mut conn = crate::conn::connect(seed).await?;
+/// the node at `seed` sees it), by URL (reached as `seed` is: the same
+/// scheme, user and password), sorted by URL.
+pub async fn primary_ranges(
+    seed: &str,
+    options: &crate::conn::ConnectOptions,
+) -> Result<Vec<(String, Vec<RangeInclusive<u16>>)>> {
+    let mut conn = crate::conn::connect_with(seed, options).await?;
     let slots: Vec<(u16, u16, Vec<redis::Value>)> = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query_async(&mut conn)
@@ -61,7 +65,7 @@ pub async fn primary_ranges(seed: &str) -> Result<Vec<(String, Vec<RangeInclusiv
         };
         let host: String = redis::from_redis_value_ref(host)?;
         let port: u16 = redis::from_redis_value_ref(port)?;
-        let url = format!("redis://{host}:{port}/");
+        let url = super::node_url(seed, &host, port);
         match out.iter_mut().find(|(u, _)| *u == url) {
             Some((_, ranges)) => ranges.push(first..=last),
             None => out.push((url, vec![first..=last])),

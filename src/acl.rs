@@ -1,0 +1,254 @@
+//! Least-privilege ACL rules for what reaches a store's Redis: the app's
+//! store, the sweeper, and the `sessionpack users` command.
+//!
+//! Each rule names its commands one by one (no category, so a command a
+//! later server adds to a category is not let in by it) and only the
+//! namespace's keys, `~<namespace>:*`, with no pub/sub channels. Commands
+//! that scripts run count too: the server checks each `redis.call`
+//! against the caller's rule.
+//!
+//! ```
+//! use sessionpack::acl::{Role, Topology, rule};
+//!
+//! let text = rule(&[Role::Sweeper], "sp", Topology::Server);
+//! assert!(text.starts_with("resetchannels ~sp:* -@all +ping"));
+//! // ACL SETUSER sweeper on >secret resetchannels ~sp:* -@all +ping ...
+//! ```
+//!
+//! `CONFIG GET` is in every rule: the store reads the server's listpack
+//! limits with it, and the eviction policy, which it must check before it
+//! promises that revoking a user reaches every session (an `allkeys-*`
+//! policy may evict the user index). It lets the user read every setting,
+//! which is why it is granted as `config|get` only. A server that refuses
+//! it (some managed services do) leaves the store on Redis 7's default
+//! limits, with a warning, and the eviction check to the operator.
+
+/// Who connects, and so which commands it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Role {
+    /// The app: sessions, the user index ("log out everywhere") and
+    /// viewed items through a compact store.
+    Store,
+    /// The sweeper, in the app or as `sessionpack sweep`: reclaims expired
+    /// sessions and enforces the cap, leasing segments of the namespace.
+    Sweeper,
+    /// `sessionpack users`: lists, revokes and audits users' sessions.
+    Users,
+}
+
+impl Role {
+    /// Every role.
+    pub const ALL: [Self; 3] = [Self::Store, Self::Sweeper, Self::Users];
+
+    /// Its name in the docs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::Sweeper => "sweeper",
+            Self::Users => "users",
+        }
+    }
+
+    /// The commands it sends, lower case (`config|get` is a subcommand),
+    /// on one server.
+    pub fn commands(self) -> &'static [&'static str] {
+        match self {
+            Self::Store => STORE,
+            Self::Sweeper => SWEEPER,
+            Self::Users => USERS,
+        }
+    }
+}
+
+/// Where the store's Redis is: a cluster client also asks the nodes for
+/// the slot map and follows `ASK` redirections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Topology {
+    /// One server (with or without replicas).
+    Server,
+    /// A Redis Cluster.
+    Cluster,
+}
+
+/// Connecting and running scripts: every role. (`CLIENT SETINFO`, which
+/// the redis client sends on connecting, is left out: Redis 7.0 does not
+/// know it, and the client ignores its refusal.)
+const BASE: [&str; 5] = ["ping", "config|get", "time", "evalsha", "script|load"];
+
+/// The cluster client's own: the slot map (`CLUSTER SLOTS`), the
+/// primaries (`CLUSTER NODES`, for per-node figures) and `ASK`
+/// redirections during a reshard.
+const CLUSTER: [&str; 3] = ["cluster|slots", "cluster|nodes", "asking"];
+
+/// The app: every compact-store script an app path runs, the reads
+/// (`HGET`, `HGETALL`), the transactions of bulk writes, and the user
+/// index's direct writes.
+const STORE: &[&str] = &[
+    "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hgetall",
+    "hset", "hsetnx", "hdel", "hexists", "zadd",
+];
+
+/// The sweeper: its scripts (sweep, cap, evict), the cap's reads of the
+/// expiry order, its segment leases (`SET NX PX`, `PEXPIRE`, `PTTL`) and
+/// the metadata claim a store makes when opened on an empty namespace.
+const SWEEPER: &[&str] = &[
+    "get", "set", "del", "exists", "pexpire", "pttl", "hget", "hgetall", "hlen", "hset", "hdel",
+    "zadd", "zcard", "zcount", "zrange", "zrem",
+];
+
+/// The users command: it opens the store as the app does, reads a
+/// user's index and sessions, and revokes with the store's scripts.
+const USERS: &[&str] = &[
+    "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hgetall",
+    "hset", "hsetnx", "hdel", "hexists", "hlen", "zadd",
+];
+
+/// The rule for `roles` (one, or several a process plays: an app that
+/// runs its sweeper in-process is [`Role::Store`] and [`Role::Sweeper`])
+/// on `namespace`'s keys, as `ACL SETUSER` takes it after the user's
+/// name, `on` and its password: channels and keys first, then `-@all` and
+/// each command once.
+pub fn rule(roles: &[Role], namespace: &str, topology: Topology) -> String {
+    let mut parts = vec![
+        "resetchannels".to_owned(),
+        format!("~{}:*", escape_glob(namespace)),
+        "-@all".to_owned(),
+    ];
+    let cluster: &[&str] = match topology {
+        Topology::Server => &[],
+        Topology::Cluster => &CLUSTER,
+    };
+    let mut commands: Vec<&str> = Vec::new();
+    for command in BASE
+        .iter()
+        .chain(cluster)
+        .chain(roles.iter().flat_map(|r| r.commands()))
+    {
+        if !commands.contains(command) {
+            commands.push(command);
+        }
+    }
+    parts.extend(commands.iter().map(|c| format!("+{c}")));
+    parts.join(" ")
+}
+
+/// `text` matched literally by a glob pattern: `*`, `?`, `[`, `]` and `\\`
+/// escaped, so a namespace `a*` grants `a*:...` and not every key.
+fn escape_glob(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The commands each script runs, from its source.
+    fn commands_in(source: &str) -> Vec<String> {
+        source
+            .split("redis.call(")
+            .skip(1)
+            .chain(source.split("redis.pcall(").skip(1))
+            .filter_map(|rest| {
+                let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+                let name = rest[1..].split(quote).next()?;
+                Some(name.to_ascii_lowercase())
+            })
+            .collect()
+    }
+
+    macro_rules! lua {
+        ($($file:literal),+) => {
+            [$((($file), include_str!(concat!("lua/", $file)))),+]
+        };
+    }
+
+    /// Every command a role's scripts can run is in its rule: a path the
+    /// live tests do not reach still has what it needs.
+    #[test]
+    fn each_rule_covers_its_scripts() {
+        let store = lua!(
+            "server_clock.lua",
+            "compact_common.lua",
+            "compact_insert.lua",
+            "compact_touch.lua",
+            "compact_replace.lua",
+            "compact_save.lua",
+            "compact_remove.lua",
+            "compact_take.lua",
+            "compact_forward.lua",
+            "compact_revoke.lua",
+            "viewed_add.lua",
+            "user_label.lua",
+            "meta_claim.lua"
+        );
+        let sweeper = lua!(
+            "server_clock.lua",
+            "compact_common.lua",
+            "compact_sweep.lua",
+            "compact_cap.lua",
+            "compact_evict.lua",
+            "compact_settle.lua",
+            "bucket_order.lua",
+            "lock_claim.lua",
+            "lock_extend.lua",
+            "lock_release.lua",
+            "meta_claim.lua"
+        );
+        let users = lua!(
+            "server_clock.lua",
+            "compact_common.lua",
+            "compact_revoke.lua",
+            "user_label.lua",
+            "meta_claim.lua"
+        );
+        for (role, scripts) in [
+            (Role::Store, &store[..]),
+            (Role::Sweeper, &sweeper[..]),
+            (Role::Users, &users[..]),
+        ] {
+            let granted: Vec<&str> = BASE.iter().chain(role.commands()).copied().collect();
+            let mut seen = 0;
+            for (file, source) in scripts {
+                let used = commands_in(source);
+                seen += used.len();
+                for command in used {
+                    assert!(
+                        granted.contains(&command.as_str()),
+                        "{}: {file} runs {command}",
+                        role.name()
+                    );
+                }
+            }
+            // The parser found the calls it checks.
+            assert!(seen > 10, "{}: {seen} calls found", role.name());
+        }
+    }
+
+    #[test]
+    fn a_rule_names_only_the_namespace_and_its_commands() {
+        let text = rule(&[Role::Store, Role::Sweeper], "app1", Topology::Cluster);
+        let parts: Vec<&str> = text.split(' ').collect();
+        assert_eq!(parts[..3], ["resetchannels", "~app1:*", "-@all"]);
+        assert!(parts[3..].iter().all(|p| p.starts_with('+')), "{text}");
+        assert!(parts.contains(&"+cluster|slots"));
+        assert!(!rule(&[Role::Store], "app1", Topology::Server).contains("cluster"));
+        assert_eq!(text.matches('@').count(), 1, "{text}");
+        // Each command once, though both roles send it.
+        assert_eq!(text.matches("+hget ").count(), 1, "{text}");
+        assert!(text.contains("+zcount"), "{text}");
+    }
+
+    #[test]
+    fn a_namespace_is_matched_literally() {
+        let text = rule(&[Role::Store], "a*[b]?", Topology::Server);
+        assert!(text.contains(r"~a\*\[b\]\?:* "), "{text}");
+    }
+}
