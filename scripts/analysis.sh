@@ -9,8 +9,9 @@
 # `churn` the memory after sessions come and go (Redis 7.0, and 7.4.1 with
 # activedefrag). `tower` the tower-sessions store beside the peer crate
 # (tower-sessions-redis-store) per session profile. `servers` measures
-# every layout at 1M on Redis 7.4.1 and Valkey 8.0.1 (built by
-# scripts/ensure-servers.sh). `cluster` every layout at 1M on a local Redis
+# every layout at 1M on Redis 7.4.1 and 8.0.6 and Valkey 8.0.1 and 9.1.2
+# (built by scripts/ensure-servers.sh; SESSIONPACK_ANALYSIS_SERVERS="a b"
+# for only some). `cluster` every layout at 1M on a local Redis
 # Cluster of three primaries; `cluster-throughput` their speed and server
 # CPU per primary on one with a replica each, with and without WAIT.
 # `identities` what integer, UUID and 24-byte name identities cost at 1M
@@ -104,7 +105,7 @@ for part in "${parts[@]}"; do
       while read -r name path; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench memory --sessions 1000000 --bucket-bits 14 \
           --out "analysis/runs/1m-$name"
-      done < <(scripts/ensure-servers.sh) ;;
+      done < <(scripts/ensure-servers.sh ${SESSIONPACK_ANALYSIS_SERVERS:-}) ;;
     check)
       {
         echo "# The advisor's model against measured runs"
