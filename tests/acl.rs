@@ -29,19 +29,29 @@ fn config() -> CompactConfig {
 /// Makes user `name` with `role`'s rule for [`NAMESPACE`]; returns its
 /// URL.
 async fn user(server: &LocalServer, name: &str, roles: &[Role]) -> String {
-    let mut admin = common::raw(server).await;
     let text = rule(roles, NAMESPACE, Topology::Server);
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER")
-        .arg(name)
-        .arg("reset")
-        .arg("on")
-        .arg(">pw-of-the-test");
-    for part in text.split_whitespace() {
-        cmd.arg(part);
+    let () = setuser(name, &text)
+        .query_async(&mut common::raw(server).await)
+        .await
+        .unwrap();
+    format!("redis://{name}:{PASSWORD}@127.0.0.1:{}/", server.port())
+}
+
+const PASSWORD: &str = "pw-of-the-test";
+
+/// `ACL SETUSER name reset on >PASSWORD <rule>`.
+fn setuser(name: &str, rule: &str) -> redis::Cmd {
+    words(&format!("ACL SETUSER {name} reset on >{PASSWORD} {rule}"))
+}
+
+/// A command from its words.
+fn words(line: &str) -> redis::Cmd {
+    let mut words = line.split_whitespace();
+    let mut cmd = redis::cmd(words.next().unwrap_or_default());
+    for word in words {
+        cmd.arg(word);
     }
-    let () = cmd.query_async(&mut admin).await.unwrap();
-    format!("redis://{name}:pw-of-the-test@127.0.0.1:{}/", server.port())
+    cmd
 }
 
 /// What the app does through its store: every operation of sessions,
@@ -104,39 +114,19 @@ fn refused<T: std::fmt::Debug>(result: &redis::RedisResult<T>) -> bool {
 /// Commands and keys no role has: each is refused.
 async fn outside_every_rule(url: &str) {
     let mut conn = sessionpack::connect(url).await.unwrap();
-    let mut attempts: Vec<(&str, redis::Cmd)> = Vec::new();
-    let mut key_outside = redis::cmd("SET");
-    key_outside.arg("other:x").arg(1);
-    attempts.push(("a key outside the namespace", key_outside));
-    let mut flush = redis::cmd("FLUSHALL");
-    flush.arg("ASYNC");
-    attempts.push(("FLUSHALL", flush));
-    let mut keys = redis::cmd("KEYS");
-    keys.arg("*");
-    attempts.push(("KEYS", keys));
-    let mut config_set = redis::cmd("CONFIG");
-    config_set
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-lru");
-    attempts.push(("CONFIG SET", config_set));
-    let mut eval = redis::cmd("EVAL");
-    eval.arg("return 1").arg(0);
-    attempts.push(("EVAL of an arbitrary script", eval));
-    let mut script_flush = redis::cmd("SCRIPT");
-    script_flush.arg("FLUSH");
-    attempts.push(("SCRIPT FLUSH", script_flush));
-    let mut publish = redis::cmd("PUBLISH");
-    publish.arg(format!("{NAMESPACE}:c")).arg("m");
-    attempts.push(("PUBLISH", publish));
-    let mut acl_list = redis::cmd("ACL");
-    acl_list.arg("LIST");
-    attempts.push(("ACL LIST", acl_list));
-    let mut clients = redis::cmd("CLIENT");
-    clients.arg("LIST");
-    attempts.push(("CLIENT LIST", clients));
-    for (what, cmd) in attempts {
-        let reply: redis::RedisResult<redis::Value> = cmd.query_async(&mut conn).await;
+    let attempts = [
+        "SET other:x 1",
+        "FLUSHALL ASYNC",
+        "KEYS *",
+        "CONFIG SET maxmemory-policy allkeys-lru",
+        "EVAL return(1) 0",
+        "SCRIPT FLUSH",
+        &format!("PUBLISH {NAMESPACE}:c m"),
+        "ACL LIST",
+        "CLIENT LIST",
+    ];
+    for what in attempts {
+        let reply: redis::RedisResult<redis::Value> = words(what).query_async(&mut conn).await;
         assert!(refused(&reply), "{what} was not refused: {reply:?}");
     }
     // A script reaching outside the namespace is refused inside the
@@ -219,7 +209,6 @@ async fn each_role_works_within_its_rule_and_nothing_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_user_needs_the_cluster_rule() {
     let cluster = sessionpack_testkit::LocalCluster::start(3, 0).unwrap();
-    let mut names = Vec::new();
     for (topology, name) in [
         (Topology::Server, "plain"),
         (Topology::Cluster, "clustered"),
@@ -227,24 +216,14 @@ async fn a_cluster_user_needs_the_cluster_rule() {
         let text = rule(&[Role::Store, Role::Sweeper], NAMESPACE, topology);
         for node in cluster.nodes() {
             let mut admin = node.client().unwrap().get_connection().unwrap();
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("SETUSER")
-                .arg(name)
-                .arg("reset")
-                .arg("on")
-                .arg(">pw");
-            for part in text.split_whitespace() {
-                cmd.arg(part);
-            }
-            let () = cmd.query(&mut admin).unwrap();
+            let () = setuser(name, &text).query(&mut admin).unwrap();
         }
-        names.push(name);
     }
     let seeds = |name: &str| -> Vec<String> {
         cluster
             .nodes()
             .iter()
-            .map(|n| format!("redis://{name}:pw@127.0.0.1:{}/", n.port()))
+            .map(|n| format!("redis://{name}:{PASSWORD}@127.0.0.1:{}/", n.port()))
             .collect()
     };
     let without = sessionpack::conn::cluster::connect(&seeds("plain")).await;
@@ -279,7 +258,9 @@ async fn a_cluster_user_needs_the_cluster_rule() {
         .unwrap();
     assert_eq!(primaries.len(), 3);
     assert!(
-        primaries.iter().all(|u| u.contains("clustered:pw@")),
+        primaries
+            .iter()
+            .all(|u| u.contains(&format!("clustered:{PASSWORD}@"))),
         "{primaries:?}"
     );
 }

@@ -2,25 +2,14 @@
 //! with certificates made for the run: what each side trusts and presents,
 //! and what is refused.
 
+mod common;
+
 use std::time::Duration;
 
 use sessionpack::conn::{ConnectOptions, TlsConfig};
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{Compact, CompactConfig, Error, Store};
-use sessionpack_testkit::{ClientCerts, LocalCluster, LocalServer, TestCerts};
-
-/// A TLS-only server, or `None` (with the reason printed) where the
-/// server binary has no TLS.
-fn tls_server(certs: &TestCerts, client_certs: ClientCerts) -> Option<LocalServer> {
-    match LocalServer::start_tls(certs, client_certs, &[]) {
-        Ok(server) => Some(server),
-        Err(sessionpack_testkit::Error::Unsupported(why)) => {
-            eprintln!("skipped: {why}");
-            None
-        }
-        Err(e) => panic!("start a TLS server: {e}"),
-    }
-}
+use sessionpack_testkit::{ClientCerts, LocalCluster, TestCerts};
 
 fn read(path: std::path::PathBuf) -> Vec<u8> {
     std::fs::read(path).unwrap()
@@ -48,7 +37,7 @@ fn with_client_cert(certs: &TestCerts) -> ConnectOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_and_its_sweeper_work_over_tls() {
     let certs = TestCerts::generate().unwrap();
-    let Some(server) = tls_server(&certs, ClientCerts::NotAsked) else {
+    let Some(server) = common::tls_server(&certs, ClientCerts::NotAsked) else {
         return;
     };
     assert!(server.url().starts_with("rediss://"));
@@ -85,7 +74,7 @@ async fn a_store_and_its_sweeper_work_over_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_is_presented_where_the_server_asks() {
     let certs = TestCerts::generate().unwrap();
-    let Some(server) = tls_server(&certs, ClientCerts::Required) else {
+    let Some(server) = common::tls_server(&certs, ClientCerts::Required) else {
         return;
     };
     let without = sessionpack::connect_with(&server.url(), &trusting(certs.ca())).await;
@@ -113,7 +102,7 @@ async fn a_client_certificate_is_presented_where_the_server_asks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_the_client_cannot_verify_is_refused() {
     let certs = TestCerts::generate().unwrap();
-    let Some(server) = tls_server(&certs, ClientCerts::NotAsked) else {
+    let Some(server) = common::tls_server(&certs, ClientCerts::NotAsked) else {
         return;
     };
     let other = sessionpack::connect_with(&server.url(), &trusting(certs.other_ca())).await;

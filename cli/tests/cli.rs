@@ -805,15 +805,10 @@ async fn the_sweep_daemon_never_claims_a_namespace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_reach_a_tls_only_server() {
     use sessionpack::conn::{ConnectOptions, TlsConfig};
-    use sessionpack_testkit::{ClientCerts, LocalServer, TestCerts};
+    use sessionpack_testkit::{ClientCerts, TestCerts};
     let certs = TestCerts::generate().unwrap();
-    let server = match LocalServer::start_tls(&certs, ClientCerts::Required, &[]) {
-        Ok(server) => server,
-        Err(sessionpack_testkit::Error::Unsupported(why)) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        Err(e) => panic!("start a TLS server: {e}"),
+    let Some(server) = common::tls_server(&certs, ClientCerts::Required) else {
+        return;
     };
     let url = server.url();
     let tls = TlsConfig::from_files(

@@ -15,6 +15,23 @@ pub fn server() -> LocalServer {
     LocalServer::start().expect("start redis-server")
 }
 
+/// A server that speaks TLS only, or `None`, with the reason printed as a
+/// `skipped:` line (which `scripts/test.sh` shows), where its binary was
+/// built without TLS.
+pub fn tls_server(
+    certs: &sessionpack_testkit::TestCerts,
+    client_certs: sessionpack_testkit::ClientCerts,
+) -> Option<LocalServer> {
+    match LocalServer::start_tls(certs, client_certs, &[]) {
+        Ok(server) => Some(server),
+        Err(sessionpack_testkit::Error::Unsupported(why)) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(e) => panic!("start a TLS server: {e}"),
+    }
+}
+
 /// A reconnecting connection to `server`.
 pub async fn manager(server: &LocalServer) -> ConnectionManager {
     sessionpack::connect(&server.url()).await.expect("connect")
