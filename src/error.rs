@@ -202,6 +202,32 @@ impl Error {
         )
     }
 
+    /// A short, stable name of the variant (`"unavailable"`, `"wrong_type"`,
+    /// ...): the `outcome` label of a failed call's metrics
+    /// ([`crate::metrics`]), and a key for an app's own counting or logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidId(_) => "invalid_id",
+            Self::CorruptRecord { .. } => "corrupt_record",
+            Self::TooLarge { .. } => "too_large",
+            Self::WrongType { .. } => "wrong_type",
+            Self::Unavailable(_) => "unavailable",
+            Self::NotReplicated(_) => "not_replicated",
+            Self::NoPermission(_) => "no_permission",
+            Self::Redis(_) => "redis",
+            Self::Contended { .. } => "contended",
+            Self::Encode(_) | Self::EncodeData(_) => "encode",
+            Self::Config(_) => "config",
+            Self::InvalidTtl { .. } => "invalid_ttl",
+            Self::LockTimeout { .. } => "lock_timeout",
+            Self::LabelTooLong { .. } => "label_too_long",
+            Self::InvalidIdentity(_) => "invalid_identity",
+            Self::InvalidLockName { .. } => "invalid_lock_name",
+            Self::ItemTooLong { .. } => "item_too_long",
+            Self::Rng(_) => "rng",
+        }
+    }
+
     /// Classifies a Redis error (or a pipeline's) raised while working on
     /// `location`.
     pub(crate) fn from_redis(err: redis::RedisError, location: impl FnOnce() -> String) -> Self {

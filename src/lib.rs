@@ -5,13 +5,14 @@
 // The floors, bottom up; a module imports only from its own floor or below.
 
 // 1. Small pieces: errors, lifetimes, the server's clock and limits, session
-//    owners, the JSON-map codec, a placement hash, the Lua scripts.
+//    owners, the JSON-map codec, metrics, a placement hash, the Lua scripts.
 pub mod acl;
 pub mod clock;
 pub mod error;
 pub mod identity;
 pub mod json_map;
 pub mod limits;
+pub mod metrics;
 mod place;
 mod scripts;
 pub mod ttl;

@@ -89,6 +89,7 @@ use crate::clock::unix_now;
 use crate::error::{Error, Result};
 use crate::identity::{Identity, MAX_NAME_BYTES, Uuid};
 use crate::json_map;
+use crate::metrics::{self, Op, Outcome};
 use crate::session::id::{IdWidth, SessionId};
 use crate::session::layout::compact::NO_OWNER;
 use crate::session::layout::compact::user_index::head;
@@ -277,6 +278,17 @@ where
     /// `fresh` and tried again. Returns the id used.
     pub async fn create_data(
         &self,
+        id: i128,
+        data: &HashMap<String, Value>,
+        expires_at: i64,
+        fresh: impl FnMut() -> i128,
+    ) -> Result<i128> {
+        let create = self.create_unobserved(id, data, expires_at, fresh);
+        metrics::call(Op::Create, Outcome::ok, create).await
+    }
+
+    async fn create_unobserved(
+        &self,
         mut id: i128,
         data: &HashMap<String, Value>,
         expires_at: i64,
@@ -333,6 +345,17 @@ where
         data: &HashMap<String, Value>,
         expires_at: i64,
     ) -> Result<bool> {
+        let save = self.save_unobserved(id, data, expires_at);
+        let saved = metrics::call(Op::Save, Saved::outcome, save).await?;
+        Ok(saved != Saved::Skipped)
+    }
+
+    async fn save_unobserved(
+        &self,
+        id: i128,
+        data: &HashMap<String, Value>,
+        expires_at: i64,
+    ) -> Result<Saved> {
         let (bytes, head) = self.encode(data)?;
         let at = self.capped(id, expiry_secs(expires_at)?);
         let memory = self.memo.get(id);
@@ -349,19 +372,26 @@ where
                 .memo
                 .unchanged(memory, &bytes, at, self.write_threshold)
         {
-            return Ok(false);
+            return Ok(Saved::Skipped);
         }
         match self.layout.save(&session_id(id), &bytes, at).await? {
-            Written::Done => self.memo.put(id, &bytes, head, at),
+            Written::Done => {
+                self.memo.put(id, &bytes, head, at);
+                Ok(Saved::Written)
+            }
             Written::Missing | Written::Conflict => {
                 self.memo.take(id);
+                Ok(Saved::Gone)
             }
         }
-        Ok(true)
     }
 
     /// Loads a live session's data and its expiry (unix seconds).
     pub async fn load_data(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
+        metrics::call(Op::Load, Outcome::of_option, self.load_unobserved(id)).await
+    }
+
+    async fn load_unobserved(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
         let sid = session_id(id);
         if self.absolute.is_some() && self.capped(id, u64::MAX) <= unix_now() {
             return Ok(None);
@@ -381,12 +411,15 @@ where
 
     /// Deletes a session (nothing happens if there is none).
     pub async fn delete_data(&self, id: i128) -> Result<()> {
-        let inline = self
-            .memo
-            .take(id)
-            .is_some_and(|m| self.layout.fits(m.seen.record_len));
-        self.layout.delete(&session_id(id), inline).await?;
-        Ok(())
+        metrics::call(Op::Destroy, Outcome::ok, async move {
+            let inline = self
+                .memo
+                .take(id)
+                .is_some_and(|m| self.layout.fits(m.seen.record_len));
+            self.layout.delete(&session_id(id), inline).await?;
+            Ok(())
+        })
+        .await
     }
 
     /// What the store would otherwise only log: the server's limits and
@@ -471,20 +504,25 @@ where
     /// The live sessions of `owner` ("your devices"); compare each `id`
     /// with the current session's through [`tower_id`]. Needs a user index.
     pub async fn sessions_of(&self, owner: &Identity) -> Result<Vec<UserSession>> {
-        let found = self.layout.user_sessions(&head(owner)).await?;
-        Ok(UserSession::listing(found, self.idle.map(|d| d.as_secs())))
+        metrics::call(Op::SessionsOf, Outcome::ok, async move {
+            let found = self.layout.user_sessions(&head(owner)).await?;
+            Ok(UserSession::listing(found, self.idle.map(|d| d.as_secs())))
+        })
+        .await
     }
 
     /// Revokes every session of `owner` ("log out everywhere").
     pub async fn revoke_all(&self, owner: &Identity) -> Result<Revoked> {
-        self.layout.revoke_user(&head(owner), None).await
+        let head = head(owner);
+        let revoke = self.layout.revoke_user(&head, None);
+        metrics::call(Op::RevokeAll, Outcome::ok, revoke).await
     }
 
     /// Revokes every session of `owner` but `keep` (the current one).
     pub async fn revoke_others(&self, owner: &Identity, keep: i128) -> Result<Revoked> {
-        self.layout
-            .revoke_user(&head(owner), Some(&session_id(keep)))
-            .await
+        let (head, keep) = (head(owner), session_id(keep));
+        let revoke = self.layout.revoke_user(&head, Some(&keep));
+        metrics::call(Op::RevokeOthers, Outcome::ok, revoke).await
     }
 
     /// Records that the live session `id` (tower-sessions' `Id.0`) viewed
@@ -493,21 +531,47 @@ where
     /// whether the session is live. A session tower-sessions has not saved
     /// yet has no id, and a `cycle_id` (log-in) starts a new list.
     pub async fn view<T: crate::viewed::Item>(&self, id: i128, item: &T) -> Result<bool> {
-        let found = self
-            .layout
-            .view_kind(&session_id(id), T::KIND, &[item.encode()], None)
-            .await?;
-        Ok(found.is_some())
+        metrics::call(Op::View, Outcome::of_bool, async move {
+            let found = self
+                .layout
+                .view_kind(&session_id(id), T::KIND, &[item.encode()], None)
+                .await?;
+            Ok(found.is_some())
+        })
+        .await
     }
 
     /// The items the live session `id` viewed, newest first; `None` if it
     /// is gone.
     pub async fn viewed<T: crate::viewed::Item>(&self, id: i128) -> Result<Option<Vec<T>>> {
-        let sid = session_id(id);
-        let Some(items) = self.layout.viewed_entries(&sid).await? else {
-            return Ok(None);
-        };
-        crate::viewed::decode_items(&items, || self.layout.location(&sid)).map(Some)
+        metrics::call(Op::Viewed, Outcome::of_option, async move {
+            let sid = session_id(id);
+            let Some(items) = self.layout.viewed_entries(&sid).await? else {
+                return Ok(None);
+            };
+            crate::viewed::decode_items(&items, || self.layout.location(&sid)).map(Some)
+        })
+        .await
+    }
+}
+
+/// What a save did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Saved {
+    Written,
+    /// The session was gone; it stays gone.
+    Gone,
+    /// Unchanged within the write threshold: nothing sent.
+    Skipped,
+}
+
+impl Saved {
+    fn outcome(&self) -> Outcome {
+        match self {
+            Self::Written => Outcome::Ok,
+            Self::Gone => Outcome::Missing,
+            Self::Skipped => Outcome::Skipped,
+        }
     }
 }
 

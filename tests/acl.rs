@@ -206,6 +206,7 @@ async fn each_role_works_within_its_rule_and_nothing_else() {
 
 /// The rule for a cluster adds the cluster client's own commands; a
 /// store on a local cluster works as a restricted user.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_user_needs_the_cluster_rule() {
     let cluster = sessionpack_testkit::LocalCluster::start(3, 0).unwrap();

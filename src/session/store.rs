@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use crate::clock::unix_now;
 use crate::error::{Error, Result};
 use crate::identity::UserId;
+use crate::metrics::{self, Op, Outcome};
 use crate::session::id::SessionId;
 use crate::session::layout::{Inserted, Layout, Stored, Written};
 use crate::session::record;
@@ -284,6 +285,18 @@ where
         attrs: A,
         ttl: Duration,
     ) -> Result<Session<A, I>> {
+        metrics::call(Op::Create, Outcome::ok, async move {
+            self.create_unobserved(identity, attrs, ttl).await
+        })
+        .await
+    }
+
+    async fn create_unobserved(
+        &self,
+        identity: I,
+        attrs: A,
+        ttl: Duration,
+    ) -> Result<Session<A, I>> {
         let record = self.encode(&identity, &attrs)?;
         let ttl = whole_seconds(ttl);
         Deadline::In(ttl).check()?;
@@ -332,6 +345,15 @@ where
     /// Creates many sessions in pipelined round trips; returns their ids in
     /// order.
     pub async fn create_many(&self, sessions: &[(I, A)]) -> Result<Vec<SessionId>> {
+        metrics::call(
+            Op::CreateMany,
+            Outcome::ok,
+            self.create_many_unobserved(sessions),
+        )
+        .await
+    }
+
+    async fn create_many_unobserved(&self, sessions: &[(I, A)]) -> Result<Vec<SessionId>> {
         let mut items = Vec::with_capacity(sessions.len());
         for (identity, attrs) in sessions {
             items.push((self.new_id().await?, self.encode(identity, attrs)?));
@@ -362,6 +384,10 @@ where
 
     /// Loads a live session.
     pub async fn load(&self, id: &SessionId) -> Result<Option<Session<A, I>>> {
+        metrics::call(Op::Load, Outcome::of_option, self.load_unobserved(id)).await
+    }
+
+    async fn load_unobserved(&self, id: &SessionId) -> Result<Option<Session<A, I>>> {
         if self.remaining(id) == Some(0) {
             return Ok(None);
         }
@@ -375,12 +401,19 @@ where
     /// loads the session. A malformed value is an [`Error::InvalidId`] and
     /// never reaches Redis.
     pub async fn load_cookie(&self, cookie: &str) -> Result<Option<Session<A, I>>> {
-        let id = SessionId::parse_with(cookie, self.layout.id_width())?;
-        self.load(&id).await
+        metrics::call(Op::Load, Outcome::of_option, async move {
+            let id = SessionId::parse_with(cookie, self.layout.id_width())?;
+            self.load_unobserved(&id).await
+        })
+        .await
     }
 
     /// Loads many sessions in pipelined round trips; one result per id.
     pub async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Session<A, I>>>> {
+        metrics::call(Op::LoadMany, Outcome::ok, self.load_many_unobserved(ids)).await
+    }
+
+    async fn load_many_unobserved(&self, ids: &[SessionId]) -> Result<Vec<Option<Session<A, I>>>> {
         let found = self.layout.load_many(ids).await?;
         ids.iter()
             .zip(found)
@@ -398,15 +431,18 @@ where
     /// or `None` if the session is gone. Without an idle timeout it only
     /// says whether the session is live, and until when.
     pub async fn touch(&self, id: &SessionId) -> Result<Option<u64>> {
-        match self.touch_ttl(id) {
-            None => Ok(self.load(id).await?.map(|s| s.expires_at)),
-            Some(0) => {
-                // Past its absolute deadline: gone, whatever its expiry.
-                self.layout.remove(id, None).await?;
-                Ok(None)
+        metrics::call(Op::Touch, Outcome::of_option, async move {
+            match self.touch_ttl(id) {
+                None => Ok(self.load_unobserved(id).await?.map(|s| s.expires_at)),
+                Some(0) => {
+                    // Past its absolute deadline: gone, whatever its expiry.
+                    self.layout.remove(id, None).await?;
+                    Ok(None)
+                }
+                Some(ttl) => self.layout.touch(id, ttl).await,
             }
-            Some(ttl) => self.layout.touch(id, ttl).await,
-        }
+        })
+        .await
     }
 
     /// The lifetime a touch of `id` gives, from now: `None` without an
@@ -422,16 +458,35 @@ where
     /// Last writer wins; use [`Store::update`] to change attributes without
     /// losing a concurrent change.
     pub async fn save(&self, session: &Session<A, I>) -> Result<bool> {
-        let record = self.encode(&session.identity, &session.attrs)?;
-        let written = self.layout.replace(&session.id, &record, None).await?;
-        Ok(written == Written::Done)
+        metrics::call(Op::Save, Outcome::of_bool, async move {
+            let record = self.encode(&session.identity, &session.attrs)?;
+            let written = self.layout.replace(&session.id, &record, None).await?;
+            Ok(written == Written::Done)
+        })
+        .await
     }
 
     /// Changes a live session's attributes with `change`, atomically with
     /// respect to other writers: if the record changed between the read and
     /// the write, it is read again and `change` runs again. Returns the
     /// session as written, or `None` if it is gone.
-    pub async fn update<F>(&self, id: &SessionId, mut change: F) -> Result<Option<Session<A, I>>>
+    pub async fn update<F>(&self, id: &SessionId, change: F) -> Result<Option<Session<A, I>>>
+    where
+        F: FnMut(&mut A) + Send,
+    {
+        metrics::call(
+            Op::Update,
+            Outcome::of_option,
+            self.update_unobserved(id, change),
+        )
+        .await
+    }
+
+    async fn update_unobserved<F>(
+        &self,
+        id: &SessionId,
+        mut change: F,
+    ) -> Result<Option<Session<A, I>>>
     where
         F: FnMut(&mut A) + Send,
     {
@@ -456,7 +511,10 @@ where
 
     /// Destroys a session (log-out). Returns whether a live one existed.
     pub async fn destroy(&self, id: &SessionId) -> Result<bool> {
-        Ok(self.layout.remove(id, None).await? == Written::Done)
+        metrics::call(Op::Destroy, Outcome::of_bool, async move {
+            Ok(self.layout.remove(id, None).await? == Written::Done)
+        })
+        .await
     }
 
     /// Moves a live session to a fresh id (after log-in or a privilege
@@ -469,6 +527,10 @@ where
     /// beside the old session before the copy is made, and a revocation
     /// that reaches the old id follows it ([`crate::users`]).
     pub async fn rotate(&self, id: &SessionId) -> Result<Option<SessionId>> {
+        metrics::call(Op::Rotate, Outcome::of_option, self.rotate_unobserved(id)).await
+    }
+
+    async fn rotate_unobserved(&self, id: &SessionId) -> Result<Option<SessionId>> {
         // The id the last attempt recorded as the successor and removed.
         let mut prev: Option<SessionId> = None;
         for attempt in 0..self.update_attempts {

@@ -6,6 +6,7 @@ use serde::de::DeserializeOwned;
 use super::Item;
 use crate::error::Result;
 use crate::identity::UserId;
+use crate::metrics::{self, Op, Outcome};
 use crate::session::id::SessionId;
 use crate::session::layout::{Compact, Layout};
 use crate::session::store::Store;
@@ -33,15 +34,18 @@ where
     /// [`Store::view`] of several items at once, oldest first (the last
     /// ends at the front of the list); one step, as for one.
     pub async fn view_many<T: Item>(&self, id: &SessionId, items: &[T]) -> Result<Option<u64>> {
-        let encoded: Vec<Vec<u8>> = items.iter().map(Item::encode).collect();
-        match self.touch_ttl(id) {
-            Some(0) => {
-                // Past its absolute deadline: gone, with its items.
-                self.layout().remove(id, None).await?;
-                Ok(None)
+        metrics::call(Op::View, Outcome::of_option, async move {
+            let encoded: Vec<Vec<u8>> = items.iter().map(Item::encode).collect();
+            match self.touch_ttl(id) {
+                Some(0) => {
+                    // Past its absolute deadline: gone, with its items.
+                    self.layout().remove(id, None).await?;
+                    Ok(None)
+                }
+                ttl => self.layout().view_kind(id, T::KIND, &encoded, ttl).await,
             }
-            ttl => self.layout().view_kind(id, T::KIND, &encoded, ttl).await,
-        }
+        })
+        .await
     }
 
     /// The items session `id` viewed, newest first; `None` if it is gone.
@@ -49,12 +53,15 @@ where
     /// a `Vec<u8>` reads any), or whose bytes are not a `T`, are
     /// [`crate::Error::CorruptRecord`].
     pub async fn viewed<T: Item>(&self, id: &SessionId) -> Result<Option<Vec<T>>> {
-        if self.touch_ttl(id) == Some(0) {
-            return Ok(None);
-        }
-        let Some(items) = self.layout().viewed_entries(id).await? else {
-            return Ok(None);
-        };
-        super::decode_items(&items, || self.layout().location(id)).map(Some)
+        metrics::call(Op::Viewed, Outcome::of_option, async move {
+            if self.touch_ttl(id) == Some(0) {
+                return Ok(None);
+            }
+            let Some(items) = self.layout().viewed_entries(id).await? else {
+                return Ok(None);
+            };
+            super::decode_items(&items, || self.layout().location(id)).map(Some)
+        })
+        .await
     }
 }

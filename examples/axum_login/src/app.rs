@@ -12,6 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum_login::tower_sessions::{Expiry, SessionManagerLayer};
 use axum_login::{AuthManagerLayerBuilder, AuthUser, AuthnBackend, UserId, login_required};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
 use sessionpack::identity::Identity;
 use sessionpack::tower::{TowerStore, tower_id};
@@ -121,7 +122,10 @@ type Store = TowerStore<sessionpack::Connection>;
 /// viewed items) and `GET /recent` (them, newest first) for any session.
 /// Sessions end after `idle` without a request. The store needs a user
 /// index for the devices routes and viewed items for the item routes.
-pub fn app(store: Store, idle: time::Duration) -> Router {
+/// `GET /metrics` serves what `metrics` has recorded as Prometheus text,
+/// outside the session layers (a scrape neither reads nor makes a
+/// session); a real app serves it on an internal address only.
+pub fn app(store: Store, idle: time::Duration, metrics: PrometheusHandle) -> Router {
     let idle_std = std::time::Duration::from_secs(idle.whole_seconds().max(0) as u64);
     let store = store.with_idle_timeout(idle_std);
     let sessions = SessionManagerLayer::new(store.clone())
@@ -142,6 +146,28 @@ pub fn app(store: Store, idle: time::Duration) -> Router {
         .route("/logout", post(logout))
         .layer(auth)
         .layer(Extension(store))
+        .route("/metrics", get(move || scrape(metrics.clone())))
+}
+
+/// Installs the process's Prometheus recorder, with histogram buckets for
+/// the store's latencies, and describes sessionpack's metrics to it.
+pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Prefix("sessionpack_".into()),
+            sessionpack::metrics::CALL_SECONDS_BUCKETS,
+        )?
+        .install_recorder()?;
+    sessionpack::metrics::describe();
+    Ok(handle)
+}
+
+async fn scrape(metrics: PrometheusHandle) -> impl IntoResponse {
+    metrics.run_upkeep();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics.render(),
+    )
 }
 
 async fn login(

@@ -9,6 +9,7 @@
 //! curl -b jar -X POST localhost:3000/logout-everywhere
 //! curl -c jar -b jar localhost:3000/items/42
 //! curl -b jar localhost:3000/recent
+//! curl localhost:3000/metrics
 //! ```
 //!
 //! `REDIS_URL` names the server (default `redis://127.0.0.1:6379/`),
@@ -26,6 +27,7 @@ use sessionpack::viewed::ViewedConfig;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let metrics = app::install_metrics()?;
     let conn = sessionpack::connect(&url).await?;
     // Rolling expiry writes only when it moves by a tenth of the lifetime.
     // A user index: "your devices" and "log out everywhere"; and each
@@ -41,7 +43,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{addr}");
-    axum::serve(listener, app::app(store, time::Duration::minutes(30))).await?;
+    axum::serve(
+        listener,
+        app::app(store, time::Duration::minutes(30), metrics),
+    )
+    .await?;
     sweeper.shutdown().await;
     Ok(())
 }

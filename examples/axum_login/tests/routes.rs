@@ -53,7 +53,7 @@ async fn start(idle: time::Duration) -> Running {
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = app::app(store.clone(), idle);
+    let app = app::app(store.clone(), idle, metrics());
     let task = tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
@@ -63,6 +63,15 @@ async fn start(idle: time::Duration) -> Running {
         server,
         task,
     }
+}
+
+/// The recorder the tests' apps share: one per process, as in `main`.
+fn metrics() -> metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| app::install_metrics().expect("install the recorder"))
+        .clone()
 }
 
 fn client() -> (reqwest::Client, Arc<reqwest::cookie::Jar>) {
@@ -410,5 +419,99 @@ async fn devices_are_listed_and_logged_out_elsewhere_or_everywhere() {
         (audit.sessions, audit.unindexed, audit.misplaced),
         (1, 0, 0),
         "{audit:?}"
+    );
+}
+
+/// The value of the sample `name{labels}` in Prometheus text (0 if absent).
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(series, _)| {
+            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+                && rest.matches('=').count() == labels.len()
+        })
+        .map_or(0.0, |(_, value)| value.parse().unwrap())
+}
+
+async fn scrape(client: &reqwest::Client, base: &str) -> String {
+    let r = client.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(
+        r.headers().get("set-cookie").is_none(),
+        "a scrape makes no session"
+    );
+    r.text().await.unwrap()
+}
+
+/// Driving the app moves the store's metrics, served as Prometheus text.
+/// Tests in this binary share the recorder, so counts are compared as
+/// at-least deltas.
+#[tokio::test]
+async fn metrics_are_served_as_prometheus_text() {
+    let app = start(time::Duration::minutes(30)).await;
+    let (client, _jar) = client();
+    let base = &app.base;
+    let calls = |text: &str, op, outcome| {
+        sample(
+            text,
+            "sessionpack_calls_total",
+            &[("op", op), ("outcome", outcome)],
+        )
+    };
+    let before = scrape(&client, base).await;
+
+    assert_eq!(login(&client, base, "ferris", "crab").await, StatusCode::OK);
+    assert_eq!(get(&client, format!("{base}/me")).await.0, StatusCode::OK);
+    let (status, _) = get(&client, format!("{base}/devices")).await;
+    assert_eq!(status, StatusCode::OK);
+    let logout = client.post(format!("{base}/logout")).send().await.unwrap();
+    assert!(logout.status().is_success() || logout.status().is_redirection());
+    app.store.sweep().await.unwrap();
+
+    let after = scrape(&client, base).await;
+    for (op, outcome, at_least) in [
+        ("create", "ok", 1.0),
+        ("load", "ok", 1.0),
+        ("sessions_of", "ok", 1.0),
+        ("destroy", "ok", 1.0),
+    ] {
+        let moved = calls(&after, op, outcome) - calls(&before, op, outcome);
+        assert!(moved >= at_least, "{op} {outcome}: {moved}\n{after}");
+    }
+    let loads = |text: &str| {
+        sample(
+            text,
+            "sessionpack_call_duration_seconds_count",
+            &[("op", "load")],
+        )
+    };
+    assert!(loads(&after) > loads(&before), "{after}");
+    let top = sample(
+        &after,
+        "sessionpack_call_duration_seconds_bucket",
+        &[("op", "load"), ("le", "+Inf")],
+    );
+    assert_eq!(top, loads(&after), "every load falls in a bucket");
+    let passes = |text: &str| sample(text, "sessionpack_sweep_passes_total", &[("outcome", "ok")]);
+    assert!(passes(&after) > passes(&before), "{after}");
+    let inline = sample(
+        &after,
+        "sessionpack_records_written_total",
+        &[("layout", "compact"), ("placement", "inline")],
+    );
+    assert!(inline >= 1.0, "{after}");
+    // Units and help from `describe`.
+    assert!(
+        after.contains("# TYPE sessionpack_calls_total counter"),
+        "{after}"
+    );
+    assert!(
+        after.contains("# HELP sessionpack_calls_total Store calls by operation and outcome"),
+        "{after}"
     );
 }

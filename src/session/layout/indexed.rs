@@ -160,6 +160,7 @@ where
     ) -> ScriptInvocation<'a> {
         let keys = self.keys(id);
         let inline = self.fits_inline(record.len());
+        crate::metrics::record_written(self.name, !inline);
         let mut inv = BUCKET_INSERT.prepare_invoke();
         // Callers check the expiry first (`Deadline::check`).
         inv.key(&keys.hash).key(&keys.zset);
@@ -270,9 +271,11 @@ where
         record: &[u8],
         expected: Option<&[u8]>,
     ) -> Result<Written> {
+        let inline = self.fits_inline(record.len());
+        crate::metrics::record_written(self.name, !inline);
         let mut inv = self.invocation(&BUCKET_REPLACE, id);
         inv.arg(record)
-            .arg(scripts::flag(self.fits_inline(record.len())))
+            .arg(scripts::flag(inline))
             .arg(scripts::flag(expected.is_some()))
             .arg(expected.unwrap_or_default());
         Ok(Written::from_code(self.call(id, &inv).await?))

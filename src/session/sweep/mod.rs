@@ -399,6 +399,24 @@ where
     /// swept once per interval whoever sweeps it; a sweeper that stops
     /// gives them back ([`Sweeper::release_leases`]).
     pub async fn pass(&self) -> Result<PassReport> {
+        let pass = self.pass_unobserved().await;
+        crate::metrics::sweep_pass(match &pass {
+            Ok(r) => Ok(crate::metrics::Swept {
+                buckets: r.buckets,
+                reclaimed: r.reclaimed,
+                evicted: r.evicted,
+                repaired: r.repaired,
+                bad_buckets: r.bad_buckets,
+                index_repaired: r.index_dropped,
+                lag_secs: r.lag_secs,
+                took: r.took,
+            }),
+            Err(e) => Err(e.kind()),
+        });
+        pass
+    }
+
+    async fn pass_unobserved(&self) -> Result<PassReport> {
         let started = Instant::now();
         let segments = self.segments();
         let first = rand::random_range(0..segments);

@@ -513,6 +513,7 @@ where
         let len = (record.len() + EXPIRY_BYTES) as u64;
         let out_of_line = len > self.limits.hash_value;
         self.watch.note(len, out_of_line, self.limits.hash_value);
+        crate::metrics::record_written("compact", out_of_line);
         if out_of_line {
             return Form::OutOfLine;
         }

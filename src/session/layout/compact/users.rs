@@ -316,6 +316,8 @@ where
                 let mut next = Vec::new();
                 for chunk in queue.chunks(PIPELINE_CHUNK) {
                     let settled = self.revoke_each(chunk, &ident, head, Some(read_at)).await?;
+                    let removed = settled.iter().filter(|(code, _)| *code == 1).count();
+                    crate::metrics::revoked(removed as u64);
                     for (id, (code, successors)) in chunk.iter().zip(settled) {
                         match code {
                             0 => report.kept += 1,
