@@ -11,7 +11,9 @@
 # (tower-sessions-redis-store) per session profile. `servers` measures
 # every layout at 1M on Redis 7.4.1 and 8.0.6 and Valkey 8.0.1 and 9.1.2
 # (built by scripts/ensure-servers.sh; SESSIONPACK_ANALYSIS_SERVERS="a b"
-# for only some). `cluster` every layout at 1M on a local Redis
+# for only some). `server-expiry` the compact layout swept against the
+# same with its fields expired by the server, memory and server CPU, on
+# Redis 7.4.1 and 8.0.6 and Valkey 9.1.2. `cluster` every layout at 1M on a local Redis
 # Cluster of three primaries; `cluster-throughput` their speed and server
 # CPU per primary on one with a replica each, with and without WAIT.
 # `identities` what integer, UUID and 24-byte name identities cost at 1M
@@ -106,6 +108,24 @@ for part in "${parts[@]}"; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench memory --sessions 1000000 --bucket-bits 14 \
           --out "analysis/runs/1m-$name"
       done < <(scripts/ensure-servers.sh ${SESSIONPACK_ANALYSIS_SERVERS:-}) ;;
+    server-expiry)
+      # The compact layout swept against the same buckets with their fields
+      # expired by the server, at 1M sessions (160- and 128-bit ids), on
+      # Redis 7.4.1 and 8.0.6 and on Valkey 9.1.2 (which converts such
+      # buckets: measured anyway); each operation's server CPU on the two
+      # Redis servers.
+      while read -r name path; do
+        for ids in 160 128; do
+          SESSIONPACK_REDIS_SERVER=$path $sp bench memory --sessions 1000000 \
+            --layouts compact,compact-server-expiry --bucket-bits 13 --id-bits $ids \
+            --out "analysis/runs/server-expiry-1m-$ids-$name"
+        done
+        case "$name" in
+          redis-*)
+            SESSIONPACK_REDIS_SERVER=$path $sp bench throughput --layouts compact,compact-server-expiry \
+              --sessions 50000 --out "analysis/runs/throughput-server-expiry-$name" ;;
+        esac
+      done < <(scripts/ensure-servers.sh ${SESSIONPACK_ANALYSIS_SERVERS:-redis-7.4.1 redis-8.0.6 valkey-9.1.2}) ;;
     check)
       {
         echo "# The advisor's model against measured runs"

@@ -35,11 +35,17 @@ pub enum Role {
     Sweeper,
     /// `sessionpack users`: lists, revokes and audits users' sessions.
     Users,
+    /// What a store whose fields the server expires
+    /// ([`crate::session::layout::Expiry::Server`]) adds to each of the
+    /// others: `HEXPIREAT`, and `OBJECT ENCODING` for the check opening
+    /// the store makes. Apart because servers before Redis 7.4 refuse a
+    /// rule that names `HEXPIREAT`.
+    ServerExpiry,
 }
 
 impl Role {
     /// Every role.
-    pub const ALL: [Self; 3] = [Self::Store, Self::Sweeper, Self::Users];
+    pub const ALL: [Self; 4] = [Self::Store, Self::Sweeper, Self::Users, Self::ServerExpiry];
 
     /// Its name in the docs and on the command line.
     pub fn name(self) -> &'static str {
@@ -47,6 +53,7 @@ impl Role {
             Self::Store => "store",
             Self::Sweeper => "sweeper",
             Self::Users => "users",
+            Self::ServerExpiry => "server-expiry",
         }
     }
 
@@ -57,6 +64,7 @@ impl Role {
             Self::Store => STORE,
             Self::Sweeper => SWEEPER,
             Self::Users => USERS,
+            Self::ServerExpiry => SERVER_EXPIRY,
         }
     }
 }
@@ -103,6 +111,9 @@ const USERS: &[&str] = &[
     "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hgetall",
     "hset", "hsetnx", "hdel", "hexists", "hlen", "zadd",
 ];
+
+/// Field TTLs, and the check of how the server keeps them.
+const SERVER_EXPIRY: &[&str] = &["hexpireat", "object|encoding"];
 
 /// The rule for `roles` (one, or several a process plays: an app that
 /// runs its sweeper in-process is [`Role::Store`] and [`Role::Sweeper`])
@@ -177,6 +188,7 @@ mod tests {
         let store = lua!(
             "server_clock.lua",
             "compact_common.lua",
+            "compact_expiry.lua",
             "compact_insert.lua",
             "compact_touch.lua",
             "compact_replace.lua",
@@ -205,6 +217,7 @@ mod tests {
         let users = lua!(
             "server_clock.lua",
             "compact_common.lua",
+            "compact_expiry.lua",
             "compact_revoke.lua",
             "user_label.lua",
             "meta_claim.lua"
@@ -214,7 +227,13 @@ mod tests {
             (Role::Sweeper, &sweeper[..]),
             (Role::Users, &users[..]),
         ] {
-            let granted: Vec<&str> = BASE.iter().chain(role.commands()).copied().collect();
+            // A store whose fields the server expires adds its commands.
+            let granted: Vec<&str> = BASE
+                .iter()
+                .chain(role.commands())
+                .chain(Role::ServerExpiry.commands())
+                .copied()
+                .collect();
             let mut seen = 0;
             for (file, source) in scripts {
                 let used = commands_in(source);

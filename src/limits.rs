@@ -177,3 +177,73 @@ mod tests {
         }
     }
 }
+
+/// How the server keeps a small hash once a field has a TTL: what a
+/// compact store whose fields the server expires
+/// ([`crate::session::layout::compact::Expiry::Server`]) relies on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldTtls {
+    /// Still a listpack (`listpackex`, Redis 7.4+): fields expire at little
+    /// cost in bytes.
+    Listpack,
+    /// Converted to this encoding at the first field TTL (Valkey 9.0 and
+    /// 9.1 make it a `hashtable`): the hash costs several times its
+    /// listpack size.
+    Converted(String),
+    /// The server has no hash-field expiry (`HEXPIREAT`; before Redis
+    /// 7.4, Valkey before 9.0): its error.
+    Unsupported(String),
+}
+
+/// Finds out how the server keeps a hash with a field TTL, by making one:
+/// a two-field hash under `key` (the caller's namespace), a TTL on one
+/// field, `OBJECT ENCODING`, then `DEL`. Its fields expire within a
+/// minute should this process stop half way, and the key with them.
+pub async fn field_ttls<C>(conn: &mut C, key: &str) -> Result<FieldTtls>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let wrap = |e| crate::Error::from_redis(e, || key.to_owned());
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+    let _: () = redis::cmd("HSET")
+        .arg(key)
+        .arg("a")
+        .arg("1")
+        .arg("b")
+        .arg("2")
+        .query_async(conn)
+        .await
+        .map_err(wrap)?;
+    let expired = |field: &str| {
+        let mut cmd = redis::cmd("HEXPIREAT");
+        cmd.arg(key).arg(now + 60).arg("FIELDS").arg(1).arg(field);
+        cmd
+    };
+    if let Err(e) = expired("a").query_async::<redis::Value>(conn).await {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query_async(conn).await;
+        if e.to_string()
+            .to_ascii_lowercase()
+            .contains("unknown command")
+        {
+            return Ok(FieldTtls::Unsupported(e.to_string()));
+        }
+        return Err(wrap(e));
+    }
+    let _: redis::Value = expired("b").query_async(conn).await.map_err(wrap)?;
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .map_err(wrap)?;
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .map_err(wrap)?;
+    Ok(if encoding.starts_with("listpack") {
+        FieldTtls::Listpack
+    } else {
+        FieldTtls::Converted(encoding)
+    })
+}

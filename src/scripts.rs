@@ -61,22 +61,55 @@ pub(crate) static BUCKET_REMOVE: LazyLock<Script> = script!(
     "bucket_remove.lua"
 );
 
-pub(crate) static COMPACT_INSERT: LazyLock<Script> = script!(
+/// A compact-layout script that writes fields, in its two forms: for a
+/// store the sweeper reclaims, and for one whose fields the server expires
+/// (`compact_expiry.lua`).
+pub(crate) struct ByExpiry {
+    swept: LazyLock<Script>,
+    server: LazyLock<Script>,
+}
+
+impl ByExpiry {
+    /// The form for a store whose fields the server expires, or not.
+    pub(crate) fn get(&'static self, server_expiry: bool) -> &'static Script {
+        if server_expiry {
+            &self.server
+        } else {
+            &self.swept
+        }
+    }
+}
+
+/// [`ByExpiry`] of a script: the line setting `SERVER_EXPIRY`, then the
+/// files as [`script!`] takes them, `compact_expiry.lua` among them.
+macro_rules! by_expiry {
+    ($($file:literal),+) => {
+        ByExpiry {
+            swept: script!("expiry_swept.lua", $($file),+),
+            server: script!("expiry_server.lua", $($file),+),
+        }
+    };
+}
+
+pub(crate) static COMPACT_INSERT: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_common.lua",
+    "compact_expiry.lua",
     "compact_insert.lua"
 );
-pub(crate) static COMPACT_TOUCH: LazyLock<Script> = script!(
+pub(crate) static COMPACT_TOUCH: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_common.lua",
+    "compact_expiry.lua",
     "compact_touch.lua"
 );
-pub(crate) static COMPACT_REPLACE: LazyLock<Script> = script!(
+pub(crate) static COMPACT_REPLACE: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_common.lua",
+    "compact_expiry.lua",
     "compact_replace.lua"
 );
-pub(crate) static COMPACT_SAVE: LazyLock<Script> = script!("compact_save.lua");
+pub(crate) static COMPACT_SAVE: ByExpiry = by_expiry!("compact_expiry.lua", "compact_save.lua");
 pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
     "server_clock.lua",
     "compact_common.lua",
@@ -84,14 +117,16 @@ pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
 );
 pub(crate) static COMPACT_TAKE: LazyLock<Script> =
     script!("server_clock.lua", "compact_common.lua", "compact_take.lua");
-pub(crate) static COMPACT_FORWARD: LazyLock<Script> = script!(
+pub(crate) static COMPACT_FORWARD: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_common.lua",
+    "compact_expiry.lua",
     "compact_forward.lua"
 );
-pub(crate) static COMPACT_REVOKE: LazyLock<Script> = script!(
+pub(crate) static COMPACT_REVOKE: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_common.lua",
+    "compact_expiry.lua",
     "compact_revoke.lua"
 );
 
@@ -116,8 +151,12 @@ pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
     "compact_evict.lua"
 );
 
-pub(crate) static VIEWED_ADD: LazyLock<Script> =
-    script!("server_clock.lua", "compact_common.lua", "viewed_add.lua");
+pub(crate) static VIEWED_ADD: ByExpiry = by_expiry!(
+    "server_clock.lua",
+    "compact_common.lua",
+    "compact_expiry.lua",
+    "viewed_add.lua"
+);
 
 pub(crate) static USER_LABEL: LazyLock<Script> = script!("user_label.lua");
 pub(crate) static RATELIMIT_LOG: LazyLock<Script> = script!("ratelimit_log.lua");

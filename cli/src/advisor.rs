@@ -521,6 +521,17 @@ pub fn predict(layout: LayoutKind, bucket_bits: u8, w: &Workload) -> Prediction 
             let (per_session, mean, converted) = compact_bytes(n, bucket_bits, w);
             (per_session, Some(bucket_bits), Some(mean), Some(converted))
         }
+        LayoutKind::CompactServerExpiry => {
+            // The same buckets (a listpack with TTLs keeps the same
+            // limits), each field followed by its TTL in milliseconds.
+            let (per_session, mean, converted) = compact_bytes(n, bucket_bits, w);
+            (
+                per_session + FIELD_TTL_ENTRY as f64,
+                Some(bucket_bits),
+                Some(mean),
+                Some(converted),
+            )
+        }
     };
     Prediction {
         layout,
@@ -531,6 +542,11 @@ pub fn predict(layout: LayoutKind, bucket_bits: u8, w: &Workload) -> Prediction 
         total_bytes: per_session * n as f64,
     }
 }
+
+/// A field's TTL in a listpack with TTLs (`listpackex`): unix time in
+/// milliseconds, a 64-bit listpack integer (encoding byte, 8 bytes, and
+/// the back length).
+const FIELD_TTL_ENTRY: u64 = 10;
 
 /// Expected number of buckets holding more sessions than a listpack may.
 pub fn expected_converted(sessions: u64, bucket_bits: u8, limits: &ListpackLimits) -> f64 {

@@ -34,5 +34,6 @@ end
 ids[#ids + 1] = ARGV[3]
 local until_ = now + tonumber(ARGV[5])
 redis.call('HSET', KEYS[1], field, be32(until_) .. FORWARD .. table.concat(ids))
-redis.call('ZADD', KEYS[2], 'LT', until_, ARGV[2])
+expire_field(KEYS[1], field, until_)
+lower_index(until_, ARGV[2])
 return 1

@@ -1,5 +1,6 @@
 -- Inserts a new session into its bucket and lowers the bucket's index
--- entry to its expiry if that is earlier.
+-- entry to its expiry if that is earlier (or, with the server expiring
+-- fields, gives the field its TTL: compact_expiry.lua).
 -- KEYS[1..2], ARGV[1..2]: see compact_common.lua; KEYS[3] only for form 'o'
 -- ARGV[3]: the form: 'i', 'b' or 'o' (see make_value)
 -- ARGV[4]: the payload: the identity in decimal ('i'), the record ('b', 'o')
@@ -48,8 +49,9 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry)) 
   end
   return 0
 end
+expire_field(KEYS[1], ARGV[1], expiry)
 -- A foreign key where the index goes: take the field back out and report.
-local ok, err = pcall(redis.call, 'ZADD', KEYS[2], 'LT', expiry, ARGV[2])
+local ok, err = pcall(lower_index, expiry, ARGV[2])
 if not ok then
   redis.call('HDEL', KEYS[1], ARGV[1])
   if type(err) == 'table' then

@@ -63,6 +63,7 @@ if value then
 end
 local until_ = now + tonumber(ARGV[5])
 redis.call('HSET', KEYS[1], ARGV[1] .. TOMBSTONE, be32(until_) .. TOMBSTONE)
-redis.call('ZADD', KEYS[2], 'LT', until_, ARGV[2])
+expire_field(KEYS[1], ARGV[1] .. TOMBSTONE, until_)
+lower_index(until_, ARGV[2])
 reply[1] = 2
 return reply

@@ -1,5 +1,6 @@
 -- Writes a live session's record and expiry together (a tower-sessions
--- save). Kept short, as it runs on every save: no helpers, and `TIME` only
+-- save). Kept short, as it runs on every save: no helpers but
+-- compact_expiry.lua's, and `TIME` only
 -- when the caller's estimate of the server's clock cannot tell. The stored
 -- expiry is always read: another process may have moved it earlier since
 -- this one loaded the session, and a save never revives an expired one.
@@ -49,8 +50,12 @@ if expiry <= now then
   return 1
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+expire_field(KEYS[1], ARGV[1], expiry)
+if expiry ~= old then
+  expire_viewed(4, ARGV[1], expiry)
+end
 if expiry < old then
-  redis.call('ZADD', KEYS[2], 'LT', expiry, ARGV[2])
+  lower_index(expiry, ARGV[2])
 end
 if ARGV[5] ~= '' then
   redis.call('SET', KEYS[3], ARGV[5], 'EXAT', expiry)

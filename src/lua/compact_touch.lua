@@ -10,6 +10,8 @@ if not value then
 end
 local expiry = from + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], with_expiry(value, expiry))
+expire_field(KEYS[1], ARGV[1], expiry)
+expire_viewed(4, ARGV[1], expiry)
 if is_out_of_line(value) then
   redis.call('EXPIREAT', KEYS[3], expiry)
 end

@@ -38,6 +38,7 @@ end
 if ARGV[3] ~= '' then
   expiry = from + tonumber(ARGV[3])
   redis.call('HSET', KEYS[1], ARGV[1], with_expiry(value, expiry))
+  expire_field(KEYS[1], ARGV[1], expiry)
   if is_out_of_line(value) then
     redis.call('EXPIREAT', KEYS[3], expiry)
   end
@@ -93,6 +94,7 @@ if pos > 1 then
     local chunk = string.sub(list, starts[c], starts[c + 1] - 1)
     if chunk ~= chunks[c] then
       redis.call('HSET', KEYS[3 + c], ARGV[1], chunk)
+      expire_field(KEYS[3 + c], ARGV[1], expiry)
     end
     written = c
   end
@@ -106,5 +108,9 @@ if gap then
   for k = math.max(gap + 1, 4 + written), #KEYS do
     redis.call('HDEL', KEYS[k], ARGV[1])
   end
+end
+-- Chunks left as they were keep their TTL: it moves with the expiry.
+if ARGV[3] ~= '' then
+  expire_viewed(4, ARGV[1], expiry)
 end
 return expiry

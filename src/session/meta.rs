@@ -43,6 +43,10 @@ pub struct StoreMeta {
     pub viewed_keep: u8,
     /// The largest viewed item in bytes; 0 without viewed items.
     pub viewed_item_bytes: u8,
+    /// Whether the server expires the store's fields
+    /// ([`crate::session::layout::compact::Expiry::Server`]); false for
+    /// stores recorded before that existed.
+    pub server_expiry: bool,
 }
 
 impl fmt::Display for StoreMeta {
@@ -67,7 +71,11 @@ impl fmt::Display for StoreMeta {
                 ", the last {keep} viewed items of up to {} bytes",
                 self.viewed_item_bytes
             ),
+        }?;
+        if self.server_expiry {
+            write!(f, ", fields expired by the server")?;
         }
+        Ok(())
     }
 }
 
@@ -77,7 +85,7 @@ impl StoreMeta {
         format!("{namespace}:meta")
     }
 
-    fn fields(&self) -> [(&'static str, String); 9] {
+    fn fields(&self) -> [(&'static str, String); 10] {
         [
             ("layout", self.layout.clone()),
             ("bucket_bits", self.bucket_bits.to_string()),
@@ -88,6 +96,7 @@ impl StoreMeta {
             ("user_skew_secs", self.user_skew_secs.to_string()),
             ("viewed_keep", self.viewed_keep.to_string()),
             ("viewed_item_bytes", self.viewed_item_bytes.to_string()),
+            ("server_expiry", u8::from(self.server_expiry).to_string()),
         ]
     }
 
@@ -121,6 +130,13 @@ impl StoreMeta {
             viewed_keep: u8::try_from(optional("viewed_keep")?).map_err(|_| bad("viewed_keep"))?,
             viewed_item_bytes: u8::try_from(optional("viewed_item_bytes")?)
                 .map_err(|_| bad("viewed_item_bytes"))?,
+            // Absent from stores recorded before the server could expire
+            // their fields.
+            server_expiry: match optional("server_expiry")? {
+                0 => false,
+                1 => true,
+                _ => return Err(bad("server_expiry")),
+            },
         })
     }
 

@@ -12,8 +12,9 @@ use sessionpack::session::buckets::DEFAULT_NAMESPACE;
 pub struct AclArgs {
     /// The role the user plays: `store` (the app), `sweeper`, `users`;
     /// repeat for a process that plays several (an app running its
-    /// sweeper in-process: `--role store --role sweeper`).
-    #[arg(long, required = true, value_parser = ["store", "sweeper", "users"])]
+    /// sweeper in-process: `--role store --role sweeper`). Add
+    /// `server-expiry` for a store whose fields the server expires.
+    #[arg(long, required = true, value_parser = ["store", "sweeper", "users", "server-expiry"])]
     role: Vec<String>,
     /// The store's key namespace.
     #[arg(long, default_value = DEFAULT_NAMESPACE)]

@@ -127,7 +127,9 @@ fn plan(args: &MemoryArgs, server: &ServerInfo) -> Vec<RunSpec> {
             return args.bucket_bits.clone();
         }
         let pick = match layout {
-            LayoutKind::Compact => advisor::recommend_compact_bits,
+            LayoutKind::Compact | LayoutKind::CompactServerExpiry => {
+                advisor::recommend_compact_bits
+            }
             _ => advisor::recommend_bits,
         };
         vec![pick(population, &server.limits, DEFAULT_MAX_CONVERTED)]

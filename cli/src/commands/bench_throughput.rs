@@ -137,6 +137,9 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
                     .iter()
                     .flat_map(|&b| indexed.iter().map(move |&i| (layout, b, i)))
                     .collect::<Vec<_>>(),
+                LayoutKind::CompactServerExpiry => {
+                    compact_runs.iter().map(|&b| (layout, b, false)).collect()
+                }
                 _ => vec![(layout, bits, false)],
             })
             .collect();

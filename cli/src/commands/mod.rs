@@ -30,9 +30,9 @@ pub use target::Target;
 /// Parses a layout by its report name (`compact`, `packed-setex`, ...).
 fn layout_kind() -> impl clap::builder::TypedValueParser<Value = LayoutKind> {
     use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(LayoutKind::ALL.map(LayoutKind::name)).try_map(
+    clap::builder::PossibleValuesParser::new(LayoutKind::EVERY.map(LayoutKind::name)).try_map(
         |name| {
-            LayoutKind::ALL
+            LayoutKind::EVERY
                 .into_iter()
                 .find(|kind| kind.name() == name)
                 .ok_or_else(|| format!("no layout named {name}"))

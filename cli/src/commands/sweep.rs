@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::store_args::StoreArgs;
 use sessionpack::error::{Error, Result};
+use sessionpack::session::layout::Expiry;
 use sessionpack::session::sweep::{DEFAULT_SEGMENTS, SweepConfig, SweepTarget, Sweeper};
 use sessionpack::{Bucketed, BucketedConfig, Compact, CompactConfig, IdWidth};
 
@@ -49,6 +50,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
                 .with_id_width(width);
             config.user_index = UserIndexConfig::from_meta(&meta);
             config.viewed = ViewedConfig::from_meta(&meta);
+            config.expiry = Expiry::from_meta(&meta);
             let layout = Compact::new(conn, config).await?;
             let count = layout.buckets().count();
             (layout.into(), count)

@@ -12,6 +12,7 @@ use sessionpack::clock::unix_now;
 use sessionpack::conn::AnyConnection;
 use sessionpack::error::{Error, Result};
 use sessionpack::identity::{Identity, Name, Uuid};
+use sessionpack::session::layout::Expiry;
 use sessionpack::session::store::DEFAULT_TTL;
 use sessionpack::users::UserSession;
 use sessionpack::{Compact, CompactConfig, IdWidth, Layout, SessionId, Store};
@@ -106,6 +107,7 @@ async fn open(args: &StoreArgs) -> Result<Compact<AnyConnection>> {
         .with_id_width(width)
         .with_user_index(users);
     config.viewed = ViewedConfig::from_meta(&meta);
+    config.expiry = Expiry::from_meta(&meta);
     Compact::new(conn, config).await
 }
 

@@ -459,7 +459,8 @@ async fn bucket_census<C: redis::aio::ConnectionLike + Send>(
             continue;
         }
         present += 1;
-        let h = hash.is_some_and(|e| e != "listpack");
+        // A hash whose fields carry TTLs is a `listpackex`: still compact.
+        let h = hash.is_some_and(|e| !e.starts_with("listpack"));
         let z = zset.is_some_and(|e| e != "listpack");
         hashes += u64::from(h);
         zsets += u64::from(z);

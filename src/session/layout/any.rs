@@ -27,6 +27,11 @@ pub enum LayoutKind {
     Bucketed,
     /// HASH-only buckets, expiry in each value, an index per bucket group.
     Compact,
+    /// The compact layout with its fields expired by the server
+    /// ([`super::Expiry::Server`]; Redis 7.4+): not in [`LayoutKind::ALL`],
+    /// as older servers cannot run it. Opened even where the server
+    /// converts its buckets, to measure that.
+    CompactServerExpiry,
 }
 
 impl LayoutKind {
@@ -40,6 +45,18 @@ impl LayoutKind {
         Self::Compact,
     ];
 
+    /// Every layout, those some servers cannot run too: [`LayoutKind::ALL`]
+    /// and [`LayoutKind::CompactServerExpiry`].
+    pub const EVERY: [Self; 7] = [
+        Self::JsonSetex,
+        Self::PackedSetex,
+        Self::HashPerSession,
+        Self::BookLoginHash,
+        Self::Bucketed,
+        Self::Compact,
+        Self::CompactServerExpiry,
+    ];
+
     /// The report name, e.g. `json-setex`.
     pub fn name(self) -> &'static str {
         match self {
@@ -49,12 +66,16 @@ impl LayoutKind {
             Self::BookLoginHash => "book-login-hash",
             Self::Bucketed => "bucketed",
             Self::Compact => "compact",
+            Self::CompactServerExpiry => "compact-server-expiry",
         }
     }
 
     /// Whether the layout has a bucket count to choose.
     pub fn is_bucketed(self) -> bool {
-        matches!(self, Self::Bucketed | Self::Compact)
+        matches!(
+            self,
+            Self::Bucketed | Self::Compact | Self::CompactServerExpiry
+        )
     }
 
     /// Opens this layout on `conn` with 160-bit ids; `bucket_bits` is used
@@ -94,6 +115,13 @@ impl LayoutKind {
             Self::Compact => AnyLayout::Compact(
                 Compact::new(conn, CompactConfig::new(bucket_bits).with_id_width(width)).await?,
             ),
+            Self::CompactServerExpiry => {
+                let mut config = CompactConfig::new(bucket_bits)
+                    .with_id_width(width)
+                    .with_server_expiry();
+                config.allow_converted_buckets = true;
+                AnyLayout::Compact(Compact::new(conn, config).await?)
+            }
         })
     }
 }

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::lock;
-use crate::session::layout::{Bucketed, Compact};
+use crate::session::layout::{Bucketed, Compact, Expiry};
 pub use step::BadBucket;
 use step::{RangeOutcome, sweep_buckets};
 
@@ -374,6 +374,9 @@ where
             SweepTarget::Bucketed(l) => {
                 sweep_buckets(l, range, self.config.step_limit, None).await?
             }
+            // The server expires the fields itself: nothing in the buckets
+            // is left for a sweep (only the user index, above).
+            SweepTarget::Compact(l) if l.expiry() == Expiry::Server => Default::default(),
             SweepTarget::Compact(l) => compact::sweep_groups(l, range, now, full).await?,
         };
         report.add(outcome, now);

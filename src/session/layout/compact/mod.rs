@@ -33,9 +33,9 @@ use serde::{Deserialize, Serialize};
 use super::{Inserted, Layout, Stored, Written, check_batch};
 use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
-use crate::limits::ListpackLimits;
+use crate::limits::{FieldTtls, ListpackLimits};
 use crate::scripts::{
-    self, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE, COMPACT_TOUCH,
+    self, ByExpiry, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE, COMPACT_TOUCH,
     PIPELINE_CHUNK,
 };
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
@@ -86,6 +86,46 @@ pub struct CompactConfig {
     /// Recently viewed items per session ([`crate::viewed`]), off by
     /// default.
     pub viewed: Option<ViewedConfig>,
+    /// Who removes expired sessions: a sweeper (the default), or the
+    /// server itself ([`Expiry::Server`], Redis 7.4+).
+    pub expiry: Expiry,
+    /// Opens a store whose fields the server expires even on a server that
+    /// then keeps buckets as hashtables (Valkey 9.0 and 9.1), at several
+    /// times the memory; off by default, which refuses such a server. For
+    /// measuring that cost.
+    pub allow_converted_buckets: bool,
+}
+
+/// Who removes a compact store's expired sessions from their buckets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Expiry {
+    /// A sweeper ([`crate::session::sweep`]) or the tool's daemon, which an
+    /// index per group of 128 buckets guides: every server.
+    #[default]
+    Swept,
+    /// The server: each field carries the session's expiry as a
+    /// hash-field TTL too (`HEXPIREAT`, rewritten with every write that
+    /// moves it), and so do its viewed items and the markers a user index
+    /// leaves; out-of-line records already expire as keys. Redis then
+    /// removes each at its second, and the bucket key with its last field,
+    /// with no sweeper and no index. Needs a server that keeps such a
+    /// hash a listpack (Redis 7.4 and later): [`Compact::new`] makes one to
+    /// find out, and refuses a server without hash-field expiry, or one
+    /// that converts the hash (Valkey 9.0 and 9.1). A store with a user
+    /// index still needs a sweeper's full passes for the index's entries.
+    Server,
+}
+
+impl Expiry {
+    /// What a namespace's metadata records.
+    pub fn from_meta(meta: &StoreMeta) -> Self {
+        if meta.server_expiry {
+            Self::Server
+        } else {
+            Self::Swept
+        }
+    }
 }
 
 impl Default for CompactConfig {
@@ -96,6 +136,8 @@ impl Default for CompactConfig {
             id_width: IdWidth::default(),
             user_index: None,
             viewed: None,
+            expiry: Expiry::Swept,
+            allow_converted_buckets: false,
         }
     }
 }
@@ -133,6 +175,13 @@ impl CompactConfig {
     /// `ViewedConfig::default()` keeps the last 25 of up to 8 bytes.
     pub fn with_viewed(mut self, config: ViewedConfig) -> Self {
         self.viewed = Some(config);
+        self
+    }
+
+    /// Lets the server expire sessions itself ([`Expiry::Server`]): no
+    /// sweeper needed for them.
+    pub fn with_server_expiry(mut self) -> Self {
+        self.expiry = Expiry::Server;
         self
     }
 }
@@ -228,6 +277,41 @@ impl OutOfLineWatch {
         }
     }
 }
+
+/// Refuses [`Expiry::Server`] on a server without hash-field expiry, or,
+/// unless `allow_converted`, one that converts a hash with a field TTL
+/// out of its listpack, where buckets would cost several times as much.
+async fn check_field_ttls<C>(conn: &C, buckets: &Buckets, allow_converted: bool) -> Result<()>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let probe = format!("{}:probe:field-ttl", buckets.namespace());
+    match crate::limits::field_ttls(&mut conn.clone(), &probe).await? {
+        FieldTtls::Listpack => Ok(()),
+        FieldTtls::Converted(encoding) if allow_converted => {
+            tracing::warn!(
+                encoding,
+                "this server keeps a hash with a field TTL as {encoding}: every bucket of a \
+                 store whose fields it expires costs several times its listpack size"
+            );
+            Ok(())
+        }
+        FieldTtls::Converted(encoding) => Err(Error::Config(format!(
+            "this server keeps a hash with a field TTL as a {encoding}, not a listpack \
+             (Valkey 9.0 and 9.1 do): each bucket of a store whose fields it expires would \
+             cost several times its listpack size ({CONVERTED_COST}); keep Expiry::Swept \
+             and run a sweeper"
+        ))),
+        FieldTtls::Unsupported(detail) => Err(Error::Config(format!(
+            "this server has no hash-field expiry (HEXPIREAT, Redis 7.4 and later): \
+             {detail}; keep Expiry::Swept and run a sweeper"
+        ))),
+    }
+}
+
+/// What a converted bucket cost where it was measured (README, "No
+/// sweeper: the server expires fields").
+const CONVERTED_COST: &str = "measured on Valkey 9.1.2 at 1M sessions: see the README";
 
 /// A value read back: its expiry and where its record is.
 #[derive(Debug, PartialEq, Eq)]
@@ -365,6 +449,8 @@ pub struct Compact<C> {
     users: Option<UserIndex>,
     /// The viewed items kept, and their chunks per bucket.
     viewed: Option<(ViewedConfig, usize)>,
+    /// Whether the server expires fields ([`Expiry::Server`]).
+    server_expiry: bool,
 }
 
 impl<C> std::fmt::Debug for Compact<C> {
@@ -410,12 +496,39 @@ where
             meta.viewed_keep = viewed.keep;
             meta.viewed_item_bytes = viewed.item_bytes;
         }
+        meta.server_expiry = config.expiry == Expiry::Server;
+        if meta.server_expiry {
+            check_field_ttls(&conn, &buckets, config.allow_converted_buckets).await?;
+        }
         let (limits, policy) = super::open_bucket_store(&conn, &meta, buckets.namespace()).await?;
         let mut layout = Self::with_limits(conn, buckets, limits)
             .with_users(users)
-            .with_viewed(config.viewed)?;
+            .with_viewed(config.viewed)?
+            .with_expiry(config.expiry);
         layout.eviction_policy = policy;
         Ok(layout)
+    }
+
+    /// The same layout with expired sessions removed by a sweeper or by
+    /// the server, with no check of the server (the benchmarks use it on
+    /// servers they flush; [`Compact::new`] checks).
+    pub fn with_expiry(mut self, expiry: Expiry) -> Self {
+        self.server_expiry = expiry == Expiry::Server;
+        self
+    }
+
+    /// Who removes expired sessions.
+    pub fn expiry(&self) -> Expiry {
+        if self.server_expiry {
+            Expiry::Server
+        } else {
+            Expiry::Swept
+        }
+    }
+
+    /// A script that writes fields, in the form for this store's expiry.
+    fn script(&self, script: &'static ByExpiry) -> &'static Script {
+        script.get(self.server_expiry)
     }
 
     /// The same layout keeping (or not) a user index, with no metadata
@@ -460,6 +573,7 @@ where
             watch: Default::default(),
             users: None,
             viewed: None,
+            server_expiry: false,
         }
     }
 
@@ -581,7 +695,7 @@ where
     ) -> ScriptInvocation<'a> {
         let k = self.keys(id);
         let form = self.form(record);
-        let mut inv = COMPACT_INSERT.prepare_invoke();
+        let mut inv = self.script(&COMPACT_INSERT).prepare_invoke();
         inv.key(&k.bucket).key(&k.index);
         // The out-of-line key is named only when it will be written.
         if form == Form::OutOfLine {
@@ -669,7 +783,8 @@ where
     }
 
     /// An insert with plain commands (no script): `HSETNX` of the value
-    /// and `ZADD LT` of the bucket's index entry in one `MULTI`/`EXEC`.
+    /// and `ZADD LT` of the bucket's index entry (or, when the server
+    /// expires fields, `HEXPIREAT NX` of the field) in one `MULTI`/`EXEC`.
     /// Only for values that fit the bucket (an out-of-line record needs
     /// its key written with the entry, which the insert script does).
     async fn insert_plain(
@@ -683,12 +798,24 @@ where
         let mut pipe = redis::pipe();
         pipe.atomic()
             .ignore_errors()
-            .hset_nx(&k.bucket, &k.field, form.value(record, at))
-            .cmd("ZADD")
-            .arg(&k.index)
-            .arg("LT")
-            .arg(at)
-            .arg(k.member);
+            .hset_nx(&k.bucket, &k.field, form.value(record, at));
+        if self.server_expiry {
+            // NX: a field the HSETNX found (an id taken) has its own TTL
+            // already, which this must not move.
+            pipe.cmd("HEXPIREAT")
+                .arg(&k.bucket)
+                .arg(at)
+                .arg("NX")
+                .arg("FIELDS")
+                .arg(1)
+                .arg(&k.field);
+        } else {
+            pipe.cmd("ZADD")
+                .arg(&k.index)
+                .arg("LT")
+                .arg(at)
+                .arg(k.member);
+        }
         let replies: Vec<redis::Value> = pipe
             .query_async(&mut self.conn.clone())
             .await
@@ -770,7 +897,7 @@ where
         let (_, latest) = self.time_bounds().await?;
         let latest = (latest + MARGIN).ceil() as u64;
         let form = self.form(record);
-        let mut inv = self.invocation(&COMPACT_SAVE, id);
+        let mut inv = self.invocation(self.script(&COMPACT_SAVE), id);
         let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
         inv.arg(form.value(record, expires_at))
             .arg(expires_at)
@@ -956,7 +1083,7 @@ where
     }
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
-        let mut inv = self.invocation(&COMPACT_TOUCH, id);
+        let mut inv = self.invocation(self.script(&COMPACT_TOUCH), id);
         inv.arg(check_ttl(ttl_secs)?);
         self.call(id, &inv).await
     }
@@ -970,7 +1097,7 @@ where
         let form = self.form(record);
         let payload = Self::payload(form, record);
         let invocation = |owner: Option<&[u8]>| {
-            let mut inv = self.invocation(&COMPACT_REPLACE, id);
+            let mut inv = self.invocation(self.script(&COMPACT_REPLACE), id);
             inv.arg(form.code()).arg(&*payload);
             Self::expected_args(&mut inv, expected);
             if let Some(head) = owner {
@@ -1025,7 +1152,7 @@ where
                 self,
                 &ids,
                 &invocations,
-                &COMPACT_INSERT,
+                self.script(&COMPACT_INSERT),
             )
             .await?;
             out.extend(codes.into_iter().map(Inserted::from_code));

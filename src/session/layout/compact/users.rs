@@ -161,7 +161,7 @@ where
         prev: Option<&SessionId>,
         to: &SessionId,
     ) -> Result<bool> {
-        let mut inv = self.invocation(&COMPACT_FORWARD, from);
+        let mut inv = self.invocation(self.script(&COMPACT_FORWARD), from);
         inv.arg(to.as_bytes())
             .arg(prev.map_or(&[][..], |p| p.as_bytes()))
             .arg(users.config().hold_secs())
@@ -364,7 +364,7 @@ where
         let invocations: Vec<_> = ids
             .iter()
             .map(|id| {
-                let mut inv = self.invocation(&COMPACT_REVOKE, id);
+                let mut inv = self.invocation(self.script(&COMPACT_REVOKE), id);
                 inv.arg(ident).arg(head).arg(config.hold_secs());
                 if let Some(at) = read_at {
                     inv.arg(at).arg(config.grace_secs).arg(width.bytes());
@@ -377,7 +377,7 @@ where
             self,
             ids,
             &invocations,
-            &COMPACT_REVOKE,
+            self.script(&COMPACT_REVOKE),
         )
         .await?;
         Ok(replies

@@ -237,7 +237,7 @@ where
             Some(secs) => check_ttl(secs)?.to_string(),
             None => String::new(),
         };
-        let mut inv = self.invocation(&VIEWED_ADD, id);
+        let mut inv = self.invocation(self.script(&VIEWED_ADD), id);
         inv.arg(ttl)
             .arg(config.keep)
             .arg(CHUNK_BYTES)

@@ -1,0 +1,1 @@
+local SERVER_EXPIRY = false
