@@ -107,40 +107,28 @@ fn main() {
     });
     let live = rt.block_on(real.create(7, ())).expect("create").id;
 
-    let (mut layout_only, mut bare, mut recorded, mut server_load) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        layout_only.push(rt.block_on(async {
-            let started = Instant::now();
-            for _ in 0..calls {
-                black_box(Ready.load(black_box(&id)).await.expect("load"));
-            }
-            started.elapsed()
-        }));
-        bare.push(rt.block_on(async {
-            let started = Instant::now();
-            for _ in 0..calls {
-                black_box(store.load(black_box(&id)).await.expect("load"));
-            }
-            started.elapsed()
-        }));
-        recorded.push({
-            let _local = metrics::set_default_local_recorder(&prometheus);
+    // How long `$calls` calls of `$call` take, awaited one by one.
+    macro_rules! timed {
+        ($calls:expr, $call:expr) => {
             rt.block_on(async {
                 let started = Instant::now();
-                for _ in 0..calls {
-                    black_box(store.load(black_box(&id)).await.expect("load"));
+                for _ in 0..$calls {
+                    black_box($call.await.expect("load"));
                 }
                 started.elapsed()
             })
+        };
+    }
+    let (mut layout_only, mut bare, mut recorded, mut server_load) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        layout_only.push(timed!(calls, Ready.load(black_box(&id))));
+        bare.push(timed!(calls, store.load(black_box(&id))));
+        recorded.push({
+            let _local = metrics::set_default_local_recorder(&prometheus);
+            timed!(calls, store.load(black_box(&id)))
         });
-        server_load.push(rt.block_on(async {
-            let started = Instant::now();
-            for _ in 0..server_calls {
-                black_box(real.load(&live).await.expect("load").expect("live"));
-            }
-            started.elapsed()
-        }));
+        server_load.push(timed!(server_calls, real.load(&live)));
     }
 
     let layout_ns = best(&layout_only, calls);

@@ -47,15 +47,15 @@ impl LayoutKind {
 
     /// Every layout, those some servers cannot run too: [`LayoutKind::ALL`]
     /// and [`LayoutKind::CompactServerExpiry`].
-    pub const EVERY: [Self; 7] = [
-        Self::JsonSetex,
-        Self::PackedSetex,
-        Self::HashPerSession,
-        Self::BookLoginHash,
-        Self::Bucketed,
-        Self::Compact,
-        Self::CompactServerExpiry,
-    ];
+    pub const EVERY: [Self; 7] = {
+        let mut every = [Self::CompactServerExpiry; 7];
+        let mut i = 0;
+        while i < Self::ALL.len() {
+            every[i] = Self::ALL[i];
+            i += 1;
+        }
+        every
+    };
 
     /// The report name, e.g. `json-setex`.
     pub fn name(self) -> &'static str {

@@ -309,9 +309,11 @@ where
     }
 }
 
-/// What a converted bucket cost where it was measured (README, "No
-/// sweeper: the server expires fields").
-const CONVERTED_COST: &str = "measured on Valkey 9.1.2 at 1M sessions: see the README";
+/// What converted buckets cost where they were measured
+/// (`scripts/analysis.sh server-expiry`; README, "No sweeper: the server
+/// expires fields").
+const CONVERTED_COST: &str = "on Valkey 9.1.2 at 1M sessions, 84.4 bytes a session against \
+     34.7 with the same buckets swept, 2.4 times";
 
 /// A value read back: its expiry and where its record is.
 #[derive(Debug, PartialEq, Eq)]
