@@ -330,3 +330,54 @@ async fn sessions_go_with_no_sweeper() {
     }
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// When the server expires a user's sessions by itself, the user index
+/// stays right: the listing shows none, a revocation finds none live, and
+/// a sweeper's passes (of the index only) remove the entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_index_stays_right_when_the_server_expires_sessions() {
+    let server = common::server();
+    let mut users = UserIndexConfig::new(2);
+    // Entries are judged, and markers last, a second after their write.
+    users.grace_secs = 1;
+    users.skew_secs = 0;
+    let config = CompactConfig::new(4).with_user_index(users);
+    let Some(layout) = open(&server, config).await else {
+        return;
+    };
+    let mut raw = common::raw(&server).await;
+    let long: Store<_, String> = Store::new(layout.clone());
+    let short: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let mut ids = Vec::new();
+    for device in ["phone", "laptop", "tablet"] {
+        let s = long.create(7, device.into()).await.unwrap();
+        long.set_label(&s, Some(device)).await.unwrap();
+        ids.push(s.id);
+    }
+    assert_eq!(long.sessions_of(&7).await.unwrap().len(), 3);
+    for id in &ids {
+        assert!(short.touch(id).await.unwrap().is_some());
+    }
+    while common::found(&long, &ids).await > 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(long.sessions_of(&7).await.unwrap().is_empty());
+    let revoked = long.revoke_others(&7, &ids[0]).await.unwrap();
+    assert_eq!(revoked.removed, 0, "{revoked:?}");
+    // The index's entries stay until a sweeper's full pass removes them.
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let mut dropped = 0;
+    for _ in 0..600 {
+        dropped += sweeper.pass().await.unwrap().index_dropped;
+        let index = layout.user_index().unwrap();
+        let mut left = 0u64;
+        for bucket in 0..index.count() {
+            left += raw.hlen::<_, u64>(index.key(bucket)).await.unwrap();
+        }
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(dropped >= 1, "entries removed: {dropped}");
+}
