@@ -308,6 +308,11 @@ async fn throughput_measures_every_operation() {
     assert!(set > 0.0);
 }
 
+/// The most a cluster node spends on a slot that holds keys, beyond the
+/// keys: Redis 8's per-slot key-size histograms (5 types x 60 bins x 8
+/// bytes) and the slot's dict.
+const SLOT_BOOKKEEPING: f64 = 2_600.0;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_benchmark_sums_a_clusters_primaries() {
     let cluster = sessionpack_testkit::LocalCluster::start(3, 0).expect("a local cluster");
@@ -349,8 +354,18 @@ async fn the_memory_benchmark_sums_a_clusters_primaries() {
         }
         assert_eq!(p.sample.keys, keys, "{}", run.label);
         assert_eq!(holding, 3, "{}: every primary holds keys", run.label);
+        // Redis 8 gives each slot's dict 2,400 bytes of key-size
+        // histograms at its first key (`kvstoreDictMetadata`): at this
+        // small scale that can outweigh the sessions. The compact buckets
+        // fill 64 slots (2^13 buckets, 128 to a hash tag); a key per
+        // session, about one slot each.
+        let slots = match s.layout {
+            LayoutKind::Compact => 64,
+            _ => sessions.min(16_384),
+        };
+        let per_slot = SLOT_BOOKKEEPING * slots as f64 / sessions as f64;
         assert!(
-            p.bytes_per_session > 20.0 && p.bytes_per_session < 400.0,
+            p.bytes_per_session > 20.0 && p.bytes_per_session < 400.0 + per_slot,
             "{}: {:.1} bytes/session",
             run.label,
             p.bytes_per_session

@@ -285,10 +285,8 @@ where
         attrs: A,
         ttl: Duration,
     ) -> Result<Session<A, I>> {
-        metrics::call(Op::Create, Outcome::ok, async move {
-            self.create_unobserved(identity, attrs, ttl).await
-        })
-        .await
+        let create = self.create_unobserved(identity, attrs, ttl);
+        metrics::call(Op::Create, Outcome::ok, create).await
     }
 
     async fn create_unobserved(
