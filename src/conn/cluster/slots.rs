@@ -52,16 +52,32 @@ pub async fn primary_ranges(
     options: &crate::conn::ConnectOptions,
 ) -> Result<Vec<(String, Vec<RangeInclusive<u16>>)>> {
     let mut conn = crate::conn::connect_with(seed, options).await?;
-    let slots: Vec<(u16, u16, Vec<redis::Value>)> = redis::cmd("CLUSTER")
+    let reply: redis::Value = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query_async(&mut conn)
         .await?;
+    primaries_in(seed, &reply)
+}
+
+/// The primaries' ranges in a `CLUSTER SLOTS` reply, row by row: a row
+/// lists a primary's replicas after it, and a reply read as a vector of
+/// 3-tuples would be taken for a flat list as soon as one row has them.
+fn primaries_in(
+    seed: &str,
+    reply: &redis::Value,
+) -> Result<Vec<(String, Vec<RangeInclusive<u16>>)>> {
+    let unexpected = || Error::Config(format!("{seed}: unexpected CLUSTER SLOTS reply"));
+    let rows: Vec<Vec<redis::Value>> = redis::from_redis_value_ref(reply)?;
     let mut out: Vec<(String, Vec<RangeInclusive<u16>>)> = Vec::new();
-    for (first, last, primary) in slots {
+    for row in rows {
+        let [first, last, primary, ..] = row.as_slice() else {
+            return Err(unexpected());
+        };
+        let first: u16 = redis::from_redis_value_ref(first)?;
+        let last: u16 = redis::from_redis_value_ref(last)?;
+        let primary: Vec<redis::Value> = redis::from_redis_value_ref(primary)?;
         let (Some(host), Some(port)) = (primary.first(), primary.get(1)) else {
-            return Err(Error::Config(format!(
-                "{seed}: unexpected CLUSTER SLOTS reply"
-            )));
+            return Err(unexpected());
         };
         let host: String = redis::from_redis_value_ref(host)?;
         let port: u16 = redis::from_redis_value_ref(port)?;
@@ -97,6 +113,40 @@ pub fn tags_per_primary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_with_replicas_are_read_as_rows() {
+        use redis::Value;
+        let node = |port| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+                Value::Array(vec![]),
+            ])
+        };
+        let row = |first, last, nodes: Vec<Value>| {
+            let mut row = vec![Value::Int(first), Value::Int(last)];
+            row.extend(nodes);
+            Value::Array(row)
+        };
+        // The second primary's replica is listed; the others have none yet.
+        let reply = Value::Array(vec![
+            row(0, 5460, vec![node(7001)]),
+            row(5461, 10922, vec![node(7002), node(7005)]),
+            row(10923, 16383, vec![node(7003)]),
+        ]);
+        let found = primaries_in("redis://127.0.0.1:7001/", &reply).unwrap();
+        let ports: Vec<(String, Vec<RangeInclusive<u16>>)> = found;
+        assert_eq!(ports.len(), 3);
+        assert_eq!(ports[1].1, vec![5461..=10922]);
+        assert!(ports[1].0.contains(":7002"), "{:?}", ports[1]);
+        let bad = Value::Array(vec![Value::Array(vec![Value::Int(0)])]);
+        assert!(matches!(
+            primaries_in("redis://127.0.0.1:7001/", &bad),
+            Err(Error::Config(_))
+        ));
+    }
 
     #[test]
     fn slots_are_rediss() {
