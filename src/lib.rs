@@ -27,7 +27,9 @@ pub mod ratelimit;
 // 4. Sessions: ids, records, layouts, the store and the sweeper.
 pub mod session;
 
-// 5. Built on sessions: the per-user index, one-time tokens, viewed items.
+// 5. Built on sessions: the per-user index, one-time tokens, viewed items,
+//    other stores' sessions read for a takeover.
+pub mod takeover;
 pub mod tokens;
 pub mod users;
 pub mod viewed;

@@ -337,6 +337,58 @@ where
         )))
     }
 
+    /// Stores a session taken over from another store ([`crate::takeover`])
+    /// under exactly `id`, as [`TowerStore::create_data`] would store it
+    /// (owner, index entry and label included), expiring at `expires_at`
+    /// (unix seconds). Never replaces anything: an id the store holds, or
+    /// one a revocation or rotation left a mark beside, is
+    /// [`Imported::Taken`]. A store with an absolute lifetime refuses
+    /// ([`Error::Config`]): it counts from a stamp in its own ids, which
+    /// another store's ids lack.
+    pub async fn import_data(
+        &self,
+        id: i128,
+        data: &HashMap<String, Value>,
+        expires_at: u64,
+    ) -> Result<Imported> {
+        if self.absolute.is_some() {
+            return Err(Error::Config(
+                "a store with an absolute lifetime cannot take over another store's sessions: \
+                 their ids carry no issue time"
+                    .into(),
+            ));
+        }
+        let (bytes, head) = self.encode(data)?;
+        let at = expires_at.min(crate::ttl::MAX_EXPIRES_AT);
+        // Late: slower than the user index's grace after its entry was
+        // written; the next try writes the entry again.
+        let mut inserted = Inserted::Late;
+        for _ in 0..CREATE_ATTEMPTS {
+            inserted = self
+                .layout
+                .insert(&session_id(id), &bytes, Deadline::At(at))
+                .await?;
+            if inserted != Inserted::Late {
+                break;
+            }
+        }
+        Ok(match inserted {
+            Inserted::Created { .. } => {
+                self.memo.put(id, &bytes, head, at);
+                if let Some(owner) = self.head(&bytes, head)
+                    && let Some(label) = self.label(data)
+                {
+                    self.layout
+                        .set_label(owner, &session_id(id), Some(&label))
+                        .await?;
+                }
+                Imported::Created
+            }
+            Inserted::IdTaken | Inserted::Late => Imported::Taken,
+            Inserted::AlreadyExpired => Imported::Expired,
+        })
+    }
+
     /// Writes a live session's data and expiry; a session that is gone
     /// stays gone. Returns whether anything was sent.
     pub async fn save_data(
@@ -384,6 +436,20 @@ where
                 Ok(Saved::Gone)
             }
         }
+    }
+
+    /// Writes a live session's data and expiry as [`TowerStore::save_data`]
+    /// does, but always (no write threshold), and tells whether the
+    /// session was live to take it.
+    pub async fn replace_data(
+        &self,
+        id: i128,
+        data: &HashMap<String, Value>,
+        expires_at: i64,
+    ) -> Result<bool> {
+        // Forgotten, so no write threshold skips it.
+        self.memo.take(id);
+        Ok(self.save_unobserved(id, data, expires_at).await? == Saved::Written)
     }
 
     /// Loads a live session's data and its expiry (unix seconds).
@@ -553,6 +619,18 @@ where
         })
         .await
     }
+}
+
+/// What [`TowerStore::import_data`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Imported {
+    /// Stored under the id.
+    Created,
+    /// The id is the store's already (a session, or a revocation's or
+    /// rotation's mark); nothing was written.
+    Taken,
+    /// Its expiry had passed; nothing was stored.
+    Expired,
 }
 
 /// What a save did.

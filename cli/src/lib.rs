@@ -10,4 +10,5 @@
 pub mod advisor;
 pub mod commands;
 pub mod harness;
+pub mod migrate;
 pub mod profile;

@@ -19,6 +19,7 @@ mod bench_tower;
 mod bench_viewed;
 mod count;
 mod demo;
+mod migrate;
 mod store_args;
 mod sweep;
 mod target;
@@ -72,6 +73,10 @@ pub enum Command {
     /// A user's sessions in a compact store with a user index: list them,
     /// revoke them, or audit the index.
     Users(users::UsersArgs),
+    /// Copy the live sessions of a key-per-session store (tower-sessions'
+    /// Redis store, or keys of JSON or MessagePack maps) into a sessionpack
+    /// tower store, online: same ids, data and expiries; resumable.
+    Migrate(migrate::MigrateArgs),
     /// Print the least-privilege ACL rule of a role (the app's store, the
     /// sweeper, the users command) for a namespace.
     Acl(acl::AclArgs),
@@ -157,5 +162,6 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Advise(args) => advise::run(args).await,
         Command::Users(args) => users::run(args).await,
         Command::Acl(args) => acl::run(&args),
+        Command::Migrate(args) => migrate::run(args).await,
     }
 }

@@ -1,0 +1,190 @@
+//! `sessionpack migrate`: copy a key-per-session store's live sessions into
+//! a sessionpack tower store, online ([`crate::migrate`]).
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use sessionpack::conn::AnyConnection;
+use sessionpack::error::{Error, Result};
+use sessionpack::session::layout::Expiry;
+use sessionpack::session::meta::StoreMeta;
+use sessionpack::takeover::{IdForm, Source, ValueForm};
+use sessionpack::tower::TowerStore;
+use sessionpack::users::UserIndexConfig;
+use sessionpack::viewed::ViewedConfig;
+use sessionpack::{CompactConfig, IdWidth};
+
+use crate::migrate::{self, Plan};
+
+/// Arguments of `sessionpack migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The server holding both stores (one server; a cluster is not
+    /// supported yet).
+    #[arg(long, value_name = "URL")]
+    redis_url: String,
+    /// The sessionpack store's namespace.
+    #[arg(long, default_value = sessionpack::session::buckets::DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// Buckets (2^bits) for a namespace no app has opened yet; a store
+    /// already recorded keeps its own.
+    #[arg(long)]
+    bucket_bits: Option<u8>,
+    /// The store the sessions come from.
+    #[arg(long, value_enum, default_value = "tower-sessions-redis-store")]
+    from: From,
+    /// For `--from keys`: what every session key begins with.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// For `--from keys`: how the id follows the prefix.
+    #[arg(long, value_enum, default_value = "hex")]
+    id_form: IdFormArg,
+    /// For `--from keys`: how the value encodes the data map.
+    #[arg(long, value_enum, default_value = "json")]
+    value_form: ValueFormArg,
+    /// Read and count, write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Delete each source key once its session is in the store (only while
+    /// it still holds what was copied). Run it once no instance of the old
+    /// app writes the old keys.
+    #[arg(long)]
+    delete_copied: bool,
+    /// Keys asked of each SCAN.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// Begin a new pass even where one stopped part way.
+    #[arg(long)]
+    restart: bool,
+    /// Stop after this many batches (the next run resumes).
+    #[arg(long, hide = true)]
+    stop_after_batches: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Stores the tool can read.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum From {
+    /// tower-sessions-redis-store 0.16: keys are tower ids, values
+    /// MessagePack records.
+    TowerSessionsRedisStore,
+    /// Keys `<prefix><id>` with values of `--value-form`.
+    Keys,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum IdFormArg {
+    Hex,
+    Base64url,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ValueFormArg {
+    Json,
+    Msgpack,
+}
+
+impl MigrateArgs {
+    fn source(&self) -> Source {
+        match self.from {
+            From::TowerSessionsRedisStore => Source::tower_sessions_redis_store(),
+            From::Keys => Source::new(
+                self.prefix.clone(),
+                match self.id_form {
+                    IdFormArg::Hex => IdForm::Hex,
+                    IdFormArg::Base64url => IdForm::Base64Url,
+                },
+                match self.value_form {
+                    ValueFormArg::Json => ValueForm::JsonMap,
+                    ValueFormArg::Msgpack => ValueForm::MsgpackMap,
+                },
+            ),
+        }
+    }
+}
+
+/// Opens the tower store the namespace records, or a new one with
+/// `--bucket-bits`.
+async fn open_store(
+    manager: &redis::aio::ConnectionManager,
+    args: &MigrateArgs,
+) -> Result<TowerStore<redis::aio::ConnectionManager>> {
+    let meta = StoreMeta::read(manager, &args.namespace).await?;
+    let config = match (&meta, args.bucket_bits) {
+        (Some(meta), _) => {
+            if meta.layout != "compact"
+                || IdWidth::from_bits(meta.id_bits) != Some(IdWidth::Bits128)
+            {
+                return Err(Error::Config(format!(
+                    "namespace {:?} holds a store with {meta}: a migration fills a compact \
+                     store with 128-bit ids (a tower store)",
+                    args.namespace
+                )));
+            }
+            let mut config =
+                CompactConfig::new(meta.bucket_bits).with_namespace(args.namespace.clone());
+            config.user_index = UserIndexConfig::from_meta(meta);
+            config.viewed = ViewedConfig::from_meta(meta);
+            config.expiry = Expiry::from_meta(meta);
+            config
+        }
+        (None, Some(bits)) => CompactConfig::new(bits).with_namespace(args.namespace.clone()),
+        (None, None) => {
+            return Err(Error::Config(format!(
+                "no store recorded in namespace {:?}: open it from the app first, or name \
+                 --bucket-bits for a new one (`sessionpack advise` recommends a count)",
+                args.namespace
+            )));
+        }
+    };
+    if args.dry_run && meta.is_none() {
+        return Err(Error::Config(
+            "a dry run writes nothing, not even a new store: open the store first".into(),
+        ));
+    }
+    TowerStore::new(manager.clone(), config).await
+}
+
+pub(super) async fn run(args: MigrateArgs) -> Result<()> {
+    let conn = sessionpack::conn::Endpoint::Server(args.redis_url.clone())
+        .connect_with(
+            &sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs(30)),
+        )
+        .await?;
+    let AnyConnection::Server(manager) = conn else {
+        return Err(Error::Config(
+            "migrate takes one server, not a cluster".into(),
+        ));
+    };
+    let store = open_store(&manager, &args).await?;
+    let plan = Plan {
+        source: args.source(),
+        dry_run: args.dry_run,
+        delete_copied: args.delete_copied,
+        batch: args.batch.max(1),
+        restart: args.restart,
+        stop_after_batches: args.stop_after_batches,
+    };
+    let mut probe = manager.clone();
+    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut probe).await?;
+    let bar = ProgressBar::new(keys);
+    bar.set_style(
+        ProgressStyle::with_template("migrate {bar:40} {pos}/{len} keys ({per_sec}, eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let report = migrate::run(manager, store, &plan, |scanned| bar.set_position(scanned)).await;
+    bar.finish_and_clear();
+    let report = report?;
+    if args.json {
+        let json =
+            serde_json::to_string_pretty(&report).map_err(|e| Error::Config(e.to_string()))?;
+        println!("{json}");
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(())
+}

@@ -1,0 +1,489 @@
+//! `sessionpack migrate` against sessions the real peer crate
+//! (tower-sessions-redis-store 0.16) wrote to a real server.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis::aio::ConnectionManager;
+use serde_json::{Value, json};
+use sessionpack_testkit::LocalServer;
+use time::OffsetDateTime;
+use tower_sessions_core_014::SessionStore;
+use tower_sessions_core_014::session::{Id, Record};
+use tower_sessions_redis_store::RedisStore;
+use tower_sessions_redis_store::fred::clients::Client;
+use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
+
+use sessionpack::CompactConfig;
+use sessionpack::takeover::Source;
+use sessionpack::tower::TowerStore;
+use sessionpack_cli::migrate::{self, Plan, Report};
+
+/// The peer store on `server`, as its docs set it up.
+async fn peer(server: &LocalServer) -> RedisStore<Client> {
+    let client = Client::new(Config::from_url(&server.url()).unwrap(), None, None, None);
+    client.init().await.expect("fred connects");
+    RedisStore::new(client)
+}
+
+/// Session data of several shapes: an axum-login session, one with a csrf
+/// token, locale and flash, one long enough to go out of line, one of
+/// nested values.
+fn data_of(n: u64) -> HashMap<String, Value> {
+    let login = json!({"user_id": n, "auth_hash": vec![n as u8; 32]});
+    let mut data = HashMap::from([("axum-login.data".to_owned(), login)]);
+    match n % 4 {
+        1 => {
+            data.insert("csrf".into(), json!(format!("{n:064x}")));
+            data.insert("locale".into(), json!("de-CH"));
+            data.insert("flash".into(), json!(["saved", n]));
+        }
+        2 => {
+            data.insert("note".into(), json!("x".repeat(300 + n as usize % 50)));
+        }
+        3 => {
+            data.insert(
+                "cart".into(),
+                json!({"items": [{"sku": n, "qty": 2}], "total": 9.5}),
+            );
+        }
+        _ => {}
+    }
+    data
+}
+
+/// Creates `count` peer sessions with expiries spread over a day; returns
+/// their records.
+async fn fill(peer: &RedisStore<Client>, count: u64) -> Vec<Record> {
+    let now = OffsetDateTime::now_utc().unix_timestamp();
+    let mut records = Vec::new();
+    for n in 0..count {
+        let mut record = Record {
+            id: Id::default(),
+            data: data_of(n),
+            expiry_date: OffsetDateTime::from_unix_timestamp(now + 600 + (n as i64 * 97) % 86_400)
+                .unwrap(),
+        };
+        peer.create(&mut record).await.unwrap();
+        records.push(record);
+    }
+    records
+}
+
+async fn tower_store(server: &LocalServer) -> TowerStore<ConnectionManager> {
+    TowerStore::new(common::manager(server).await, CompactConfig::new(6))
+        .await
+        .unwrap()
+}
+
+fn plan() -> Plan {
+    Plan {
+        source: Source::tower_sessions_redis_store(),
+        dry_run: false,
+        delete_copied: false,
+        batch: 64,
+        restart: false,
+        stop_after_batches: None,
+    }
+}
+
+async fn migrate_with(server: &LocalServer, plan: &Plan) -> Report {
+    let store = tower_store(server).await;
+    migrate::run(common::manager(server).await, store, plan, |_| {})
+        .await
+        .expect("migrate")
+}
+
+/// Every record loads from the store with its data and its expiry second.
+async fn assert_in_store(store: &TowerStore<ConnectionManager>, records: &[Record]) {
+    for record in records {
+        let loaded = SessionStore::load(store, &record.id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("session {} not in the store", record.id));
+        assert_eq!(loaded.data, record.data);
+        assert_eq!(
+            loaded.expiry_date.unix_timestamp(),
+            record.expiry_date.unix_timestamp()
+        );
+    }
+}
+
+/// Every key and its contents (strings and hashes), the migration's state
+/// key left out.
+async fn keyspace(server: &LocalServer) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
+    let mut raw = common::raw(server).await;
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for key in keys {
+        if key.windows(9).any(|w| w == b":migrate:") {
+            continue;
+        }
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let mut contents: Vec<Vec<u8>> = match kind.as_str() {
+            "string" => vec![
+                redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap(),
+            ],
+            "hash" => redis::cmd("HGETALL")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .unwrap(),
+            "zset" => redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut raw)
+                .await
+                .unwrap(),
+            other => vec![other.as_bytes().to_vec()],
+        };
+        let ttl: i64 = redis::cmd("PEXPIRETIME")
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        contents.push(ttl.to_string().into_bytes());
+        out.insert(key, contents);
+    }
+    out
+}
+
+/// Keys the peer crate did not write: under an id-shaped name a value
+/// that is no record, a hash, a record without expiry; and keys of other
+/// data.
+async fn write_junk(server: &LocalServer) -> Vec<String> {
+    let mut raw = common::raw(server).await;
+    let source = Source::tower_sessions_redis_store();
+    let id = |b: u8| source.key_of(&sessionpack::SessionId::from_slice(&[b; 16]).unwrap());
+    let (garbage, hash, persistent) = (id(1), id(2), id(3));
+    let record = rmp_serde::to_vec(&Record {
+        id: Id(5),
+        data: data_of(5),
+        expiry_date: OffsetDateTime::now_utc(),
+    })
+    .unwrap();
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(&garbage)
+        .arg("not msgpack")
+        .arg("EX")
+        .arg(3600)
+        .cmd("HSET")
+        .arg(&hash)
+        .arg("f")
+        .arg("v")
+        .cmd("SET")
+        .arg(&persistent)
+        .arg(record)
+        .cmd("SET")
+        .arg("user:17")
+        .arg("other data")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    vec![garbage, hash, persistent, "user:17".into()]
+}
+
+/// The binary copies every peer session with its id, data and expiry,
+/// skips and counts what it cannot read (touching none of it), and a
+/// second run changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_sessions_are_copied_with_their_ids_data_and_expiries() {
+    let server = common::server();
+    let records = fill(&peer(&server).await, 300).await;
+    let junk = write_junk(&server).await;
+    tower_store(&server).await;
+    let before = keyspace(&server).await;
+
+    let dry = migrate_with(
+        &server,
+        &Plan {
+            dry_run: true,
+            ..plan()
+        },
+    )
+    .await;
+    assert_eq!(dry.get("copied"), 300, "{dry:?}");
+    assert_eq!(keyspace(&server).await, before, "a dry run wrote");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args([
+            "migrate",
+            "--redis-url",
+            &server.url(),
+            "--bucket-bits",
+            "6",
+            "--batch",
+            "50",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcomes = &report["outcomes"];
+    assert_eq!(outcomes["copied"], 300, "{report}");
+    for reason in ["value", "wrong-type", "no-expiry", "id"] {
+        assert_eq!(outcomes[reason], 1, "{reason}: {report}");
+    }
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["deleted"], 0);
+    assert!(report["memory_after"].as_u64() > report["memory_before"].as_u64());
+
+    assert_in_store(&tower_store(&server).await, &records).await;
+    let after = keyspace(&server).await;
+    for (key, contents) in &before {
+        assert_eq!(
+            after.get(key),
+            Some(contents),
+            "old key {} changed",
+            String::from_utf8_lossy(key)
+        );
+    }
+    for key in &junk {
+        assert!(after.contains_key(key.as_bytes()));
+    }
+
+    let again = migrate_with(&server, &plan()).await;
+    assert_eq!(again.get("copied"), 0, "{again:?}");
+    assert_eq!(again.get("unchanged"), 300, "{again:?}");
+    assert_eq!(
+        keyspace(&server).await,
+        after,
+        "a second run changed something"
+    );
+}
+
+/// A run again after the old app wrote on: a session it changed is
+/// updated; one the new store deleted stays deleted; one changed in both
+/// keeps the new store's; a new peer session is copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_takes_the_old_apps_writes_and_brings_nothing_back() {
+    let server = common::server();
+    let peer = peer(&server).await;
+    let mut records = fill(&peer, 40).await;
+    migrate_with(&server, &plan()).await;
+    let store = tower_store(&server).await;
+
+    // The old app saves session 0 and 2; the new app deletes session 1
+    // and saves session 2.
+    records[0]
+        .data
+        .insert("flash".into(), json!("changed by the old app"));
+    peer.save(&records[0]).await.unwrap();
+    SessionStore::delete(&store, &records[1].id).await.unwrap();
+    let mut ours = records[2].clone();
+    ours.data.insert("theme".into(), json!("dark"));
+    SessionStore::save(&store, &ours).await.unwrap();
+    records[2]
+        .data
+        .insert("flash".into(), json!("old app, later"));
+    peer.save(&records[2]).await.unwrap();
+    let newcomer = fill(&peer, 1).await;
+
+    let report = migrate_with(&server, &plan()).await;
+    assert_eq!(report.get("updated"), 1, "{report:?}");
+    assert_eq!(report.get("deleted-since-copied"), 1, "{report:?}");
+    assert_eq!(report.get("conflict"), 1, "{report:?}");
+    assert_eq!(report.get("copied"), 1, "{report:?}");
+    assert_eq!(report.get("unchanged"), 37, "{report:?}");
+
+    let store = tower_store(&server).await;
+    assert_in_store(&store, &records[..1]).await;
+    assert!(
+        SessionStore::load(&store, &records[1].id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_in_store(&store, &[ours]).await;
+    assert_in_store(&store, &records[3..]).await;
+    assert_in_store(&store, &newcomer).await;
+}
+
+/// A pass stopped after a batch resumes at its cursor, and its report
+/// covers the whole pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_pass_resumes_where_it_stopped() {
+    let server = common::server();
+    let records = fill(&peer(&server).await, 200).await;
+    let first = migrate_with(
+        &server,
+        &Plan {
+            batch: 20,
+            stop_after_batches: Some(2),
+            ..plan()
+        },
+    )
+    .await;
+    assert!(!first.complete && first.cursor != 0, "{first:?}");
+    assert!(
+        first.get("copied") > 0 && first.get("copied") < 200,
+        "{first:?}"
+    );
+    let rest = migrate_with(
+        &server,
+        &Plan {
+            batch: 20,
+            ..plan()
+        },
+    )
+    .await;
+    assert!(rest.complete && rest.batches > first.batches, "{rest:?}");
+    // SCAN may return a key twice; a key seen again is unchanged.
+    assert_eq!(rest.get("copied"), 200, "{rest:?}");
+    assert_in_store(&tower_store(&server).await, &records).await;
+}
+
+/// With --delete-copied, exactly the keys copied go; unreadable keys stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_copied_keys_are_deleted() {
+    let server = common::server();
+    let records = fill(&peer(&server).await, 120).await;
+    let junk = write_junk(&server).await;
+    let report = migrate_with(
+        &server,
+        &Plan {
+            delete_copied: true,
+            ..plan()
+        },
+    )
+    .await;
+    assert_eq!(report.get("copied"), 120, "{report:?}");
+    assert_eq!(report.deleted, 120, "{report:?}");
+    let keys = keyspace(&server).await;
+    let source = Source::tower_sessions_redis_store();
+    for record in &records {
+        let key = source.key_of(&sessionpack::tower::session_id(record.id.0));
+        assert!(!keys.contains_key(key.as_bytes()), "copied key left");
+    }
+    for key in &junk {
+        assert!(keys.contains_key(key.as_bytes()), "{key} deleted");
+    }
+    assert!(
+        !keys.keys().any(|k| k.ends_with(b":m")),
+        "journal entries of deleted keys left"
+    );
+    assert_in_store(&tower_store(&server).await, &records).await;
+}
+
+/// The old app keeps saving while the copy runs; a run after it stops
+/// leaves every session as the old app last wrote it. Writes are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_racing_the_copy_are_all_in_the_store_after_a_catch_up_run() {
+    let server = common::server();
+    let peer = Arc::new(peer(&server).await);
+    let records = Arc::new(tokio::sync::Mutex::new(fill(&peer, 300).await));
+    let writes = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (peer, records, writes, stop) =
+            (peer.clone(), records.clone(), writes.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let mut records = records.lock().await;
+                let i = (n * 7919) % records.len();
+                records[i].data.insert("counter".into(), json!(n));
+                peer.save(&records[i]).await.unwrap();
+                writes.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+        })
+    };
+    // The copy runs while writes land (at least one batch after the
+    // first write).
+    while writes.load(Ordering::Relaxed) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let during = migrate_with(
+        &server,
+        &Plan {
+            batch: 10,
+            ..plan()
+        },
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    let written = writes.load(Ordering::Relaxed);
+    assert!(written > 0);
+    assert_eq!(during.get("copied"), 300, "{during:?}");
+
+    let after = migrate_with(&server, &plan()).await;
+    assert_eq!(after.get("conflict"), 0, "{after:?}");
+    assert_in_store(&tower_store(&server).await, &records.lock().await).await;
+    eprintln!(
+        "{written} writes raced the copy; {} sessions updated after",
+        after.get("updated")
+    );
+}
+
+/// A generic source: JSON maps under `sess:<32 hex digits>`; keys whose
+/// ids are wider (connect-redis' 24-byte ids) are skipped by reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_maps_under_a_prefix_are_copied() {
+    use sessionpack::takeover::{IdForm, ValueForm};
+    let server = common::server();
+    let mut raw = common::raw(&server).await;
+    let source = Source::new("sess:", IdForm::Hex, ValueForm::JsonMap);
+    let mut expected = Vec::new();
+    for n in 0..50u8 {
+        let id = sessionpack::SessionId::from_slice(&[n; 16]).unwrap();
+        let data = data_of(u64::from(n));
+        let _: () = redis::cmd("SET")
+            .arg(source.key_of(&id))
+            .arg(serde_json::to_vec(&data).unwrap())
+            .arg("EX")
+            .arg(3600)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        expected.push((id, data));
+    }
+    let _: () = redis::cmd("SET")
+        .arg(format!("sess:{}", "ab".repeat(24)))
+        .arg("{}")
+        .arg("EX")
+        .arg(60)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let report = migrate_with(&server, &Plan { source, ..plan() }).await;
+    assert_eq!(report.get("copied"), 50, "{report:?}");
+    assert_eq!(report.get("id"), 1, "{report:?}");
+    let store = tower_store(&server).await;
+    for (id, data) in expected {
+        let (loaded, at) = store
+            .load_data(sessionpack::tower::tower_id(&id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(loaded, data);
+        let now = OffsetDateTime::now_utc().unix_timestamp();
+        assert!((now + 3500..=now + 3601).contains(&at), "{at} vs {now}");
+    }
+}

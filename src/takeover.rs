@@ -1,0 +1,400 @@
+//! Sessions of another, key-per-session store, read so that a sessionpack
+//! store can take them over with their ids, data and expiries
+//! (`sessionpack migrate`, and [`crate::tower::TowerStore::import_data`]).
+//!
+//! A [`Source`] says how the other store names its keys and encodes its
+//! values:
+//!
+//! | store | key | value | [`Source`] |
+//! |---|---|---|---|
+//! | tower-sessions-redis-store 0.16 | the id as tower-sessions prints it (22 base64url characters), no prefix | MessagePack of its `Record` (id, data, expiry date), `EXAT` set | [`Source::tower_sessions_redis_store`] |
+//! | a store of JSON maps | `<prefix><id>` | a JSON object | `Source::new(prefix, IdForm::.., ValueForm::JsonMap)` |
+//! | a store of MessagePack maps | `<prefix><id>` | a MessagePack map | `Source::new(prefix, IdForm::.., ValueForm::MsgpackMap)` |
+//!
+//! A key's id must be one a sessionpack store can hold: 16 bytes (tower
+//! ids) or 20, written in base64url or hex after the prefix. Ids of other
+//! widths (actix-session's 64 characters, connect-redis' 32 base64url
+//! characters, Rails' `2::` + 64 hex digits) are not: such keys are
+//! skipped as [`Skip::Id`], never touched. Nothing here writes; it only
+//! reads keys and tells what they hold.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::session::id::{IdWidth, SessionId};
+
+/// How a key's id is written after the source's prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdForm {
+    /// URL-safe base64 without padding, as tower-sessions prints its ids
+    /// (22 characters for 16 bytes).
+    Base64Url,
+    /// Hex digits, either case (32 for 16 bytes, 40 for 20).
+    Hex,
+}
+
+/// How a key's value encodes the session's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueForm {
+    /// tower-sessions-redis-store's MessagePack `Record`: its `data` map
+    /// is taken; its expiry date is the key's, which the store sets with
+    /// `EXAT`.
+    TowerRecord,
+    /// A JSON object: the session's data map.
+    JsonMap,
+    /// A MessagePack map with string keys: the session's data map.
+    MsgpackMap,
+}
+
+/// Where another store keeps its sessions and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// What every session key begins with (may be empty).
+    pub prefix: String,
+    /// How the id follows the prefix.
+    pub id: IdForm,
+    /// How the value is encoded.
+    pub value: ValueForm,
+}
+
+/// Why a key of the source is not taken over. Skipped keys are counted by
+/// [`Skip::reason`] and left as they are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// The key's name holds no id of the store's width.
+    Id(String),
+    /// The key is not a string.
+    WrongType(String),
+    /// The value does not decode as the source's form.
+    Value(String),
+    /// The key has no expiry: a sessionpack session always has one.
+    NoExpiry,
+    /// The key expired or was deleted while it was being read.
+    Gone,
+}
+
+impl Skip {
+    /// A short name for reports: `id`, `wrong-type`, `value`,
+    /// `no-expiry`, `gone`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Id(_) => "id",
+            Self::WrongType(_) => "wrong-type",
+            Self::Value(_) => "value",
+            Self::NoExpiry => "no-expiry",
+            Self::Gone => "gone",
+        }
+    }
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Id(why) => write!(f, "no session id in the key's name: {why}"),
+            Self::WrongType(t) => write!(f, "a {t}, not a string"),
+            Self::Value(why) => write!(f, "the value does not decode: {why}"),
+            Self::NoExpiry => f.write_str("the key has no expiry"),
+            Self::Gone => f.write_str("the key went away while it was read"),
+        }
+    }
+}
+
+/// One session of the source, decoded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Taken {
+    /// Its id, as a sessionpack id of the store's width.
+    pub id: SessionId,
+    /// Its data map.
+    pub data: HashMap<String, Value>,
+    /// When it expires, unix seconds (the key's expiry, rounded up).
+    pub expires_at: u64,
+}
+
+impl Source {
+    /// A source of keys `<prefix><id>`.
+    pub fn new(prefix: impl Into<String>, id: IdForm, value: ValueForm) -> Self {
+        Self {
+            prefix: prefix.into(),
+            id,
+            value,
+        }
+    }
+
+    /// tower-sessions-redis-store 0.16: keys are ids with no prefix,
+    /// values MessagePack records.
+    pub fn tower_sessions_redis_store() -> Self {
+        Self::new("", IdForm::Base64Url, ValueForm::TowerRecord)
+    }
+
+    /// The `SCAN MATCH` pattern of the source's keys: the prefix, its glob
+    /// characters escaped, then `*`.
+    pub fn pattern(&self) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + 1);
+        for c in self.prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('*');
+        pattern
+    }
+
+    /// The key under which the source keeps `id`.
+    pub fn key_of(&self, id: &SessionId) -> String {
+        let text = match self.id {
+            IdForm::Base64Url => base64url::encode(id.as_bytes()),
+            IdForm::Hex => hex::encode(id.as_bytes()),
+        };
+        format!("{}{text}", self.prefix)
+    }
+
+    /// The id a key names, as an id of `width`.
+    pub fn id_of(&self, key: &[u8], width: IdWidth) -> Result<SessionId, Skip> {
+        let rest = key
+            .strip_prefix(self.prefix.as_bytes())
+            .ok_or_else(|| Skip::Id("the key lacks the prefix".into()))?;
+        let bytes = match self.id {
+            IdForm::Base64Url => base64url::decode(rest),
+            IdForm::Hex => hex::decode(rest).ok(),
+        }
+        .ok_or_else(|| Skip::Id(format!("{} characters not {:?}", rest.len(), self.id)))?;
+        if bytes.len() != width.bytes() {
+            return Err(Skip::Id(format!(
+                "{} bytes where the store's ids have {}",
+                bytes.len(),
+                width.bytes()
+            )));
+        }
+        SessionId::from_slice(&bytes).ok_or_else(|| Skip::Id("not an id".into()))
+    }
+
+    /// The data map a value holds.
+    pub fn data_of(&self, value: &[u8]) -> Result<HashMap<String, Value>, Skip> {
+        let bad = |e: &dyn std::fmt::Display| Skip::Value(e.to_string());
+        match self.value {
+            ValueForm::TowerRecord => rmp_serde::from_slice::<TowerRecord>(value)
+                .map(|r| r.data)
+                .map_err(|e| bad(&e)),
+            ValueForm::JsonMap => serde_json::from_slice(value).map_err(|e| bad(&e)),
+            ValueForm::MsgpackMap => rmp_serde::from_slice(value).map_err(|e| bad(&e)),
+        }
+    }
+
+    /// Decodes a key read as `TYPE`, `GET` and `PEXPIRETIME` (see
+    /// [`READ_SCRIPT`]): `kind` the key's type, `value` its bytes,
+    /// `expire_ms` its expiry in unix milliseconds (-1 none, -2 gone).
+    pub fn decode(
+        &self,
+        key: &[u8],
+        width: IdWidth,
+        kind: &str,
+        value: Option<&[u8]>,
+        expire_ms: i64,
+    ) -> Result<Taken, Skip> {
+        let id = self.id_of(key, width)?;
+        match kind {
+            "string" => {}
+            "none" => return Err(Skip::Gone),
+            other => return Err(Skip::WrongType(other.to_owned())),
+        }
+        let value = value.ok_or(Skip::Gone)?;
+        let expires_at = match expire_ms {
+            -2 => return Err(Skip::Gone),
+            ms if ms < 0 => return Err(Skip::NoExpiry),
+            ms => (ms as u64).div_ceil(1000),
+        };
+        Ok(Taken {
+            id,
+            data: self.data_of(value)?,
+            expires_at,
+        })
+    }
+}
+
+/// Reads one key of a source as `{type}`, or `{type, value, expiry ms}`
+/// for a string, in one atomic step (so value and expiry belong
+/// together): `KEYS[1]` the key.
+pub const READ_SCRIPT: &str = r#"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'string' then return {kind} end
+return {kind, redis.call('GET', KEYS[1]), redis.call('PEXPIRETIME', KEYS[1])}
+"#;
+
+/// Deletes a source key only while it holds what was copied: `KEYS[1]`
+/// the key, `ARGV[1]` the value, `ARGV[2]` its expiry in unix ms. Returns
+/// 1 if deleted, 0 if the key changed or went.
+pub const DELETE_IF_UNCHANGED_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1]
+    and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(ARGV[2]) then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// A digest of a value and its expiry (the first 8 bytes of their SHA-1),
+/// to tell later whether either changed.
+pub fn digest(value: &[u8], expires_ms: i64) -> [u8; 8] {
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(value);
+    sha.update(&expires_ms.to_le_bytes());
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&sha.digest().bytes()[..8]);
+    out
+}
+
+/// tower-sessions' `Record`: only the data is read; the id is the key's,
+/// and the expiry the key's `EXAT`.
+#[derive(Deserialize)]
+struct TowerRecord {
+    #[serde(rename = "id")]
+    _id: serde::de::IgnoredAny,
+    data: HashMap<String, Value>,
+    #[serde(rename = "expiry_date")]
+    _expiry: serde::de::IgnoredAny,
+}
+
+/// URL-safe base64 without padding (RFC 4648 §5), for ids.
+mod base64url {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+    fn value(c: u8) -> Option<u32> {
+        ALPHABET.iter().position(|&a| a == c).map(|v| v as u32)
+    }
+
+    pub(super) fn encode(bytes: &[u8]) -> String {
+        let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+            for i in 0..=chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    /// `None` for a character outside the alphabet, a length no byte
+    /// string has, or bits left over (a non-canonical form).
+    pub(super) fn decode(text: &[u8]) -> Option<Vec<u8>> {
+        if text.len() % 4 == 1 {
+            return None;
+        }
+        let mut out = Vec::with_capacity(text.len() * 3 / 4);
+        for chunk in text.chunks(4) {
+            let mut n = 0u32;
+            for (i, &c) in chunk.iter().enumerate() {
+                n |= value(c)? << (18 - 6 * i);
+            }
+            let bytes = chunk.len() - 1;
+            for i in 0..bytes {
+                out.push((n >> (16 - 8 * i)) as u8);
+            }
+            // The bits after the last whole byte must be zero.
+            if n & ((1 << (24 - 8 * bytes)) - 1) != 0 {
+                return None;
+            }
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_round_trips_and_refuses_other_text() {
+        for len in 0..24 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let text = base64url::encode(&bytes);
+            assert_eq!(base64url::decode(text.as_bytes()).unwrap(), bytes);
+        }
+        assert_eq!(base64url::encode(&[0xfb, 0xff]), "-_8");
+        assert!(base64url::decode(b"ab+c").is_none(), "standard alphabet");
+        assert!(base64url::decode(b"abcde").is_none(), "impossible length");
+        assert!(base64url::decode(b"-_9").is_none(), "bits left over");
+    }
+
+    #[test]
+    fn tower_keys_name_their_ids() {
+        let source = Source::tower_sessions_redis_store();
+        let id = SessionId::from_slice(&[7u8; 16]).unwrap();
+        let key = source.key_of(&id);
+        assert_eq!(key.len(), 22);
+        assert_eq!(source.id_of(key.as_bytes(), IdWidth::Bits128), Ok(id));
+        assert_eq!(
+            source
+                .id_of(key.as_bytes(), IdWidth::Bits160)
+                .unwrap_err()
+                .reason(),
+            "id"
+        );
+        for other in ["sp:{0a}:h", "session:abc", "", "AAAAAAAAAAAAAAAAAAAAAAA"] {
+            assert!(source.id_of(other.as_bytes(), IdWidth::Bits128).is_err());
+        }
+    }
+
+    #[test]
+    fn prefixed_hex_keys_and_patterns() {
+        let source = Source::new("sess:[x]", IdForm::Hex, ValueForm::JsonMap);
+        assert_eq!(source.pattern(), r"sess:\[x\]*");
+        let id = SessionId::from_slice(&[0xab; 20]).unwrap();
+        let key = source.key_of(&id);
+        assert_eq!(source.id_of(key.as_bytes(), IdWidth::Bits160), Ok(id));
+        assert!(source.id_of(b"other:abab", IdWidth::Bits160).is_err());
+    }
+
+    #[test]
+    fn values_decode_by_form_or_are_skipped() {
+        let data: HashMap<String, Value> =
+            HashMap::from([("user".to_owned(), serde_json::json!({"id": 5, "n": [1, 2]}))]);
+        let json = serde_json::to_vec(&data).unwrap();
+        let mp = rmp_serde::to_vec(&data).unwrap();
+        let key =
+            Source::tower_sessions_redis_store().key_of(&SessionId::from_slice(&[1; 16]).unwrap());
+        let decode = |form, value: &[u8], ms| {
+            Source::new("", IdForm::Base64Url, form).decode(
+                key.as_bytes(),
+                IdWidth::Bits128,
+                "string",
+                Some(value),
+                ms,
+            )
+        };
+        let taken = decode(ValueForm::JsonMap, &json, 1_700_000_000_001).unwrap();
+        assert_eq!(taken.data, data);
+        assert_eq!(taken.expires_at, 1_700_000_001, "rounded up");
+        assert_eq!(
+            decode(ValueForm::MsgpackMap, &mp, 5_000).unwrap().data,
+            data
+        );
+        assert_eq!(
+            decode(ValueForm::JsonMap, &mp, 5_000).unwrap_err().reason(),
+            "value"
+        );
+        assert_eq!(
+            decode(ValueForm::JsonMap, &json, -1).unwrap_err(),
+            Skip::NoExpiry
+        );
+        assert_eq!(
+            decode(ValueForm::JsonMap, &json, -2).unwrap_err(),
+            Skip::Gone
+        );
+        let wrong = Source::tower_sessions_redis_store()
+            .decode(key.as_bytes(), IdWidth::Bits128, "hash", None, -1)
+            .unwrap_err();
+        assert_eq!(wrong, Skip::WrongType("hash".into()));
+    }
+
+    #[test]
+    fn digests_change_with_value_or_expiry() {
+        assert_eq!(digest(b"a", 1), digest(b"a", 1));
+        assert_ne!(digest(b"a", 1), digest(b"b", 1));
+        assert_ne!(digest(b"a", 1), digest(b"a", 2));
+    }
+}
