@@ -111,6 +111,23 @@ async fn open(args: &StoreArgs) -> Result<Compact<AnyConnection>> {
     Compact::new(conn, config).await
 }
 
+/// Refuses a revocation while a takeover of another store is open
+/// (`TowerStore::with_takeover`): sessions still only in its keys are in
+/// no user index, and a load would copy a revoked session back from them.
+async fn refuse_in_takeover(layout: &Compact<AnyConnection>, namespace: &str) -> Result<()> {
+    let state: Option<String> = redis::cmd("GET")
+        .arg(sessionpack::tower::state_key(namespace))
+        .query_async(&mut layout.connection().clone())
+        .await?;
+    if state.as_deref() == Some(sessionpack::tower::OPEN) {
+        return Err(Error::Config(format!(
+            "a takeover of another store is open in namespace {namespace:?}: close it first \
+             (`sessionpack migrate --delete-copied`)"
+        )));
+    }
+    Ok(())
+}
+
 async fn store(args: &UserArgs) -> Result<Store<Compact<AnyConnection>, (), Identity>> {
     let store: Store<_, (), Identity> = Store::for_identities(open(&args.store).await?);
     Ok(store.with_ttl(Duration::from_secs(args.ttl_secs)))
@@ -131,6 +148,7 @@ pub(super) async fn run(args: UsersArgs) -> Result<()> {
         Action::Revoke(RevokeArgs { user: args, keep }) => {
             let user = identity(&args.user, &args.form)?;
             let store = store(&args).await?;
+            refuse_in_takeover(store.layout(), &args.store.namespace).await?;
             let width = store.layout().id_width();
             let revoked = match keep {
                 Some(cookie) => {

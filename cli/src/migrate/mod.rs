@@ -3,28 +3,26 @@
 //! online, with their ids, data and expiries.
 //!
 //! A pass `SCAN`s the source's keys a batch at a time. Each key is read
-//! with its type and expiry in one step, decoded, and settled against the
-//! store and the [`journal`]:
+//! with its type and expiry in one step, decoded, and copied with
+//! [`TowerStore::take_over`]: while old keys exist they hold each
+//! session's newest state (the old app writes only them, and a store with
+//! [`TowerStore::with_takeover`] writes them first), so the store is made
+//! to hold what the key holds: `copied` (new to the store), `updated` (the
+//! store's copy replaced, only while it is still the copy read),
+//! `unchanged`, or skipped as `expired` or `taken` (a revocation's mark
+//! stands beside the id). Keys it cannot read are skipped and counted by
+//! reason (see [`sessionpack::takeover::Skip`]), never touched.
 //!
-//! | journal | store | outcome |
-//! |---|---|---|
-//! | none | none | copied (`taken` if the id is marked, `expired` if past) |
-//! | none | same data and expiry | unchanged (a pass stopped before its journal write) |
-//! | none | other data | skipped `taken`: never overwritten |
-//! | entry | none | skipped `deleted-since-copied`: never brought back |
-//! | entry, source as copied | any | unchanged |
-//! | entry, source changed | as copied | updated (only while live) |
-//! | entry, source changed | changed too | skipped `conflict`: the store's kept |
-//!
-//! Keys it cannot read are skipped and counted by reason, never touched.
-//! With [`Plan::delete_copied`], a key copied, updated or unchanged is then
-//! deleted, by a script that deletes it only while it holds the value and
-//! expiry that were copied. After each batch the cursor and the counters
-//! are written to the migration's state key (`<namespace>:migrate:<source>`),
-//! so a pass that stops resumes there; a finished pass leaves the key
-//! with its totals, and the next run begins a new pass.
+//! With [`Plan::delete_copied`] the pass closes the takeover: after its
+//! copy each key is deleted by a script that deletes it only while it
+//! holds the value and expiry copied and marks the session moved, in one
+//! step; a pass that went round with every key so closed records the
+//! takeover closed and drops the marks. After each batch the cursor and
+//! the counters are written to the migration's state key
+//! (`<namespace>:migrate:<source>`), so a pass that stops resumes there; a
+//! finished pass leaves the key with its totals, and the next run begins a
+//! new pass.
 
-pub mod journal;
 pub mod report;
 
 use std::sync::Arc;
@@ -35,7 +33,7 @@ use sessionpack::Layout;
 use sessionpack::error::{Error, Result};
 use sessionpack::session::id::IdWidth;
 use sessionpack::takeover::{self, Source, Taken};
-use sessionpack::tower::{Imported, TowerStore};
+use sessionpack::tower::{self as tower_store, Synced, TowerStore};
 
 pub use report::Report;
 
@@ -77,9 +75,19 @@ struct Read {
 
 /// The state key of a migration from `source` into `namespace`.
 pub fn state_key(namespace: &str, source: &Source) -> String {
-    let name = format!("{}|{:?}|{:?}", source.prefix, source.id, source.value);
-    let digest = takeover::digest(name.as_bytes(), 0);
-    format!("{namespace}:migrate:{}", hex::encode(digest))
+    let form = match source.value {
+        takeover::ValueForm::TowerRecord => "tower",
+        takeover::ValueForm::JsonMap => "json",
+        takeover::ValueForm::MsgpackMap => "msgpack",
+    };
+    let id = match source.id {
+        takeover::IdForm::Base64Url => "b64",
+        takeover::IdForm::Hex => "hex",
+    };
+    format!(
+        "{namespace}:migrate:{form}:{id}:{}",
+        hex::encode(&source.prefix)
+    )
 }
 
 /// Runs one pass (or the rest of one) of `plan` into `store`; `progress`
@@ -98,6 +106,16 @@ pub async fn run(
     let namespace = store.layout().buckets().namespace().to_owned();
     let state = state_key(&namespace, &plan.source);
     let mut redis = conn.clone();
+    let takeover: Option<String> = redis::cmd("GET")
+        .arg(tower_store::state_key(&namespace))
+        .query_async(&mut redis)
+        .await?;
+    if takeover.as_deref() == Some(tower_store::CLOSED) {
+        return Err(Error::Config(format!(
+            "the takeover of namespace {namespace:?} was closed: its sessions live in the store \
+             alone now, and a copy from old keys could bring back what it deleted"
+        )));
+    }
     let mut report = if plan.dry_run || plan.restart {
         Report::default()
     } else {
@@ -116,7 +134,7 @@ pub async fn run(
     report.dry_run = plan.dry_run;
 
     let read = redis::Script::new(takeover::READ_SCRIPT);
-    let delete = redis::Script::new(takeover::DELETE_IF_UNCHANGED_SCRIPT);
+    let close = redis::Script::new(tower_store::CLOSE_SCRIPT);
     let own_keys = format!("{namespace}:");
     let store = Arc::new(store);
     let mut batches = 0u64;
@@ -137,56 +155,40 @@ pub async fn run(
         let reads = read_keys(&mut redis, &read, &plan.source, keys, &mut report).await?;
         let mut settled = tokio::task::JoinSet::new();
         for read in reads {
-            let (store, conn, dry) = (store.clone(), conn.clone(), plan.dry_run);
+            let (store, dry) = (store.clone(), plan.dry_run);
             settled.spawn(async move {
-                let outcome = settle(&store, conn, &read, dry).await;
+                let outcome = settle(&store, &read.taken, dry).await;
                 (read, outcome)
             });
         }
-        let mut writes = redis::pipe();
-        let mut deletes = Vec::new();
+        let mut closing = Vec::new();
         while let Some(joined) = settled.join_next().await {
             let (read, outcome) =
                 joined.map_err(|e| Error::Config(format!("a copy task failed: {e}")))?;
-            let (outcome, entry) = outcome?;
+            let outcome = outcome?;
             report.count(outcome_name(outcome));
-            let scheme = store.layout().scheme();
-            if let Some(entry) = entry {
-                journal::write(
-                    &mut writes,
-                    scheme,
-                    &read.taken.id,
-                    entry,
-                    read.taken.expires_at,
-                );
-            }
-            let copied = matches!(
+            let in_store = matches!(
                 outcome,
                 Outcome::Copied | Outcome::Updated | Outcome::Unchanged
             );
-            if plan.delete_copied && copied && !plan.dry_run {
-                deletes.push(read);
+            if plan.delete_copied && in_store && !plan.dry_run {
+                closing.push(read);
             }
         }
-        if !plan.dry_run {
-            if writes.cmd_iter().next().is_some() {
-                let _: () = writes.query_async(&mut redis).await?;
-            }
-            for read in deletes {
-                let gone: i64 = delete
-                    .key(&read.key)
-                    .arg(&read.value)
-                    .arg(read.expire_ms)
-                    .invoke_async(&mut redis)
-                    .await?;
-                if gone == 1 {
-                    report.deleted += 1;
-                    let mut forget = redis::pipe();
-                    journal::forget(&mut forget, store.layout().scheme(), &read.taken.id);
-                    let _: () = forget.query_async(&mut redis).await?;
-                } else {
-                    report.kept_changed += 1;
-                }
+        for read in closing {
+            let closed: i64 = close
+                .key(&read.key)
+                .key(tower_store::marks_key(store.layout(), &read.taken.id))
+                .arg(&read.value)
+                .arg(read.expire_ms)
+                .arg(read.taken.id.as_bytes())
+                .arg(read.taken.expires_at)
+                .invoke_async(&mut redis)
+                .await?;
+            if closed == 1 {
+                report.deleted += 1;
+            } else {
+                report.kept_changed += 1;
             }
         }
         report.cursor = cursor;
@@ -202,6 +204,10 @@ pub async fn run(
             break;
         }
     }
+    if plan.delete_copied && report.complete && report.kept_changed == 0 && !plan.dry_run {
+        close_takeover(&mut redis, &namespace).await?;
+        report.closed = true;
+    }
     report.memory_after = used_memory(&mut redis).await?;
     report.seconds += started.elapsed().as_secs_f64();
     report.server_cpu_secs += crate::harness::info::server_cpu_secs(&mut redis).await? - cpu_before;
@@ -209,6 +215,38 @@ pub async fn run(
         report.write(&mut redis, &state).await?;
     }
     Ok(report)
+}
+
+/// Records the takeover of `namespace` closed (stores with
+/// [`TowerStore::with_takeover`] then read only their buckets), and drops
+/// the sessions' marks, which nothing reads any more.
+async fn close_takeover(redis: &mut ConnectionManager, namespace: &str) -> Result<()> {
+    let _: () = redis::cmd("SET")
+        .arg(tower_store::state_key(namespace))
+        .arg(tower_store::CLOSED)
+        .query_async(redis)
+        .await?;
+    let pattern = format!("{}:*:m", takeover::glob_escape(namespace));
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("TYPE")
+            .arg("hash")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(redis)
+            .await?;
+        if !keys.is_empty() {
+            let _: () = redis::cmd("UNLINK").arg(keys).query_async(redis).await?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
 }
 
 /// Reads a batch of keys (type, value, expiry), and decodes them; keys
@@ -273,56 +311,32 @@ fn parse_read(reply: redis::Value) -> (String, Option<Vec<u8>>, i64) {
     (kind, value, expire_ms)
 }
 
-/// Settles one session against the store and the journal (the table in
-/// the module's docs); returns the outcome and the journal entry to write.
+/// Copies one session ([`TowerStore::take_over`]); a dry run only reads
+/// what the store holds and tells what a copy would do.
 async fn settle(
     store: &TowerStore<ConnectionManager>,
-    mut conn: ConnectionManager,
-    read: &Read,
+    taken: &Taken,
     dry_run: bool,
-) -> Result<(Outcome, Option<journal::Entry>)> {
-    let taken = &read.taken;
-    let id = sessionpack::tower::tower_id(&taken.id);
-    let entry = journal::Entry {
-        source: takeover::digest(&read.value, read.expire_ms),
-        stored: journal::stored_digest(&taken.data, taken.expires_at),
-    };
-    let known = journal::read(&mut conn, store.layout().scheme(), &taken.id).await?;
-    let current = store.load_data(id).await?;
-    let current_digest = current
-        .as_ref()
-        .map(|(data, at)| journal::stored_digest(data, u64::try_from(*at).unwrap_or(0)));
-    let outcome = match (known, current_digest) {
-        (None, None) if dry_run => Outcome::Copied,
-        (None, None) => match store.import_data(id, &taken.data, taken.expires_at).await? {
-            Imported::Created => Outcome::Copied,
-            Imported::Taken => Outcome::Skipped("taken"),
-            Imported::Expired => Outcome::Skipped("expired"),
-        },
-        (None, Some(stored)) if stored == entry.stored => Outcome::Unchanged,
-        (None, Some(_)) => Outcome::Skipped("taken"),
-        (Some(_), None) => Outcome::Skipped("deleted-since-copied"),
-        (Some(known), Some(_)) if known.source == entry.source => {
-            return Ok((Outcome::Unchanged, None));
-        }
-        (Some(known), Some(stored)) if stored == known.stored => {
-            if dry_run || store.replace_data(id, &taken.data, expiry(taken)).await? {
-                Outcome::Updated
-            } else {
-                Outcome::Skipped("deleted-since-copied")
+) -> Result<Outcome> {
+    if dry_run {
+        let id = sessionpack::tower::tower_id(&taken.id);
+        return Ok(match store.load_data(id).await? {
+            None => Outcome::Copied,
+            Some((data, at))
+                if data == taken.data && u64::try_from(at).ok() == Some(taken.expires_at) =>
+            {
+                Outcome::Unchanged
             }
-        }
-        (Some(_), Some(_)) => Outcome::Skipped("conflict"),
-    };
-    let write = matches!(
-        outcome,
-        Outcome::Copied | Outcome::Updated | Outcome::Unchanged
-    );
-    Ok((outcome, (write && !dry_run).then_some(entry)))
-}
-
-fn expiry(taken: &Taken) -> i64 {
-    i64::try_from(taken.expires_at).unwrap_or(i64::MAX)
+            Some(_) => Outcome::Updated,
+        });
+    }
+    Ok(match store.take_over(taken).await? {
+        Synced::Created => Outcome::Copied,
+        Synced::Updated => Outcome::Updated,
+        Synced::Unchanged => Outcome::Unchanged,
+        Synced::Expired => Outcome::Skipped("expired"),
+        Synced::Taken => Outcome::Skipped("taken"),
+    })
 }
 
 fn outcome_name(outcome: Outcome) -> &'static str {

@@ -39,6 +39,8 @@ pub struct Report {
     pub complete: bool,
     /// Nothing was written.
     pub dry_run: bool,
+    /// Every key was copied and deleted, and the takeover recorded closed.
+    pub closed: bool,
 }
 
 /// The outcomes that put a session in the store.
@@ -121,6 +123,7 @@ impl Report {
             cursor: u("cursor"),
             complete: b("complete"),
             dry_run: b("dry_run"),
+            closed: b("closed"),
         }
     }
 
@@ -146,6 +149,9 @@ impl Report {
             out.push_str(&format!("  skipped {reason:<11} {n}\n"));
         }
         out.push_str(&format!("  deleted             {}\n", self.deleted));
+        if self.closed {
+            out.push_str("  takeover closed: stores read only their buckets now\n");
+        }
         if self.kept_changed > 0 {
             out.push_str(&format!("  kept (changed)      {}\n", self.kept_changed));
         }

@@ -98,6 +98,11 @@ use crate::session::sweep::{PassReport, SweepConfig, Sweeper};
 use crate::ttl::Deadline;
 use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession};
 
+mod takeover;
+pub use takeover::{
+    CLOSE_SCRIPT, CLOSED, MARK_MOVED, MARK_OLD, OPEN, Synced, marks_key, state_key,
+};
+
 /// Reads a session's owner from its data.
 pub type OwnerOf = fn(&HashMap<String, Value>) -> Option<Identity>;
 
@@ -149,6 +154,8 @@ pub struct TowerStore<C> {
     /// Seconds after sign-in (the id's stamp) a session dies, whatever
     /// tower-sessions asks.
     absolute: Option<u64>,
+    /// Another store's sessions this one takes over ([`TowerStore::with_takeover`]).
+    takeover: Option<Arc<takeover::Takeover>>,
 }
 
 impl<C> Clone for TowerStore<C>
@@ -164,6 +171,7 @@ where
             owner: self.owner,
             idle: self.idle,
             absolute: self.absolute,
+            takeover: self.takeover.clone(),
         }
     }
 }
@@ -207,6 +215,7 @@ where
             owner,
             idle: None,
             absolute: None,
+            takeover: None,
         })
     }
 
@@ -303,12 +312,31 @@ where
             id = tower_id(&self.stamped_id().await?);
         }
         let mut at = self.capped(id, asked);
+        let takeover = self.open_takeover().await?;
         for _ in 0..CREATE_ATTEMPTS {
-            match self
-                .layout
-                .insert(&session_id(id), &bytes, Deadline::At(at))
-                .await?
-            {
+            // With a takeover open, the old key first: old instances see
+            // the session, and an id taken there draws another.
+            let free = match takeover {
+                Some(t) => self.create_in_takeover(t, id, data, at).await?,
+                None => true,
+            };
+            let inserted = if free {
+                self.layout
+                    .insert(&session_id(id), &bytes, Deadline::At(at))
+                    .await?
+            } else {
+                Inserted::IdTaken
+            };
+            let inserted = match inserted {
+                Inserted::IdTaken if free && takeover.is_some() => {
+                    if self.created_by_copy(id, data, at).await? {
+                        return Ok(id);
+                    }
+                    Inserted::IdTaken
+                }
+                other => other,
+            };
+            match inserted {
                 Inserted::IdTaken | Inserted::Late => {
                     id = if stamped {
                         tower_id(&self.stamped_id().await?)
@@ -426,6 +454,12 @@ where
         {
             return Ok(Saved::Skipped);
         }
+        if let Some(t) = self.open_takeover().await?
+            && !self.save_in_takeover(t, id, data, at).await?
+        {
+            self.memo.take(id);
+            return Ok(Saved::Gone);
+        }
         match self.layout.save(&session_id(id), &bytes, at).await? {
             Written::Done => {
                 self.memo.put(id, &bytes, head, at);
@@ -458,6 +492,14 @@ where
     }
 
     async fn load_unobserved(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
+        match self.open_takeover().await? {
+            Some(t) => self.load_in_takeover(t, id).await,
+            None => self.load_plain(id).await,
+        }
+    }
+
+    /// A load from this store's buckets alone.
+    async fn load_plain(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
         let sid = session_id(id);
         if self.absolute.is_some() && self.capped(id, u64::MAX) <= unix_now() {
             return Ok(None);
@@ -465,19 +507,28 @@ where
         let Some(stored) = self.layout.load(&sid).await? else {
             return Ok(None);
         };
-        let corrupt = |reason: String| Error::CorruptRecord {
-            location: self.layout.location(&sid),
-            reason,
-        };
-        let head = self.head_len(&stored.record).map_err(corrupt)?;
-        let data = json_map::decode(&stored.record[head..]).map_err(|e| corrupt(e.to_string()))?;
+        let data = self.decode_stored(&sid, &stored.record)?;
+        let head = self.head_len(&stored.record).unwrap_or(0);
         self.memo.put(id, &stored.record, head, stored.expires_at);
         Ok(Some((data, stored.expires_at as i64)))
+    }
+
+    /// The data map of a stored record.
+    fn decode_stored(&self, sid: &SessionId, record: &[u8]) -> Result<HashMap<String, Value>> {
+        let corrupt = |reason: String| Error::CorruptRecord {
+            location: self.layout.location(sid),
+            reason,
+        };
+        let head = self.head_len(record).map_err(corrupt)?;
+        json_map::decode(&record[head..]).map_err(|e| corrupt(e.to_string()))
     }
 
     /// Deletes a session (nothing happens if there is none).
     pub async fn delete_data(&self, id: i128) -> Result<()> {
         metrics::call(Op::Destroy, Outcome::ok, async move {
+            if let Some(t) = self.open_takeover().await? {
+                self.delete_in_takeover(t, id).await?;
+            }
             let inline = self
                 .memo
                 .take(id)
@@ -579,6 +630,7 @@ where
 
     /// Revokes every session of `owner` ("log out everywhere").
     pub async fn revoke_all(&self, owner: &Identity) -> Result<Revoked> {
+        self.refuse_revocation_in_takeover().await?;
         let head = head(owner);
         let revoke = self.layout.revoke_user(&head, None);
         metrics::call(Op::RevokeAll, Outcome::ok, revoke).await
@@ -586,6 +638,7 @@ where
 
     /// Revokes every session of `owner` but `keep` (the current one).
     pub async fn revoke_others(&self, owner: &Identity, keep: i128) -> Result<Revoked> {
+        self.refuse_revocation_in_takeover().await?;
         let (head, keep) = (head(owner), session_id(keep));
         let revoke = self.layout.revoke_user(&head, Some(&keep));
         metrics::call(Op::RevokeOthers, Outcome::ok, revoke).await

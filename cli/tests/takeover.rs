@@ -1,0 +1,327 @@
+//! A tower store taking over the real peer crate's sessions
+//! (tower-sessions-redis-store 0.16) during a rolling deploy: old and new
+//! instances serving the same sessions at once, then the close.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use redis::aio::ConnectionManager;
+use serde_json::{Value, json};
+use sessionpack_testkit::LocalServer;
+use time::OffsetDateTime;
+use tower_sessions_core_014::SessionStore;
+use tower_sessions_core_014::session::{Id, Record};
+use tower_sessions_redis_store::RedisStore;
+use tower_sessions_redis_store::fred::clients::Client;
+use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
+
+use sessionpack::takeover::Source;
+use sessionpack::tower::TowerStore;
+use sessionpack::{CompactConfig, Error};
+use sessionpack_cli::migrate::{self, Plan};
+
+async fn peer(server: &LocalServer) -> RedisStore<Client> {
+    let client = Client::new(Config::from_url(&server.url()).unwrap(), None, None, None);
+    client.init().await.expect("fred connects");
+    RedisStore::new(client)
+}
+
+/// A new instance's store: the compact tower store taking over the peer's
+/// keys.
+async fn new_instance(
+    server: &LocalServer,
+    config: CompactConfig,
+) -> TowerStore<ConnectionManager> {
+    TowerStore::new(common::manager(server).await, config)
+        .await
+        .unwrap()
+        .with_takeover(Source::tower_sessions_redis_store())
+        .await
+        .unwrap()
+}
+
+fn record(n: u64, lifetime: i64) -> Record {
+    let data: HashMap<String, Value> = HashMap::from([
+        (
+            "axum-login.data".to_owned(),
+            json!({"user_id": n, "auth_hash": vec![n; 32]}),
+        ),
+        ("csrf".to_owned(), json!(format!("{n:064x}"))),
+    ]);
+    Record {
+        id: Id::default(),
+        data,
+        expiry_date: OffsetDateTime::from_unix_timestamp(
+            OffsetDateTime::now_utc().unix_timestamp() + lifetime,
+        )
+        .unwrap(),
+    }
+}
+
+async fn load(store: &impl SessionStore, id: &Id) -> Option<Record> {
+    store.load(id).await.unwrap()
+}
+
+fn same(a: &Record, b: &Record) -> bool {
+    a.id == b.id
+        && a.data == b.data
+        && a.expiry_date.unix_timestamp() == b.expiry_date.unix_timestamp()
+}
+
+async fn old_key_exists(server: &LocalServer, id: &Id) -> bool {
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(id.to_string())
+        .query_async(&mut common::raw(server).await)
+        .await
+        .unwrap();
+    n == 1
+}
+
+/// Old and new instances serve the same sessions: each sees the other's
+/// last write, a delete on either side holds on both, and nothing comes
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_and_new_instances_see_each_others_writes_and_deletes() {
+    let server = common::server();
+    let old = peer(&server).await;
+    let new = new_instance(&server, CompactConfig::new(6)).await;
+    let mut records = Vec::new();
+    for n in 0..6 {
+        let mut r = record(n, 3600);
+        old.create(&mut r).await.unwrap();
+        records.push(r);
+    }
+
+    // A session the old app wrote loads from the new store, as it was.
+    let moved = load(&new, &records[0].id).await.expect("moved in");
+    assert!(same(&moved, &records[0]));
+
+    // The new instance saves: the old instance loads that save.
+    let mut r1 = load(&new, &records[1].id).await.unwrap();
+    r1.data
+        .insert("flash".into(), json!("saved by the new app"));
+    new.save(&r1).await.unwrap();
+    assert!(same(&load(&old, &r1.id).await.unwrap(), &r1));
+
+    // The old instance saves a session moved long before: the new one
+    // loads it (an old instance's write after a move is not lost).
+    let mut r0 = records[0].clone();
+    r0.data
+        .insert("flash".into(), json!("saved by the old app after the move"));
+    old.save(&r0).await.unwrap();
+    assert!(same(&load(&new, &r0.id).await.unwrap(), &r0));
+
+    // The old instance deletes a moved session (a log-out there): gone on
+    // both sides, for good.
+    load(&new, &records[2].id).await.unwrap();
+    old.delete(&records[2].id).await.unwrap();
+    assert!(load(&new, &records[2].id).await.is_none());
+    assert!(load(&new, &records[2].id).await.is_none(), "came back");
+    assert!(load(&old, &records[2].id).await.is_none());
+
+    // The new instance deletes: gone on both sides, and a late save by an
+    // old instance that loaded it before finds no key.
+    let stale = load(&old, &records[3].id).await.unwrap();
+    new.delete(&records[3].id).await.unwrap();
+    assert!(!old_key_exists(&server, &records[3].id).await);
+    // The peer reports that save as an error (its `SET XX` answers nil,
+    // which it cannot read as a bool): not acknowledged, and no key made.
+    assert!(old.save(&stale).await.is_err());
+    assert!(!old_key_exists(&server, &records[3].id).await);
+    assert!(load(&new, &records[3].id).await.is_none());
+    assert!(load(&old, &records[3].id).await.is_none());
+
+    // A session the new instance creates is served by old instances too.
+    let mut fresh = record(99, 3600);
+    new.create(&mut fresh).await.unwrap();
+    assert!(same(&load(&old, &fresh.id).await.unwrap(), &fresh));
+    assert!(same(&load(&new, &fresh.id).await.unwrap(), &fresh));
+
+    // A session never touched by a new instance is still the old app's.
+    assert!(same(
+        &load(&new, &records[4].id).await.unwrap(),
+        &records[4]
+    ));
+}
+
+/// A store that already held sessions of its own when the takeover
+/// opened keeps them: only sessions that came from old keys follow them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stores_own_sessions_are_not_asked_of_the_old_store() {
+    let server = common::server();
+    let before = TowerStore::new(common::manager(&server).await, CompactConfig::new(6))
+        .await
+        .unwrap();
+    let mut own = record(1, 3600);
+    before.create(&mut own).await.unwrap();
+    let new = new_instance(&server, CompactConfig::new(6)).await;
+    assert!(same(&load(&new, &own.id).await.unwrap(), &own));
+    assert!(!old_key_exists(&server, &own.id).await);
+}
+
+/// Many new instances load a session at once while an old instance keeps
+/// saving it: every load finds it, and once the writes stop every store
+/// holds the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_movers_and_an_old_writer_lose_nothing() {
+    let server = common::server();
+    let old = Arc::new(peer(&server).await);
+    let mut base = record(7, 3600);
+    old.create(&mut base).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (old, stop, writes, mut r) = (old.clone(), stop.clone(), writes.clone(), base.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) || writes.load(Ordering::Relaxed) < 50 {
+                let n = writes.fetch_add(1, Ordering::Relaxed) + 1;
+                r.data.insert("counter".into(), json!(n));
+                old.save(&r).await.unwrap();
+            }
+            r
+        })
+    };
+    let mut movers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let new = new_instance(&server, CompactConfig::new(4)).await;
+        let id = base.id;
+        movers.spawn(async move {
+            let mut seen = 0;
+            for _ in 0..25 {
+                let r = new
+                    .load(&id)
+                    .await
+                    .unwrap()
+                    .expect("a load missed the session");
+                let n = r.data.get("counter").and_then(Value::as_u64).unwrap_or(0);
+                assert!(n >= seen, "a load went back from {seen} to {n}");
+                seen = n;
+            }
+        });
+    }
+    while let Some(done) = movers.join_next().await {
+        done.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let last = writer.await.unwrap();
+    let new = new_instance(&server, CompactConfig::new(4)).await;
+    assert!(same(&load(&new, &base.id).await.unwrap(), &last));
+    assert!(same(&load(old.as_ref(), &base.id).await.unwrap(), &last));
+    eprintln!(
+        "{} writes by the old instance raced 200 loads",
+        writes.load(Ordering::Relaxed)
+    );
+}
+
+/// Closing (`migrate --delete-copied`) moves every session, deletes only
+/// the old keys copied, and records the takeover closed: stores then read
+/// their buckets alone, a straggling old write changes nothing, and a
+/// copy is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_moves_every_session_and_ends_the_takeover() {
+    let server = common::server();
+    let old = peer(&server).await;
+    let new = new_instance(&server, CompactConfig::new(6)).await;
+    let mut records = Vec::new();
+    for n in 0..80 {
+        let mut r = record(n, 600 + n as i64);
+        old.create(&mut r).await.unwrap();
+        records.push(r);
+    }
+    for r in &records[..30] {
+        load(&new, &r.id).await.unwrap();
+    }
+    let _: () = redis::cmd("SET")
+        .arg("unrelated")
+        .arg("data")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    let plan = Plan {
+        source: Source::tower_sessions_redis_store(),
+        dry_run: false,
+        delete_copied: true,
+        batch: 16,
+        restart: false,
+        stop_after_batches: None,
+    };
+    let report = migrate::run(common::manager(&server).await, new.clone(), &plan, |_| {})
+        .await
+        .unwrap();
+    assert!(report.closed, "{report:?}");
+    assert_eq!(report.deleted, 80, "{report:?}");
+    assert_eq!(report.get("copied"), 50, "{report:?}");
+    assert_eq!(report.get("unchanged"), 30, "{report:?}");
+    let mut raw = common::raw(&server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(keys.contains(&"unrelated".to_owned()));
+    assert!(
+        !keys.iter().any(|k| k.ends_with(":m")),
+        "marks left: {keys:?}"
+    );
+    for r in &records {
+        assert!(!keys.contains(&r.id.to_string()), "old key left");
+    }
+    let state: String = redis::cmd("GET")
+        .arg("sp:takeover")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(state, "closed");
+
+    // Every session is served; a new session no longer gets an old key;
+    // an old instance's late save creates nothing.
+    for r in &records {
+        assert!(same(&load(&new, &r.id).await.unwrap(), r));
+    }
+    let later = new_instance(&server, CompactConfig::new(6)).await;
+    let mut fresh = record(500, 3600);
+    later.create(&mut fresh).await.unwrap();
+    assert!(!old_key_exists(&server, &fresh.id).await);
+    assert!(
+        old.save(&records[0]).await.is_err(),
+        "a save of a missing key"
+    );
+    assert!(!old_key_exists(&server, &records[0].id).await);
+    SessionStore::delete(&later, &records[0].id).await.unwrap();
+    assert!(load(&later, &records[0].id).await.is_none());
+
+    let again = migrate::run(common::manager(&server).await, later, &plan, |_| {}).await;
+    assert!(matches!(again, Err(Error::Config(_))), "{again:?}");
+}
+
+/// "Log out everywhere" is refused while the takeover is open: sessions
+/// still only in old keys are in no user index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_wait_for_the_close() {
+    use sessionpack::identity::Identity;
+    use sessionpack::users::UserIndexConfig;
+    let server = common::server();
+    let new = new_instance(
+        &server,
+        CompactConfig::new(6).with_user_index(UserIndexConfig::new(4)),
+    )
+    .await;
+    let refused = new.revoke_all(&Identity::Int(7)).await;
+    assert!(matches!(refused, Err(Error::Config(_))), "{refused:?}");
+    let _: () = redis::cmd("SET")
+        .arg("sp:takeover")
+        .arg("closed")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    let closed = new_instance(
+        &server,
+        CompactConfig::new(6).with_user_index(UserIndexConfig::new(4)),
+    )
+    .await;
+    closed.revoke_all(&Identity::Int(7)).await.unwrap();
+}

@@ -1,0 +1,484 @@
+//! Taking over a running app's sessions during a rolling deploy
+//! ([`TowerStore::with_takeover`]).
+//!
+//! While the takeover is open, old instances (serving through the old
+//! store) and new ones (this store) run side by side, and a session's old
+//! key, while it exists, holds its newest state: old instances write only
+//! it, and new instances write it before their own copy. So:
+//!
+//! - **Load**: one round trip reads the session, the old key (type, value,
+//!   expiry, in one script) and the session's journal mark. An old key
+//!   whose session differs (or is missing) is copied in
+//!   ([`TowerStore::take_over`]), so a write an old instance made at any
+//!   time, even to a session moved long before, is never lost. A session
+//!   that came from an old key (marked) whose old key is gone was deleted
+//!   by an old instance (or expired): it is removed, never served again. A
+//!   session with no mark is this store's own, and the old store is not
+//!   asked about it.
+//! - **Save**: `SET <old key> <record> XX EXAT` first, then the store's
+//!   save; an old key that is gone while the session is marked means an
+//!   old instance deleted it: the save is dropped and the session removed.
+//! - **Create**: the mark, then `SET <old key> NX EXAT` (a taken id draws
+//!   another), then the store's create: old instances see new sessions.
+//! - **Delete**: `DEL` of the old key, then the store's delete.
+//!
+//! The old keys stay until `sessionpack migrate --delete-copied` closes the
+//! takeover, once no old instance runs: it copies each key a last time,
+//! deletes it only while it holds what was copied and marks its session
+//! moved (one script, so one server), then records the takeover closed;
+//! from then on a store reads only its own buckets.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{TowerStore, session_id, tower_id};
+use crate::error::{Error, Result};
+use crate::session::id::{IdWidth, SessionId};
+use crate::session::layout::{Compact, Layout, Stored};
+use crate::takeover::{READ_SCRIPT, Skip, Source, Taken};
+
+/// A session's mark while it has an old key.
+pub const MARK_OLD: u8 = b'o';
+/// A session's mark once the close deleted its old key.
+pub const MARK_MOVED: u8 = b'c';
+/// The takeover state key's values.
+pub const OPEN: &str = "open";
+/// See [`OPEN`].
+pub const CLOSED: &str = "closed";
+
+/// Attempts of one load or copy against concurrent writers before
+/// [`Error::Contended`].
+const ATTEMPTS: u32 = 8;
+/// How long a process trusts what it read of the takeover's state. A
+/// process that still thinks it open after the close finds no old keys
+/// and no marks, and serves its own sessions: the stale reading is safe.
+const STATE_AGE: Duration = Duration::from_secs(1);
+
+/// The key that records a namespace's takeover: `open`, then `closed`.
+pub fn state_key(namespace: &str) -> String {
+    format!("{namespace}:takeover")
+}
+
+/// The HASH of marks beside `id`'s bucket (`<bucket key>:m`, in its slot).
+pub fn marks_key<C>(layout: &Compact<C>, id: &SessionId) -> String
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let scheme = layout.scheme();
+    format!("{}:m", scheme.bucket_key(scheme.buckets().bucket_of(id)))
+}
+
+/// Closes a session's old key: deletes it only while it holds the value and
+/// expiry copied, and marks the session moved, in one step. `KEYS[1]` the
+/// old key, `KEYS[2]` the marks; `ARGV[1]` the value, `ARGV[2]` its
+/// expiry (unix ms), `ARGV[3]` the session's field, `ARGV[4]` the
+/// session's expiry (unix s). Returns 1 if closed, 0 if the key changed.
+/// Both keys in one script: one server, not a cluster.
+pub const CLOSE_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1]
+    and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], ARGV[3], 'c')
+  redis.call('EXPIREAT', KEYS[2], ARGV[4], 'NX')
+  redis.call('EXPIREAT', KEYS[2], ARGV[4], 'GT')
+  return 1
+end
+return 0
+"#;
+
+/// What [`TowerStore::take_over`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synced {
+    /// The store held the session as the old key has it.
+    Unchanged,
+    /// The session was new to the store.
+    Created,
+    /// The store's copy was replaced by the old key's.
+    Updated,
+    /// The old key's expiry has passed.
+    Expired,
+    /// The store refuses the id (a revocation's mark stands beside it).
+    Taken,
+}
+
+/// A store's takeover of another store's keys.
+#[derive(Debug)]
+pub(super) struct Takeover {
+    source: Source,
+    state_key: String,
+    read: redis::Script,
+    /// The last reading of the state: when, and whether open.
+    seen: Mutex<Option<(Instant, bool)>>,
+}
+
+/// An old key as read: its value and expiry, and what they decode to.
+struct OldKey {
+    value: Vec<u8>,
+    decoded: std::result::Result<Taken, Skip>,
+}
+
+impl<C> TowerStore<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Takes over the sessions of another tower-sessions store on the same
+    /// server or cluster during a rolling deploy: see the module docs for
+    /// what each call then sends. `source` says how the old store names
+    /// and encodes its keys; only [`Source::tower_sessions_redis_store`]'s
+    /// record form can be written back, so it is the only one taken.
+    ///
+    /// Records the takeover open for the namespace, unless it was closed
+    /// (then this does nothing: the old keys are gone). While it is open,
+    /// "log out everywhere" is refused ([`Error::Config`]): sessions still
+    /// only in old keys are in no user index. A store with an absolute
+    /// lifetime is refused too (another store's ids carry no issue time).
+    pub async fn with_takeover(mut self, source: Source) -> Result<Self> {
+        if source.value != crate::takeover::ValueForm::TowerRecord {
+            return Err(Error::Config(
+                "a takeover writes sessions back in the old store's form: only \
+                 tower-sessions-redis-store records can be taken over during a deploy"
+                    .into(),
+            ));
+        }
+        if self.absolute.is_some() {
+            return Err(Error::Config(
+                "a store with an absolute lifetime cannot take over another store's sessions: \
+                 their ids carry no issue time"
+                    .into(),
+            ));
+        }
+        let state_key = state_key(self.layout.buckets().namespace());
+        let mut conn = self.layout.connection().clone();
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&state_key)
+            .arg(OPEN)
+            .arg("NX")
+            .query_async(&mut conn)
+            .await?;
+        self.takeover = Some(std::sync::Arc::new(Takeover {
+            source,
+            state_key,
+            read: redis::Script::new(READ_SCRIPT),
+            seen: Mutex::new(None),
+        }));
+        Ok(self)
+    }
+
+    /// The takeover, while it is open.
+    pub(super) async fn open_takeover(&self) -> Result<Option<&Takeover>> {
+        let Some(t) = self.takeover.as_deref() else {
+            return Ok(None);
+        };
+        let cached = *t.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let open = match cached {
+            Some((at, open)) if at.elapsed() < STATE_AGE => open,
+            _ => {
+                let mut conn = self.layout.connection().clone();
+                let state: Option<String> = redis::cmd("GET")
+                    .arg(&t.state_key)
+                    .query_async(&mut conn)
+                    .await?;
+                let open = state.as_deref() == Some(OPEN);
+                *t.seen.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((Instant::now(), open));
+                open
+            }
+        };
+        Ok(open.then_some(t))
+    }
+
+    /// Refuses a revocation while a takeover is open.
+    pub(super) async fn refuse_revocation_in_takeover(&self) -> Result<()> {
+        if self.open_takeover().await?.is_some() {
+            return Err(Error::Config(
+                "a takeover of another store is open: sessions still only in its keys are in \
+                 no user index, so a revocation would miss them; close it first \
+                 (`sessionpack migrate --delete-copied`)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn read_old(&self, t: &Takeover, sid: &SessionId) -> Result<Option<OldKey>> {
+        let mut conn = self.layout.connection().clone();
+        let key = t.source.key_of(sid);
+        let reply: Vec<redis::Value> = t.read.key(&key).invoke_async(&mut conn).await?;
+        let mut parts = reply.into_iter();
+        let kind: String = parts
+            .next()
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .unwrap_or_else(|| "none".into());
+        if kind == "none" {
+            return Ok(None);
+        }
+        let value: Option<Vec<u8>> = parts.next().and_then(|v| redis::from_redis_value(v).ok());
+        let expire_ms: i64 = parts
+            .next()
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .unwrap_or(-2);
+        let decoded = t.source.decode(
+            key.as_bytes(),
+            IdWidth::Bits128,
+            &kind,
+            value.as_deref(),
+            expire_ms,
+        );
+        Ok(Some(OldKey {
+            value: value.unwrap_or_default(),
+            decoded,
+        }))
+    }
+
+    async fn mark_of(&self, sid: &SessionId) -> Result<Option<u8>> {
+        let mut conn = self.layout.connection().clone();
+        let mark: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(marks_key(&self.layout, sid))
+            .arg(sid.as_bytes())
+            .query_async(&mut conn)
+            .await?;
+        Ok(mark.and_then(|m| m.first().copied()))
+    }
+
+    async fn set_mark(&self, sid: &SessionId, mark: u8, until: u64) -> Result<()> {
+        let key = marks_key(&self.layout, sid);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
+            .arg(&key)
+            .arg(sid.as_bytes())
+            .arg(&[mark][..])
+            .ignore();
+        // NX gives a new HASH its expiry; GT moves it later only.
+        for flag in ["NX", "GT"] {
+            pipe.cmd("EXPIREAT").arg(&key).arg(until).arg(flag).ignore();
+        }
+        let _: () = pipe
+            .query_async(&mut self.layout.connection().clone())
+            .await?;
+        Ok(())
+    }
+
+    async fn drop_mark(&self, sid: &SessionId) -> Result<()> {
+        let _: () = redis::cmd("HDEL")
+            .arg(marks_key(&self.layout, sid))
+            .arg(sid.as_bytes())
+            .query_async(&mut self.layout.connection().clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Makes the store hold `taken` as its old key has it (a takeover's
+    /// copy; `sessionpack migrate` calls it for each key): marks the
+    /// session as having an old key, then stores it under its id, or
+    /// replaces a different copy only while that copy is still the one
+    /// read, so no write made meanwhile is overwritten by a stale one.
+    pub async fn take_over(&self, taken: &Taken) -> Result<Synced> {
+        let id = tower_id(&taken.id);
+        self.set_mark(&taken.id, MARK_OLD, taken.expires_at).await?;
+        let mut replaced = false;
+        for _ in 0..ATTEMPTS {
+            let stored = self.layout.load(&taken.id).await?;
+            if let Some(stored) = &stored {
+                if self.holds(stored, taken)? {
+                    return Ok(if replaced {
+                        Synced::Updated
+                    } else {
+                        Synced::Unchanged
+                    });
+                }
+                match self.layout.remove(&taken.id, Some(stored)).await? {
+                    crate::Written::Done => replaced = true,
+                    // Written meanwhile: read again.
+                    _ => continue,
+                }
+            }
+            match self.import_data(id, &taken.data, taken.expires_at).await? {
+                super::Imported::Created if replaced => return Ok(Synced::Updated),
+                super::Imported::Created => return Ok(Synced::Created),
+                super::Imported::Expired => return Ok(Synced::Expired),
+                super::Imported::Taken => {
+                    // Another copy landed (read again), or an expired
+                    // session not yet swept holds the field: a remove
+                    // that expects nothing it could match reclaims only
+                    // that.
+                    let never = Stored {
+                        record: vec![crate::session::layout::compact::NO_OWNER; 2],
+                        expires_at: 0,
+                    };
+                    self.layout.remove(&taken.id, Some(&never)).await?;
+                }
+            }
+        }
+        if self.layout.load(&taken.id).await?.is_none() {
+            return Ok(Synced::Taken);
+        }
+        Err(Error::Contended { attempts: ATTEMPTS })
+    }
+
+    /// Whether a stored session is `taken`'s data and expiry.
+    fn holds(&self, stored: &Stored, taken: &Taken) -> Result<bool> {
+        if stored.expires_at != taken.expires_at {
+            return Ok(false);
+        }
+        Ok(self.decode_stored(&taken.id, &stored.record)? == taken.data)
+    }
+
+    /// A load while a takeover is open (see the module docs).
+    pub(super) async fn load_in_takeover(
+        &self,
+        t: &Takeover,
+        id: i128,
+    ) -> Result<Option<(HashMap<String, Value>, i64)>> {
+        let sid = session_id(id);
+        for _ in 0..ATTEMPTS {
+            let (stored, old, mark) = tokio::try_join!(
+                self.load_plain(id),
+                self.read_old(t, &sid),
+                self.mark_of(&sid)
+            )?;
+            let Some(old) = old else {
+                if mark == Some(MARK_OLD) && stored.is_some() {
+                    // An old instance deleted it (or it expired there).
+                    self.layout.delete(&sid, false).await?;
+                    self.memo.take(id);
+                    return Ok(None);
+                }
+                return Ok(stored);
+            };
+            let taken = match old.decoded {
+                Ok(taken) => taken,
+                Err(Skip::Gone) => continue,
+                Err(skip) => {
+                    // Not a session of the old store's: left alone.
+                    tracing::warn!(
+                        key = %t.source.key_of(&sid),
+                        bytes = old.value.len(),
+                        "an old store's key that is no session: {skip}"
+                    );
+                    return Ok(stored);
+                }
+            };
+            if let Some((data, at)) = &stored
+                && *data == taken.data
+                && u64::try_from(*at).ok() == Some(taken.expires_at)
+            {
+                return Ok(stored);
+            }
+            // The old key is the session's newest state: that is what the
+            // load returns, once the store holds it too, or while other
+            // loads copy it in at the same time (each load copies again
+            // until the old key's last write is in).
+            self.memo.take(id);
+            return match self.take_over(&taken).await {
+                Ok(Synced::Expired) => Ok(None),
+                // Taken: other loads moving the copy in and out as this
+                // one tried, like contention.
+                Ok(_) | Err(Error::Contended { .. }) => {
+                    Ok(Some((taken.data, taken.expires_at as i64)))
+                }
+                Err(e) => Err(e),
+            };
+        }
+        Err(Error::Contended { attempts: ATTEMPTS })
+    }
+
+    /// Before a save while a takeover is open: writes the old key first.
+    /// Returns false when the session is gone (an old instance deleted
+    /// it): the save is dropped and the session removed.
+    pub(super) async fn save_in_takeover(
+        &self,
+        t: &Takeover,
+        id: i128,
+        data: &HashMap<String, Value>,
+        at: u64,
+    ) -> Result<bool> {
+        let sid = session_id(id);
+        let written: Option<String> = redis::cmd("SET")
+            .arg(t.source.key_of(&sid))
+            .arg(peer_record(id, data, at)?)
+            .arg("XX")
+            .arg("EXAT")
+            .arg(at.max(1))
+            .query_async(&mut self.layout.connection().clone())
+            .await?;
+        if written.is_none() && self.mark_of(&sid).await? == Some(MARK_OLD) {
+            self.layout.delete(&sid, false).await?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Before a create while a takeover is open: the mark, then the old
+    /// key. Returns false when the id is taken there.
+    pub(super) async fn create_in_takeover(
+        &self,
+        t: &Takeover,
+        id: i128,
+        data: &HashMap<String, Value>,
+        at: u64,
+    ) -> Result<bool> {
+        let sid = session_id(id);
+        self.set_mark(&sid, MARK_OLD, at).await?;
+        let created: Option<String> = redis::cmd("SET")
+            .arg(t.source.key_of(&sid))
+            .arg(peer_record(id, data, at)?)
+            .arg("NX")
+            .arg("EXAT")
+            .arg(at.max(1))
+            .query_async(&mut self.layout.connection().clone())
+            .await?;
+        Ok(created.is_some())
+    }
+
+    /// After a create's insert found its id taken while a takeover is
+    /// open: the old key written moments before is this create's, so a
+    /// load that copied it in got there first.
+    pub(super) async fn created_by_copy(
+        &self,
+        id: i128,
+        data: &HashMap<String, Value>,
+        at: u64,
+    ) -> Result<bool> {
+        let taken = Taken {
+            id: session_id(id),
+            data: data.clone(),
+            expires_at: at,
+        };
+        Ok(matches!(
+            self.take_over(&taken).await?,
+            Synced::Unchanged | Synced::Created | Synced::Updated
+        ))
+    }
+
+    /// Before a delete while a takeover is open: the old key goes first,
+    /// so no load copies the session back.
+    pub(super) async fn delete_in_takeover(&self, t: &Takeover, id: i128) -> Result<()> {
+        let sid = session_id(id);
+        let _: () = redis::cmd("DEL")
+            .arg(t.source.key_of(&sid))
+            .query_async(&mut self.layout.connection().clone())
+            .await?;
+        self.drop_mark(&sid).await
+    }
+}
+
+/// The old store's record for a session: tower-sessions' `Record`
+/// (`id`, `data`, `expiry_date`) in MessagePack, as
+/// tower-sessions-redis-store writes it.
+fn peer_record(id: i128, data: &HashMap<String, Value>, at: u64) -> Result<Vec<u8>> {
+    #[cfg(feature = "tower-sessions")]
+    use tower_sessions_core as core;
+    #[cfg(not(feature = "tower-sessions"))]
+    use tower_sessions_core_014 as core;
+    let expiry_date = time::OffsetDateTime::from_unix_timestamp(at as i64)
+        .map_err(|e| Error::Config(format!("an expiry the old store cannot hold: {e}")))?;
+    let record = core::session::Record {
+        id: core::session::Id(id),
+        data: data.clone(),
+        expiry_date,
+    };
+    Ok(rmp_serde::to_vec(&record)?)
+}
