@@ -472,20 +472,6 @@ where
         }
     }
 
-    /// Writes a live session's data and expiry as [`TowerStore::save_data`]
-    /// does, but always (no write threshold), and tells whether the
-    /// session was live to take it.
-    pub async fn replace_data(
-        &self,
-        id: i128,
-        data: &HashMap<String, Value>,
-        expires_at: i64,
-    ) -> Result<bool> {
-        // Forgotten, so no write threshold skips it.
-        self.memo.take(id);
-        Ok(self.save_unobserved(id, data, expires_at).await? == Saved::Written)
-    }
-
     /// Loads a live session's data and its expiry (unix seconds).
     pub async fn load_data(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
         metrics::call(Op::Load, Outcome::of_option, self.load_unobserved(id)).await
