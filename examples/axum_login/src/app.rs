@@ -149,6 +149,29 @@ pub fn app(store: Store, idle: time::Duration, metrics: PrometheusHandle) -> Rou
         .route("/metrics", get(move || scrape(metrics.clone())))
 }
 
+/// The routes that need nothing of sessionpack (`/`, `POST /login`, `GET
+/// /me`, `GET /visits`, `POST /logout`) over any tower-sessions store: the
+/// app as it ran on another store before it switched, which the takeover
+/// tests serve beside [`app`] during a rolling deploy.
+#[allow(dead_code)] // Served by the takeover tests; `main` serves `app`.
+pub fn basic_app<S>(store: S, idle: time::Duration) -> Router
+where
+    S: axum_login::tower_sessions::SessionStore + Clone,
+{
+    let sessions = SessionManagerLayer::new(store)
+        .with_secure(false)
+        .with_expiry(Expiry::OnInactivity(idle));
+    let auth = AuthManagerLayerBuilder::new(Backend::demo(), sessions).build();
+    Router::new()
+        .route("/me", get(me))
+        .route("/visits", get(visits))
+        .route_layer(login_required!(Backend))
+        .route("/", get(|| async { "welcome" }))
+        .route("/login", post(login))
+        .route("/logout", post(logout))
+        .layer(auth)
+}
+
 /// Installs the process's Prometheus recorder, with histogram buckets for
 /// the store's latencies, and describes sessionpack's metrics to it.
 pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
