@@ -24,7 +24,9 @@
 # talk's key per token. `ratelimit` the talk's exact log against the packed
 # GCRA limiter. `viewed` recently viewed items at 1M sessions of 25 items,
 # packed beside the buckets against the book's ZSET per session. `locks`
-# the talk's lease against the fenced lock.
+# the talk's lease against the fenced lock. `migrate` 1M sessions of
+# tower-sessions-redis-store copied into sessionpack and the takeover
+# closed: time, server CPU and memory at each stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
@@ -45,6 +47,7 @@ for part in "${parts[@]}"; do
       $sp bench throughput --layouts packed-setex,compact --compact-bits 11,9 \
         --out analysis/runs/throughput-fill ;;
     sweep) $sp bench sweep --out analysis/runs/sweep ;;
+    migrate) $sp bench migrate --sessions 1000000 --out analysis/runs/migrate ;;
     cluster)
       # Every layout on a local Redis Cluster of three primaries (summed).
       $sp bench memory --sessions 1000000 --cluster 3 --out analysis/runs/cluster-1m ;;

@@ -11,6 +11,7 @@ mod advise;
 mod bench_churn;
 mod bench_locks;
 mod bench_memory;
+mod bench_migrate;
 mod bench_ratelimit;
 mod bench_sweep;
 mod bench_throughput;
@@ -110,6 +111,10 @@ pub enum Bench {
     /// Locks: the talk's lease beside the fenced lock: bytes per lock,
     /// cycles per second, server CPU per acquire and release.
     Locks(bench_locks::LocksArgs),
+    /// Switching a tower-sessions-redis-store app: its sessions copied in
+    /// and the takeover closed, timed, with server CPU and memory at each
+    /// stage.
+    Migrate(bench_migrate::MigrateBenchArgs),
     /// Recently viewed items packed beside the sessions against the book's
     /// ZSET per session: bytes per session, views per second, server CPU
     /// per view.
@@ -154,6 +159,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Sweep(args)) => bench_sweep::run(args).await,
         Command::Bench(Bench::Churn(args)) => bench_churn::run(args).await,
         Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
+        Command::Bench(Bench::Migrate(args)) => bench_migrate::run(args).await,
         Command::Bench(Bench::Tokens(args)) => bench_tokens::run(args).await,
         Command::Bench(Bench::Ratelimit(args)) => bench_ratelimit::run(args).await,
         Command::Bench(Bench::Viewed(args)) => bench_viewed::run(args).await,
