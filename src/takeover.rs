@@ -108,7 +108,8 @@ pub struct Taken {
     pub id: SessionId,
     /// Its data map.
     pub data: HashMap<String, Value>,
-    /// When it expires, unix seconds (the key's expiry, rounded up).
+    /// When it expires, unix seconds (the key's expiry, rounded up; at
+    /// most [`crate::ttl::MAX_EXPIRES_AT`]).
     pub expires_at: u64,
 }
 
@@ -196,7 +197,9 @@ impl Source {
         let expires_at = match expire_ms {
             -2 => return Err(Skip::Gone),
             ms if ms < 0 => return Err(Skip::NoExpiry),
-            ms => (ms as u64).div_ceil(1000),
+            // A layout keeps expiries to February 2106 (32 bits): one
+            // later is kept as that second, as a tower store keeps it.
+            ms => (ms as u64).div_ceil(1000).min(crate::ttl::MAX_EXPIRES_AT),
         };
         Ok(Taken {
             id,

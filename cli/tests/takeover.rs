@@ -325,3 +325,39 @@ async fn revocations_wait_for_the_close() {
     .await;
     closed.revoke_all(&Identity::Int(7)).await.unwrap();
 }
+
+/// A new instance's save that moves a session's expiry later moves its
+/// mark's too, so an old instance's delete after the first expiry is
+/// still told from a session of the store's own; and an old key expiring
+/// after February 2106 is taken at that second (no endless copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marks_outlast_their_sessions_and_far_expiries_are_taken() {
+    let server = common::server();
+    let old = peer(&server).await;
+    let new = new_instance(&server, CompactConfig::new(4)).await;
+    let mut r = record(1, 60);
+    old.create(&mut r).await.unwrap();
+    let mut moved = load(&new, &r.id).await.unwrap();
+    moved.expiry_date =
+        OffsetDateTime::from_unix_timestamp(OffsetDateTime::now_utc().unix_timestamp() + 7200)
+            .unwrap();
+    new.save(&moved).await.unwrap();
+    let marks =
+        sessionpack::tower::marks_key(new.layout(), &sessionpack::tower::session_id(r.id.0));
+    let until: i64 = redis::cmd("EXPIRETIME")
+        .arg(&marks)
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    assert!(until >= moved.expiry_date.unix_timestamp(), "{until}");
+
+    let mut far = record(2, 0);
+    far.expiry_date = OffsetDateTime::from_unix_timestamp(7_000_000_000).unwrap();
+    old.create(&mut far).await.unwrap();
+    let loaded = load(&new, &far.id).await.unwrap();
+    assert_eq!(
+        loaded.expiry_date.unix_timestamp() as u64,
+        sessionpack::ttl::MAX_EXPIRES_AT
+    );
+    assert_eq!(loaded.data, far.data);
+}

@@ -404,6 +404,17 @@ where
             .arg(at.max(1))
             .query_async(&mut self.layout.connection().clone())
             .await?;
+        if written.is_some() {
+            // The marks must outlast the session they tell about: a mark
+            // gone before its session would make an old instance's later
+            // delete look like a session of this store's own.
+            let _: i64 = redis::cmd("EXPIREAT")
+                .arg(marks_key(&self.layout, &sid))
+                .arg(at.max(1))
+                .arg("GT")
+                .query_async(&mut self.layout.connection().clone())
+                .await?;
+        }
         if written.is_none() && self.mark_of(&sid).await? == Some(MARK_OLD) {
             self.layout.delete(&sid, false).await?;
             return Ok(false);
