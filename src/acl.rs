@@ -144,9 +144,10 @@ pub fn rule(roles: &[Role], namespace: &str, topology: Topology) -> String {
     parts.join(" ")
 }
 
-/// `text` matched literally by a glob pattern: `*`, `?`, `[`, `]` and `\\`
-/// escaped, so a namespace `a*` grants `a*:...` and not every key.
-fn escape_glob(text: &str) -> String {
+/// `text` matched literally by a glob pattern (an ACL key pattern, `SCAN
+/// MATCH`): `*`, `?`, `[`, `]` and `\\` escaped, so a namespace `a*` grants
+/// `a*:...` and not every key.
+pub fn escape_glob(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

@@ -132,7 +132,7 @@ impl Source {
     /// The `SCAN MATCH` pattern of the source's keys: the prefix, its glob
     /// characters escaped, then `*`.
     pub fn pattern(&self) -> String {
-        format!("{}*", glob_escape(&self.prefix))
+        format!("{}*", crate::acl::escape_glob(&self.prefix))
     }
 
     /// The key under which the source keeps `id`.
@@ -217,19 +217,6 @@ local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'string' then return {kind} end
 return {kind, redis.call('GET', KEYS[1]), redis.call('PEXPIRETIME', KEYS[1])}
 "#;
-
-/// `text` with the characters a `SCAN MATCH` pattern treats as glob
-/// syntax escaped.
-pub fn glob_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
 
 /// tower-sessions' `Record`: only the data is read; the id is the key's,
 /// and the expiry the key's `EXAT`.

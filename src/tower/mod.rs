@@ -346,14 +346,7 @@ where
                     at = self.capped(id, asked);
                 }
                 Inserted::Created { .. } => {
-                    self.memo.put(id, &bytes, head, at);
-                    if let Some(owner) = self.head(&bytes, head)
-                        && let Some(label) = self.label(data)
-                    {
-                        self.layout
-                            .set_label(owner, &session_id(id), Some(&label))
-                            .await?;
-                    }
+                    self.created(id, &bytes, head, at, data).await?;
                     return Ok(id);
                 }
                 // Stored and gone at once, as a key set with a past EXAT.
@@ -402,19 +395,33 @@ where
         }
         Ok(match inserted {
             Inserted::Created { .. } => {
-                self.memo.put(id, &bytes, head, at);
-                if let Some(owner) = self.head(&bytes, head)
-                    && let Some(label) = self.label(data)
-                {
-                    self.layout
-                        .set_label(owner, &session_id(id), Some(&label))
-                        .await?;
-                }
+                self.created(id, &bytes, head, at, data).await?;
                 Imported::Created
             }
             Inserted::IdTaken | Inserted::Late => Imported::Taken,
             Inserted::AlreadyExpired => Imported::Expired,
         })
+    }
+
+    /// After a session is stored: remembers it, and gives its index entry
+    /// the label its data carries.
+    async fn created(
+        &self,
+        id: i128,
+        bytes: &[u8],
+        head: usize,
+        at: u64,
+        data: &HashMap<String, Value>,
+    ) -> Result<()> {
+        self.memo.put(id, bytes, head, at);
+        if let Some(owner) = self.head(bytes, head)
+            && let Some(label) = self.label(data)
+        {
+            self.layout
+                .set_label(owner, &session_id(id), Some(&label))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Writes a live session's data and expiry; a session that is gone

@@ -396,15 +396,8 @@ where
         at: u64,
     ) -> Result<bool> {
         let sid = session_id(id);
-        let written: Option<String> = redis::cmd("SET")
-            .arg(t.source.key_of(&sid))
-            .arg(peer_record(id, data, at)?)
-            .arg("XX")
-            .arg("EXAT")
-            .arg(at.max(1))
-            .query_async(&mut self.layout.connection().clone())
-            .await?;
-        if written.is_some() {
+        let written = self.write_old(t, id, data, at, "XX").await?;
+        if written {
             // The marks must outlast the session they tell about: a mark
             // gone before its session would make an old instance's later
             // delete look like a session of this store's own.
@@ -415,7 +408,7 @@ where
                 .query_async(&mut self.layout.connection().clone())
                 .await?;
         }
-        if written.is_none() && self.mark_of(&sid).await? == Some(MARK_OLD) {
+        if !written && self.mark_of(&sid).await? == Some(MARK_OLD) {
             self.layout.delete(&sid, false).await?;
             return Ok(false);
         }
@@ -433,15 +426,28 @@ where
     ) -> Result<bool> {
         let sid = session_id(id);
         self.set_mark(&sid, MARK_OLD, at).await?;
-        let created: Option<String> = redis::cmd("SET")
-            .arg(t.source.key_of(&sid))
+        self.write_old(t, id, data, at, "NX").await
+    }
+
+    /// Writes a session's old key in the old store's form, `condition`
+    /// `XX` (only if it exists) or `NX` (only if not); whether it was.
+    async fn write_old(
+        &self,
+        t: &Takeover,
+        id: i128,
+        data: &HashMap<String, Value>,
+        at: u64,
+        condition: &str,
+    ) -> Result<bool> {
+        let written: Option<String> = redis::cmd("SET")
+            .arg(t.source.key_of(&session_id(id)))
             .arg(peer_record(id, data, at)?)
-            .arg("NX")
+            .arg(condition)
             .arg("EXAT")
             .arg(at.max(1))
             .query_async(&mut self.layout.connection().clone())
             .await?;
-        Ok(created.is_some())
+        Ok(written.is_some())
     }
 
     /// After a create's insert found its id taken while a takeover is

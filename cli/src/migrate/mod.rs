@@ -226,7 +226,7 @@ async fn close_takeover(redis: &mut ConnectionManager, namespace: &str) -> Resul
         .arg(tower_store::CLOSED)
         .query_async(redis)
         .await?;
-    let pattern = format!("{}:*:m", takeover::glob_escape(namespace));
+    let pattern = format!("{}:*:m", sessionpack::acl::escape_glob(namespace));
     let mut cursor = 0u64;
     loop {
         let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
