@@ -396,19 +396,28 @@ where
         at: u64,
     ) -> Result<bool> {
         let sid = session_id(id);
-        let written = self.write_old(t, id, data, at, "XX").await?;
-        if written {
-            // The marks must outlast the session they tell about: a mark
-            // gone before its session would make an old instance's later
-            // delete look like a session of this store's own.
-            let _: i64 = redis::cmd("EXPIREAT")
-                .arg(marks_key(&self.layout, &sid))
-                .arg(at.max(1))
-                .arg("GT")
-                .query_async(&mut self.layout.connection().clone())
-                .await?;
-        }
-        if !written && self.mark_of(&sid).await? == Some(MARK_OLD) {
+        let marks = marks_key(&self.layout, &sid);
+        // One round trip: the old key, the marks' expiry (they must
+        // outlast the session they tell about, or an old instance's later
+        // delete would look like a session of this store's own), and the
+        // session's mark, read for when the old key is gone.
+        let (written, _, mark): (Option<String>, i64, Option<Vec<u8>>) = redis::pipe()
+            .cmd("SET")
+            .arg(t.source.key_of(&sid))
+            .arg(peer_record(id, data, at)?)
+            .arg("XX")
+            .arg("EXAT")
+            .arg(at.max(1))
+            .cmd("EXPIREAT")
+            .arg(&marks)
+            .arg(at.max(1))
+            .arg("GT")
+            .cmd("HGET")
+            .arg(&marks)
+            .arg(sid.as_bytes())
+            .query_async(&mut self.layout.connection().clone())
+            .await?;
+        if written.is_none() && mark.and_then(|m| m.first().copied()) == Some(MARK_OLD) {
             self.layout.delete(&sid, false).await?;
             return Ok(false);
         }
@@ -426,28 +435,15 @@ where
     ) -> Result<bool> {
         let sid = session_id(id);
         self.set_mark(&sid, MARK_OLD, at).await?;
-        self.write_old(t, id, data, at, "NX").await
-    }
-
-    /// Writes a session's old key in the old store's form, `condition`
-    /// `XX` (only if it exists) or `NX` (only if not); whether it was.
-    async fn write_old(
-        &self,
-        t: &Takeover,
-        id: i128,
-        data: &HashMap<String, Value>,
-        at: u64,
-        condition: &str,
-    ) -> Result<bool> {
-        let written: Option<String> = redis::cmd("SET")
-            .arg(t.source.key_of(&session_id(id)))
+        let created: Option<String> = redis::cmd("SET")
+            .arg(t.source.key_of(&sid))
             .arg(peer_record(id, data, at)?)
-            .arg(condition)
+            .arg("NX")
             .arg("EXAT")
             .arg(at.max(1))
             .query_async(&mut self.layout.connection().clone())
             .await?;
-        Ok(written.is_some())
+        Ok(created.is_some())
     }
 
     /// After a create's insert found its id taken while a takeover is
