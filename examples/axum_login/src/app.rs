@@ -174,6 +174,32 @@ where
 
 /// Installs the process's Prometheus recorder, with histogram buckets for
 /// the store's latencies, and describes sessionpack's metrics to it.
+/// Connects to `url`, with the certificates the variables `REDIS_TLS_CA`,
+/// `REDIS_TLS_CERT` and `REDIS_TLS_KEY` name (read through `var`): a
+/// private CA to trust, and a client certificate with its key. None set
+/// trusts the platform's roots, as a managed service needs.
+#[allow(dead_code)] // main connects; the tests that include this file run main
+pub async fn connect(
+    url: &str,
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> sessionpack::Result<sessionpack::Connection> {
+    let path = |name: &str| var(name).map(std::path::PathBuf::from);
+    let (ca, cert, key) = (
+        path("REDIS_TLS_CA"),
+        path("REDIS_TLS_CERT"),
+        path("REDIS_TLS_KEY"),
+    );
+    let mut options = sessionpack::conn::ConnectOptions::default();
+    if ca.is_some() || cert.is_some() || key.is_some() {
+        options = options.with_tls(sessionpack::conn::TlsConfig::from_files(
+            ca.as_deref(),
+            cert.as_deref(),
+            key.as_deref(),
+        )?);
+    }
+    sessionpack::connect_with(url, &options).await
+}
+
 pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(

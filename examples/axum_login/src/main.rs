@@ -13,7 +13,10 @@
 //! ```
 //!
 //! `REDIS_URL` names the server (default `redis://127.0.0.1:6379/`),
-//! `ADDR` the address to listen on (default `127.0.0.1:3000`).
+//! `ADDR` the address to listen on (default `127.0.0.1:3000`). For a
+//! `rediss://` server signed by a private CA, `REDIS_TLS_CA` names the CA's
+//! PEM file; for one that asks for a client certificate, `REDIS_TLS_CERT`
+//! and `REDIS_TLS_KEY` name it and its key.
 
 mod app;
 
@@ -28,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let metrics = app::install_metrics()?;
-    let conn = sessionpack::connect(&url).await?;
+    let conn = app::connect(&url, |name| std::env::var_os(name)).await?;
     // Rolling expiry writes only when it moves by a tenth of the lifetime.
     // A user index: "your devices" and "log out everywhere"; and each
     // session's last 25 viewed items.
@@ -42,7 +45,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // sweeping the same buckets at once.
     let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    println!("listening on http://{addr}");
+    // The bound address, so that `ADDR=127.0.0.1:0` names a free port.
+    println!("listening on http://{}", listener.local_addr()?);
     axum::serve(
         listener,
         app::app(store, time::Duration::minutes(30), metrics),
