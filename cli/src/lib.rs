@@ -12,3 +12,4 @@ pub mod commands;
 pub mod harness;
 pub mod migrate;
 pub mod profile;
+pub mod sample;

@@ -21,15 +21,24 @@ pub enum Profile {
     /// Django's login session (`django.contrib.auth`): user id as a
     /// string, the backend's dotted path, a 64-hex-digit session hash.
     Django,
+    /// What a real axum-login app's session carries beyond the login: the
+    /// digest profile with a csrf token (64 hex digits), a locale and a
+    /// flash message. 132 bytes.
+    AxumLoginApp,
+    /// The app session with 226 characters of text more (a draft, a
+    /// message: words, as people write them). 361 bytes.
+    AxumLoginAppText,
 }
 
 impl Profile {
     /// Every profile, in report order.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 6] = [
         Self::IdentityOnly,
         Self::AxumLoginDigest,
         Self::AxumLoginPasswordHash,
         Self::Django,
+        Self::AxumLoginApp,
+        Self::AxumLoginAppText,
     ];
 
     /// Its name on the command line and in reports.
@@ -39,6 +48,8 @@ impl Profile {
             Self::AxumLoginDigest => "axum-login-digest",
             Self::AxumLoginPasswordHash => "axum-login-password-hash",
             Self::Django => "django",
+            Self::AxumLoginApp => "axum-login-app",
+            Self::AxumLoginAppText => "axum-login-app-text",
         }
     }
 
@@ -74,9 +85,52 @@ impl Profile {
                 "_auth_user_backend": "django.contrib.auth.backends.ModelBackend",
                 "_auth_user_hash": hex::encode(bytes(32)),
             }),
+            Self::AxumLoginApp | Self::AxumLoginAppText => {
+                let pick = |options: &[&'static str], salt: u64| {
+                    options[(n.wrapping_mul(0x9e37_79b9).wrapping_add(salt) >> 3) as usize
+                        % options.len()]
+                };
+                let mut app = json!({
+                    "axum-login.data": { "user_id": user, "auth_hash": bytes(32) },
+                    // A token of its own, not the digest's bytes again.
+                    "csrf_token": hex::encode(bytes(48).split_off(16)),
+                    "locale": pick(&["en-US", "de-DE", "fr-FR", "en-GB", "pt-BR"], 1),
+                    "flash": pick(&["Welcome back", "Item removed", "Order placed"], 2),
+                });
+                if self == Self::AxumLoginAppText {
+                    app["messages"] = text(n, TEXT_CHARS).into();
+                }
+                app
+            }
         };
         serde_json::from_value(value).unwrap_or_default()
     }
+}
+
+/// Characters of text the `axum-login-app-text` profile adds.
+const TEXT_CHARS: usize = 226;
+
+/// `len` characters of words, different for each `n`.
+fn text(n: u64, len: usize) -> String {
+    const WORDS: &[&str] = &[
+        "the", "order", "was", "shipped", "to", "your", "address", "and", "will", "arrive",
+        "within", "three", "days", "please", "check", "account", "for", "updates", "on",
+        "delivery", "status", "we", "have", "received", "payment", "thank", "you", "shopping",
+        "with", "us", "today", "new", "items", "in", "cart", "saved", "later", "review",
+    ];
+    let mut state = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let mut out = String::with_capacity(len + 16);
+    while out.len() < len {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(WORDS[(state >> 33) as usize % WORDS.len()]);
+    }
+    out.truncate(len);
+    out
 }
 
 impl std::fmt::Display for Profile {
@@ -113,7 +167,12 @@ mod tests {
         // identity: map, code, uint32; digest: 40 + 4 for the uint32 id;
         // password hash: 32-byte bin -> 97-byte bin; Django: three codes,
         // "1012345", the 41-byte backend path, 64 hex digits.
-        assert_eq!(sizes, [7, 44, 109, 1 + 3 + 8 + 43 + 66]);
+        // App: 44 + csrf (code, str8 of 64) + locale (code, fixstr of 5)
+        // + flash (code, fixstr of 12); text: + messages (code, str8 of 226).
+        assert_eq!(
+            sizes,
+            [7, 44, 109, 1 + 3 + 8 + 43 + 66, 44 + 67 + 7 + 14, 132 + 229]
+        );
         let phc = &Profile::AxumLoginPasswordHash.data(1)["axum-login.data"]["auth_hash"];
         assert_eq!(phc.as_array().unwrap().len(), 97);
     }

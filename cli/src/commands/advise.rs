@@ -6,6 +6,7 @@ use clap::Args;
 
 use crate::advisor::{self, DEFAULT_IDENTITY, DEFAULT_MAX_CONVERTED, Prediction, Workload};
 use crate::harness::memory::{FIRST_IDENTITY, MemoryReport, human_count};
+use crate::sample::{self, Sample};
 use sessionpack::Buckets;
 use sessionpack::conn::ConnectOptions;
 use sessionpack::conn::cluster::slots;
@@ -59,7 +60,7 @@ pub struct AdviseArgs {
     max_converted: f64,
     /// Plan for session data of this shape as the tower-sessions store
     /// keeps it (identity-only, axum-login-digest, axum-login-password-hash,
-    /// django): record sizes, the `hash-max-listpack-value` that keeps them
+    /// django, axum-login-app, axum-login-app-text): record sizes, the `hash-max-listpack-value` that keeps them
     /// in their buckets, and bytes per session.
     #[arg(long, conflicts_with = "record_bytes")]
     profile: Option<crate::profile::Profile>,
@@ -67,26 +68,95 @@ pub struct AdviseArgs {
     /// distribution, e.g. `44,44,48,109`), as `--profile` does.
     #[arg(long, value_delimiter = ',')]
     record_bytes: Vec<u64>,
+    /// Plan for the records of sessions read on this server: a sample of
+    /// the keys `--from` names (another store's, sized as the
+    /// tower-sessions store would keep their data), or with
+    /// `--sample-namespace` a sessionpack store's own. The listpack limits
+    /// are read there too, unless `--redis-url` or `--cluster-url` names
+    /// the server to plan for.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["profile", "record_bytes", "sessions_file"])]
+    sample_url: Option<String>,
+    /// With `--sample-url`: the store whose keys to read.
+    #[command(flatten)]
+    source: super::source_args::SourceArgs,
+    /// With `--sample-url`: read this sessionpack namespace's records
+    /// (a compact store) instead of another store's keys.
+    #[arg(long, value_name = "NAMESPACE", requires = "sample_url")]
+    sample_namespace: Option<String>,
+    /// With `--sample-url`: how many sessions to read.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    sample: u32,
+    /// Plan for the records of the sessions in this JSON file: each
+    /// session's data map (as tower-sessions keeps it), one object per
+    /// line or one array of objects.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["profile", "record_bytes"])]
+    sessions_file: Option<PathBuf>,
     /// Instead of advising, compare the model with the measured run in this
     /// `report.json` (from `sessionpack bench memory`).
     #[arg(long, value_name = "REPORT")]
     check: Option<PathBuf>,
 }
 
-/// `--profile` / `--record-bytes`: what records of these sizes cost in
-/// the compact layout at the server's `hash-max-listpack-value` and at
-/// the one the advisor recommends.
-fn plan_records(args: &AdviseArgs, limits: ListpackLimits) -> Result<()> {
-    let mut sizes = args.record_bytes.clone();
-    if let Some(profile) = args.profile {
+/// Record sizes to plan for, and where they came from: `--profile`,
+/// `--record-bytes`, `--sessions-file` or `--sample-url`; `None` for a
+/// bare session.
+async fn record_sizes(args: &AdviseArgs, options: &ConnectOptions) -> Result<Option<Sample>> {
+    let mut sample = if let Some(path) = &args.sessions_file {
+        sample::from_file(path)?
+    } else if let Some(url) = &args.sample_url {
+        let mut conn = sessionpack::connect_with(url, options).await?;
+        let want = args.sample as usize;
+        match &args.sample_namespace {
+            Some(namespace) => sample::from_namespace(&mut conn, namespace, want).await?,
+            None => sample::from_source(&mut conn, &args.source.source(), want).await?,
+        }
+    } else if let Some(profile) = args.profile {
+        let mut sizes = args.record_bytes.clone();
         for n in 0..1000 {
             sizes.push(sessionpack::json_map::encode(&profile.data(n))?.len() as u64);
         }
+        Sample {
+            sizes,
+            from: format!("the {profile} profile"),
+            ..Sample::default()
+        }
+    } else if !args.record_bytes.is_empty() {
+        Sample {
+            sizes: args.record_bytes.clone(),
+            from: "--record-bytes".into(),
+            ..Sample::default()
+        }
+    } else {
+        return Ok(None);
+    };
+    if sample.sizes.is_empty() {
+        let skipped = sample.skipped_text();
+        return Err(Error::Config(format!(
+            "no session to size in {}{}",
+            sample.from,
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!("; skipped: {skipped}")
+            }
+        )));
     }
-    sizes.sort_unstable();
+    sample.sizes.sort_unstable();
+    Ok(Some(sample))
+}
+
+/// What records of the sampled sizes cost in the compact layout at the
+/// server's `hash-max-listpack-value` and at the one the advisor
+/// recommends.
+fn plan_records(args: &AdviseArgs, limits: ListpackLimits, sample: &Sample) -> Result<()> {
+    let sizes = &sample.sizes;
+    println!("Records sized from {}.", sample.from);
+    if !sample.skipped.is_empty() {
+        println!("Not sized: {}.", sample.skipped_text());
+    }
     let mean = sizes.iter().sum::<u64>() as f64 / sizes.len().max(1) as f64;
     let p99 = sizes[((sizes.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)];
-    let recommended = advisor::recommend_hash_value(&sizes, limits.hash_value);
+    let recommended = advisor::recommend_hash_value(sizes, limits.hash_value);
     println!(
         "{} sessions; records {:.1} bytes on average, {} at the 99th percentile (+4 bytes of expiry in the bucket)\n",
         human_count(args.sessions),
@@ -203,15 +273,15 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
         return check(report);
     }
     let options = args.tls.apply(ConnectOptions::default())?;
-    let limits = match (&args.redis_url, &args.cluster_url) {
-        (Some(url), _) => {
+    let limits = match (&args.redis_url, &args.cluster_url, &args.sample_url) {
+        (Some(url), _, _) | (None, None, Some(url)) => {
             ListpackLimits::read(&mut sessionpack::connect_with(url, &options).await?).await?
         }
-        (None, Some(seed)) => cluster_limits(seed, &options).await?,
-        (None, None) => ListpackLimits::REDIS7_DEFAULTS,
+        (None, Some(seed), _) => cluster_limits(seed, &options).await?,
+        (None, None, None) => ListpackLimits::REDIS7_DEFAULTS,
     };
-    if args.profile.is_some() || !args.record_bytes.is_empty() {
-        return plan_records(&args, limits);
+    if let Some(sample) = record_sizes(&args, &options).await? {
+        return plan_records(&args, limits, &sample);
     }
     let w = Workload {
         sessions: args.sessions,
@@ -239,13 +309,12 @@ pub(super) async fn run(args: AdviseArgs) -> Result<()> {
         limits.hash_entries,
         limits.source
     );
-    if args.profile.is_none() && args.record_bytes.is_empty() {
-        println!(
-            "(A bare session: an integer identity and nothing else. For a tower-sessions or \
-             axum-login app pass --profile, e.g. --profile axum-login-digest, or your records' \
-             sizes with --record-bytes.)\n"
-        );
-    }
+    println!(
+        "(A bare session: an integer identity and nothing else. For a tower-sessions or \
+         axum-login app pass --profile, e.g. --profile axum-login-digest; your sessions with \
+         --sample-url (another store's keys, or --sample-namespace) or --sessions-file; or \
+         your records' sizes with --record-bytes.)\n"
+    );
     let picks = [(LayoutKind::Compact, compact), (LayoutKind::Bucketed, best)];
     let cheapest = picks
         .iter()

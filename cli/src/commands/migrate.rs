@@ -3,14 +3,13 @@
 
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use sessionpack::conn::AnyConnection;
 use sessionpack::error::{Error, Result};
 use sessionpack::session::layout::Expiry;
 use sessionpack::session::meta::StoreMeta;
-use sessionpack::takeover::{IdForm, Source, ValueForm};
 use sessionpack::tower::TowerStore;
 use sessionpack::users::UserIndexConfig;
 use sessionpack::viewed::ViewedConfig;
@@ -32,18 +31,9 @@ pub struct MigrateArgs {
     /// already recorded keeps its own.
     #[arg(long)]
     bucket_bits: Option<u8>,
-    /// The store the sessions come from.
-    #[arg(long, value_enum, default_value = "tower-sessions-redis-store")]
-    from: From,
-    /// For `--from keys`: what every session key begins with.
-    #[arg(long, default_value = "")]
-    prefix: String,
-    /// For `--from keys`: how the id follows the prefix.
-    #[arg(long, value_enum, default_value = "hex")]
-    id_form: IdFormArg,
-    /// For `--from keys`: how the value encodes the data map.
-    #[arg(long, value_enum, default_value = "json")]
-    value_form: ValueFormArg,
+    /// The store the sessions come from, and its keys' form.
+    #[command(flatten)]
+    source: super::source_args::SourceArgs,
     /// Read and count, write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -64,47 +54,6 @@ pub struct MigrateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
-}
-
-/// Stores the tool can read.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum From {
-    /// tower-sessions-redis-store 0.16: keys are tower ids, values
-    /// MessagePack records.
-    TowerSessionsRedisStore,
-    /// Keys `<prefix><id>` with values of `--value-form`.
-    Keys,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum IdFormArg {
-    Hex,
-    Base64url,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ValueFormArg {
-    Json,
-    Msgpack,
-}
-
-impl MigrateArgs {
-    fn source(&self) -> Source {
-        match self.from {
-            From::TowerSessionsRedisStore => Source::tower_sessions_redis_store(),
-            From::Keys => Source::new(
-                self.prefix.clone(),
-                match self.id_form {
-                    IdFormArg::Hex => IdForm::Hex,
-                    IdFormArg::Base64url => IdForm::Base64Url,
-                },
-                match self.value_form {
-                    ValueFormArg::Json => ValueForm::JsonMap,
-                    ValueFormArg::Msgpack => ValueForm::MsgpackMap,
-                },
-            ),
-        }
-    }
 }
 
 /// Opens the tower store the namespace records, or a new one with
@@ -162,7 +111,7 @@ pub(super) async fn run(args: MigrateArgs) -> Result<()> {
     };
     let store = open_store(&manager, &args).await?;
     let plan = Plan {
-        source: args.source(),
+        source: args.source.source(),
         dry_run: args.dry_run,
         delete_copied: args.delete_copied,
         batch: args.batch.max(1),

@@ -21,6 +21,7 @@ mod bench_viewed;
 mod count;
 mod demo;
 mod migrate;
+mod source_args;
 mod store_args;
 mod sweep;
 mod target;

@@ -30,7 +30,7 @@ pub(crate) mod pipeline;
 pub use any::{AnyLayout, LayoutKind};
 pub use book_login_hash::BookLoginHash;
 pub use bucketed::{Bucketed, BucketedConfig};
-pub use compact::{Compact, CompactConfig, Expiry, Seen};
+pub use compact::{Compact, CompactConfig, Expiry, Seen, StoredRecord};
 pub use indexed::{HashZset, KeyScheme, Keys};
 pub use key_per_session::{Encoding, KeyPerSession};
 

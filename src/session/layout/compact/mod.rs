@@ -335,6 +335,30 @@ pub(crate) fn value_expiry(bytes: &[u8]) -> Option<u64> {
     parse_value(bytes).map(|v| v.expires_at())
 }
 
+/// Where a stored value's record is, and its size: what a reader of the
+/// keyspace (the tool's `advise --sample-namespace`) needs to size the
+/// records a store holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredRecord {
+    /// In the bucket: the record's length in bytes (an integer-form
+    /// value's record is its identity alone).
+    Inline(usize),
+    /// Under a key of its own ([`GroupedBuckets::out_of_line_key`]),
+    /// whose length is the record's.
+    OutOfLine,
+}
+
+impl StoredRecord {
+    /// What the bucket value `bytes` holds; `None` if it is in neither of
+    /// the compact layout's forms.
+    pub fn of_value(bytes: &[u8]) -> Option<Self> {
+        Some(match parse_value(bytes)? {
+            Value::Here { record, .. } => Self::Inline(record.len()),
+            Value::OutOfLine { .. } => Self::OutOfLine,
+        })
+    }
+}
+
 /// Reads a stored value; `None` if it is in neither form.
 fn parse_value(bytes: &[u8]) -> Option<Value> {
     match bytes.first()? {
@@ -1235,7 +1259,20 @@ mod tests {
         );
         for garbage in [&b""[..], b"\x6b\x00", b"12x", b"99999999999999999999999"] {
             assert_eq!(parse_value(garbage), None, "{garbage:?}");
+            assert_eq!(StoredRecord::of_value(garbage), None);
         }
+        assert_eq!(
+            StoredRecord::of_value(n.to_string().as_bytes()),
+            Some(StoredRecord::Inline(record.len()))
+        );
+        assert_eq!(
+            StoredRecord::of_value(&binary),
+            Some(StoredRecord::Inline(5))
+        );
+        assert_eq!(
+            StoredRecord::of_value(&marker),
+            Some(StoredRecord::OutOfLine)
+        );
     }
 
     #[test]
