@@ -101,10 +101,10 @@ where
             .arg(1000)
             .query_async(conn)
             .await?;
+        // Every key of the batch is read, as some may hold no session.
         let keys: Vec<Vec<u8>> = keys
             .into_iter()
             .filter(|k| source.id_of(k, IdWidth::Bits128).is_ok())
-            .take(want - sample.sizes.len())
             .collect();
         if !keys.is_empty() {
             let mut pipe = redis::pipe();
@@ -129,6 +129,7 @@ where
             break;
         }
     }
+    sample.sizes.truncate(want);
     sample.from = format!(
         "{} sessions read from the keys matching {}",
         sample.sizes.len(),
