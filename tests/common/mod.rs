@@ -48,12 +48,16 @@ pub async fn drain(conn: &ConnectionManager) {
         .expect("PING");
 }
 
-/// A plain connection for inspecting what the store wrote.
+/// A plain connection for inspecting what the store wrote. Its replies
+/// may take a minute (the client's default is half a second): a `SAVE` or
+/// a full scan on a loaded machine is slow, not failed.
 pub async fn raw(server: &LocalServer) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_secs(60)));
     server
         .client()
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .expect("connect")
 }
