@@ -90,26 +90,26 @@ const BASE: [&str; 5] = ["ping", "config|get", "time", "evalsha", "script|load"]
 const CLUSTER: [&str; 3] = ["cluster|slots", "cluster|nodes", "asking"];
 
 /// The app: every compact-store script an app path runs, the reads
-/// (`HGET`, `HGETALL`), the transactions of bulk writes, and the user
-/// index's direct writes.
+/// (`HGET`, `HMGET` of a value and its pieces, `HGETALL`), the
+/// transactions of bulk writes, and the user index's direct writes.
 const STORE: &[&str] = &[
-    "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hgetall",
-    "hset", "hsetnx", "hdel", "hexists", "zadd",
+    "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hmget",
+    "hgetall", "hset", "hsetnx", "hdel", "hexists", "zadd",
 ];
 
 /// The sweeper: its scripts (sweep, cap, evict), the cap's reads of the
 /// expiry order, its segment leases (`SET NX PX`, `PEXPIRE`, `PTTL`) and
 /// the metadata claim a store makes when opened on an empty namespace.
 const SWEEPER: &[&str] = &[
-    "get", "set", "del", "exists", "pexpire", "pttl", "hget", "hgetall", "hlen", "hset", "hdel",
-    "zadd", "zcard", "zcount", "zrange", "zrem",
+    "get", "set", "del", "exists", "pexpire", "pttl", "hget", "hmget", "hgetall", "hlen", "hset",
+    "hdel", "zadd", "zcard", "zcount", "zrange", "zrem",
 ];
 
 /// The users command: it opens the store as the app does, reads a
 /// user's index and sessions, and revokes with the store's scripts.
 const USERS: &[&str] = &[
-    "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hgetall",
-    "hset", "hsetnx", "hdel", "hexists", "hlen", "zadd",
+    "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hmget",
+    "hgetall", "hset", "hsetnx", "hdel", "hexists", "hlen", "zadd",
 ];
 
 /// Field TTLs, and the check of how the server keeps them.

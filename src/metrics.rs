@@ -25,9 +25,9 @@ pub const CALLS: &str = "sessionpack_calls_total";
 /// How long each call took, outcome regardless (histogram, seconds;
 /// label `op`).
 pub const CALL_DURATION: &str = "sessionpack_call_duration_seconds";
-/// Records written, by layout and placement: `inline` in a bucket, or
-/// `out_of_line` under a key of their own (counter; labels `layout`,
-/// `placement`).
+/// Records written, by layout and placement: `inline` in one bucket value,
+/// in `pieces` in the bucket (the compact layout), or `out_of_line` under a
+/// key of their own (counter; labels `layout`, `placement`).
 pub const RECORDS_WRITTEN: &str = "sessionpack_records_written_total";
 /// Live sessions removed by a revocation, "log out everywhere" (counter).
 pub const SESSIONS_REVOKED: &str = "sessionpack_sessions_revoked_total";
@@ -115,7 +115,7 @@ pub const METRICS: &[Metric] = &[
         Kind::Counter,
         "records",
         &["layout", "placement"],
-        "Records written, inline or out of line",
+        "Records written, inline, in pieces or out of line",
     ),
     metric(
         SESSIONS_REVOKED,
@@ -275,12 +275,44 @@ pub(crate) async fn call<T>(
     }
 }
 
+/// Where a written record went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// In its bucket, in one value.
+    Inline,
+    /// In its bucket, in pieces (the compact layout).
+    Pieces,
+    /// Under a key of its own.
+    OutOfLine,
+}
+
+impl Placement {
+    /// The label's value.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn label(self) -> &'static str {
+        match self {
+            Self::Inline => "inline",
+            Self::Pieces => "pieces",
+            Self::OutOfLine => "out_of_line",
+        }
+    }
+
+    /// Inline, or out of line where `out_of_line`.
+    pub(crate) fn of(out_of_line: bool) -> Self {
+        if out_of_line {
+            Self::OutOfLine
+        } else {
+            Self::Inline
+        }
+    }
+}
+
 /// Where a written record of `layout` (its name) went.
-pub(crate) fn record_written(layout: &'static str, out_of_line: bool) {
+pub(crate) fn record_written(layout: &'static str, placement: Placement) {
     #[cfg(feature = "metrics")]
-    recorded::record_written(layout, out_of_line);
+    recorded::record_written(layout, placement);
     #[cfg(not(feature = "metrics"))]
-    let _ = (layout, out_of_line);
+    let _ = (layout, placement);
 }
 
 /// Live sessions a revocation removed.
@@ -425,41 +457,51 @@ mod recorded {
         });
     }
 
-    pub(super) fn record_written(layout: &'static str, out_of_line: bool) {
+    pub(super) fn record_written(layout: &'static str, placement: super::Placement) {
         const fn labels(layout: &'static str, placement: &'static str) -> [Label; 2] {
             [
                 Label::from_static_parts("layout", layout),
                 Label::from_static_parts("placement", placement),
             ]
         }
-        static LABELS: [[Label; 2]; 6] = [
+        static LABELS: [[Label; 2]; 9] = [
             labels("compact", "inline"),
+            labels("compact", "pieces"),
             labels("compact", "out_of_line"),
             labels("bucketed", "inline"),
+            labels("bucketed", "pieces"),
             labels("bucketed", "out_of_line"),
             labels("book-login-hash", "inline"),
+            labels("book-login-hash", "pieces"),
             labels("book-login-hash", "out_of_line"),
         ];
-        static KEYS: [Key; 6] = [
+        static KEYS: [Key; 9] = [
             Key::from_static_parts(RECORDS_WRITTEN, &LABELS[0]),
             Key::from_static_parts(RECORDS_WRITTEN, &LABELS[1]),
             Key::from_static_parts(RECORDS_WRITTEN, &LABELS[2]),
             Key::from_static_parts(RECORDS_WRITTEN, &LABELS[3]),
             Key::from_static_parts(RECORDS_WRITTEN, &LABELS[4]),
             Key::from_static_parts(RECORDS_WRITTEN, &LABELS[5]),
+            Key::from_static_parts(RECORDS_WRITTEN, &LABELS[6]),
+            Key::from_static_parts(RECORDS_WRITTEN, &LABELS[7]),
+            Key::from_static_parts(RECORDS_WRITTEN, &LABELS[8]),
         ];
         let row = match layout {
             "compact" => 0,
             "bucketed" => 1,
             "book-login-hash" => 2,
             _ => {
-                let placement = if out_of_line { "out_of_line" } else { "inline" };
-                ::metrics::counter!(RECORDS_WRITTEN, "layout" => layout, "placement" => placement)
+                ::metrics::counter!(RECORDS_WRITTEN, "layout" => layout, "placement" => placement.label())
                     .increment(1);
                 return;
             }
         };
-        let key = &KEYS[2 * row + usize::from(out_of_line)];
+        let column = match placement {
+            super::Placement::Inline => 0,
+            super::Placement::Pieces => 1,
+            super::Placement::OutOfLine => 2,
+        };
+        let key = &KEYS[3 * row + column];
         ::metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
     }
 

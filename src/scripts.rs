@@ -93,38 +93,53 @@ macro_rules! by_expiry {
 
 pub(crate) static COMPACT_INSERT: ByExpiry = by_expiry!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "compact_expiry.lua",
     "compact_insert.lua"
 );
 pub(crate) static COMPACT_TOUCH: ByExpiry = by_expiry!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "compact_expiry.lua",
     "compact_touch.lua"
 );
 pub(crate) static COMPACT_REPLACE: ByExpiry = by_expiry!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "compact_expiry.lua",
     "compact_replace.lua"
 );
-pub(crate) static COMPACT_SAVE: ByExpiry = by_expiry!("compact_expiry.lua", "compact_save.lua");
+pub(crate) static COMPACT_SAVE: ByExpiry = by_expiry!(
+    "compact_pieces.lua",
+    "compact_expiry.lua",
+    "compact_save.lua"
+);
+pub(crate) static COMPACT_CREATE: ByExpiry = by_expiry!(
+    "compact_pieces.lua",
+    "compact_expiry.lua",
+    "compact_create.lua"
+);
 pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "compact_remove.lua"
 );
 pub(crate) static COMPACT_TAKE: LazyLock<Script> =
-    script!("server_clock.lua", "compact_common.lua", "compact_take.lua");
+    script!("compact_pieces.lua", "compact_take.lua");
 pub(crate) static COMPACT_FORWARD: ByExpiry = by_expiry!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "compact_expiry.lua",
     "compact_forward.lua"
 );
 pub(crate) static COMPACT_REVOKE: ByExpiry = by_expiry!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "compact_expiry.lua",
     "compact_revoke.lua"
@@ -132,6 +147,7 @@ pub(crate) static COMPACT_REVOKE: ByExpiry = by_expiry!(
 
 pub(crate) static COMPACT_SWEEP: LazyLock<Script> = script!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "compact_settle.lua",
     "compact_sweep.lua"
@@ -139,6 +155,7 @@ pub(crate) static COMPACT_SWEEP: LazyLock<Script> = script!(
 
 pub(crate) static COMPACT_CAP: LazyLock<Script> = script!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "bucket_order.lua",
     "compact_settle.lua",
@@ -146,6 +163,7 @@ pub(crate) static COMPACT_CAP: LazyLock<Script> = script!(
 );
 pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "bucket_order.lua",
     "compact_evict.lua"
@@ -153,6 +171,7 @@ pub(crate) static COMPACT_EVICT: LazyLock<Script> = script!(
 
 pub(crate) static VIEWED_ADD: ByExpiry = by_expiry!(
     "server_clock.lua",
+    "compact_pieces.lua",
     "compact_common.lua",
     "compact_expiry.lua",
     "viewed_add.lua"

@@ -118,7 +118,12 @@ async fn the_sweeper_empties_expired_buckets_on_every_primary() {
     let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
     let mut live = Vec::new();
     for i in 0..300u64 {
-        let fat = "x".repeat(if i % 10 == 0 { 500 } else { 3 });
+        // Every tenth out of line, every tenth from the fifth in pieces.
+        let fat = "x".repeat(match i % 10 {
+            0 => 700,
+            5 => 300,
+            _ => 3,
+        });
         store
             .create_with_ttl(i, fat.clone(), Duration::from_secs(1))
             .await
@@ -140,18 +145,23 @@ async fn the_sweeper_empties_expired_buckets_on_every_primary() {
         .await
         .unwrap();
     assert!(loaded.iter().all(Option::is_some));
-    // What is left: the live sessions, in their buckets, and the live
-    // out-of-line records (every tenth), nothing else.
-    let mut fields = 0;
+    // What is left: the live sessions, in their buckets with the pieces
+    // of the pieced ones, and the live out-of-line records, nothing else.
+    let (mut sessions, mut pieces) = (0, 0);
+    let field_len = layout.buckets().field_len();
     for bucket in 0..layout.buckets().count() {
-        fields += layout
+        let fields: Vec<Vec<u8>> = layout
             .connection()
             .clone()
-            .hlen::<_, u64>(layout.scheme().bucket_key(bucket))
+            .hkeys(layout.scheme().bucket_key(bucket))
             .await
             .unwrap();
+        sessions += fields.iter().filter(|f| f.len() == field_len).count();
+        pieces += fields.iter().filter(|f| f.len() == field_len + 1).count();
     }
-    assert_eq!(fields, 300);
+    assert_eq!(sessions, 300);
+    // 300 characters: 58 bytes in the value, four pieces.
+    assert_eq!(pieces, 30 * 4);
     assert_eq!(keys_everywhere(&c, "sp:*:o:*").await.len(), 30);
 }
 

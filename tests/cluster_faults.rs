@@ -200,8 +200,8 @@ struct Ledger {
 }
 
 /// Creates, loads, touches, destroys and rotates sessions (every seventh
-/// with a record too long for its bucket) until `stop`, counting its
-/// rounds in `rounds`.
+/// with a record too long for one value: in turn in pieces and out of
+/// line) until `stop`, counting its rounds in `rounds`.
 async fn churn<L: sessionpack::Layout>(
     store: Store<L, String>,
     stop: Arc<AtomicBool>,
@@ -213,10 +213,10 @@ async fn churn<L: sessionpack::Layout>(
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         rounds.fetch_add(1, Ordering::Relaxed);
-        let attrs = if n.is_multiple_of(7) {
-            "o".repeat(300)
-        } else {
-            String::new()
+        let attrs = match n % 14 {
+            0 => "o".repeat(700),
+            7 => "p".repeat(300),
+            _ => String::new(),
         };
         match store.create(n, attrs).await {
             Ok(s) => l.live.push(s.id),

@@ -129,7 +129,7 @@ async fn each_call_is_counted_by_operation_and_outcome_and_timed() {
     assert_eq!(loads.len(), 3);
     assert!(loads.iter().all(|t| *t >= 0.0 && *t < 60.0), "{loads:?}");
     assert_eq!(s.timings("create").len(), 4);
-    // Four short records inline; the 300-byte one out of line (the
+    // Four short records inline; the 300-byte one in pieces (the
     // server's hash-max-listpack-value is 64).
     let written = |placement| {
         s.counter(
@@ -137,7 +137,10 @@ async fn each_call_is_counted_by_operation_and_outcome_and_timed() {
             &[("layout", "compact"), ("placement", placement)],
         )
     };
-    assert_eq!((written("inline"), written("out_of_line")), (4, 1));
+    assert_eq!(
+        (written("inline"), written("pieces"), written("out_of_line")),
+        (4, 1, 0)
+    );
 
     // "Log out everywhere": user 7 has two live sessions left.
     let revoked = store.revoke_all(&7).await.unwrap();

@@ -150,6 +150,19 @@ async fn save_never_revives_a_deleted_or_expired_session() {
     assert_eq!(raw_value(&server, &store, expiring.id).await, None);
 }
 
+/// The fields every bucket of the default namespace holds, together.
+async fn bucket_fields(raw: &mut redis::aio::MultiplexedConnection) -> usize {
+    let keys: Vec<String> = raw.keys("sp:{*}:*").await.unwrap();
+    let mut fields = 0;
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(raw).await.unwrap();
+        if kind == "hash" {
+            fields += raw.hlen::<_, usize>(&key).await.unwrap();
+        }
+    }
+    fields
+}
+
 #[tokio::test]
 async fn save_moves_records_in_and_out_of_line_and_a_past_expiry_removes() {
     let server = common::server();
@@ -157,10 +170,17 @@ async fn save_moves_records_in_and_out_of_line_and_a_past_expiry_removes() {
     let mut r = record(axum_login(1, &[1; 32]), 600);
     store.create(&mut r).await.unwrap();
     let mut raw = common::raw(&server).await;
-    for shape in [
-        data(json!({"big": "y".repeat(300)})),
-        axum_login(9, &[9; 32]),
-        data(json!({"big": "z".repeat(400)})),
+    // Each shape: the bucket fields the session then takes (its own and
+    // its record's pieces: 58 bytes in its value, 64 in each piece, at
+    // the server's default limit), and
+    // whether its record has a key of its own.
+    for (shape, fields, side_key) in [
+        (data(json!({"big": "y".repeat(300)})), 1 + 4, false),
+        (axum_login(9, &[9; 32]), 1, false),
+        (data(json!({"big": "z".repeat(700)})), 1, true),
+        (data(json!({"big": "w".repeat(100)})), 1 + 1, false),
+        (data(json!({"big": "v".repeat(450)})), 1 + 7, false),
+        (axum_login(8, &[8; 32]), 1, false),
     ] {
         r.data = shape.clone();
         r.expiry_date += time::Duration::seconds(10);
@@ -172,7 +192,8 @@ async fn save_moves_records_in_and_out_of_line_and_a_past_expiry_removes() {
             r.expiry_date.unix_timestamp()
         );
         let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
-        assert_eq!(side.len(), usize::from(shape.contains_key("big")));
+        assert_eq!(side.len(), usize::from(side_key));
+        assert_eq!(bucket_fields(&mut raw).await, fields);
     }
     r.expiry_date = OffsetDateTime::now_utc() - time::Duration::seconds(5);
     store.save(&r).await.unwrap();
@@ -180,6 +201,7 @@ async fn save_moves_records_in_and_out_of_line_and_a_past_expiry_removes() {
     assert_eq!(raw_value(&server, &store, r.id).await, None);
     let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
     assert!(side.is_empty(), "{side:?}");
+    assert_eq!(bucket_fields(&mut raw).await, 0);
 }
 
 #[tokio::test]

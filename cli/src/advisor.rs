@@ -236,17 +236,22 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
     let field = w.id_bytes - u64::from(bucket_bits / 8);
     let record = w.record_bytes();
     let limits = &w.limits;
-    let out_of_line = 4 + record > limits.hash_value;
+    let pieces = pieces(record, field, limits);
+    let out_of_line = 4 + record > limits.hash_value && pieces.is_none();
     let integer_form = w.identity_form == Form::Int
         && w.attrs_bytes == 0
         && (1 << 16..922_337_203).contains(&w.identity);
     let value = if integer_form {
         10 // one 64-bit listpack integer
+    } else if let Some(p) = pieces {
+        p.bytes
     } else if out_of_line {
         lp_string(4 + 1) // expiry and marker
     } else {
         lp_string(4 + record)
     };
+    // Entries a session takes in its bucket: its own, and its pieces.
+    let entries = 1 + pieces.map_or(0, |p| p.count);
     let tag = u64::from((bucket_bits - group_shift).div_ceil(4)).max(1);
     // "sp:{" + tag + "}:" + the bucket's number in the group, in hex.
     let key_len = 2 + 2 + tag + 2 + u64::from(group_shift.div_ceil(4)).max(1);
@@ -258,12 +263,12 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
         .skip(1)
         .map(|(k, p)| {
             let k = k as u64;
-            let hash = if k <= limits.hash_entries {
+            let hash = if k * entries <= limits.hash_entries {
                 size_class(7 + k * (lp_string(field) + value))
             } else {
                 hashtable_bytes(
-                    k,
-                    sds(field) + sds(if out_of_line { 5 } else { 4 + record }),
+                    k * entries,
+                    sds(field) + sds(if out_of_line { 5 } else { 4 + record } / entries),
                 )
             };
             p * (key + hash) as f64
@@ -277,7 +282,7 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
         key as f64 + size_class(7 + (per_group_members.ceil() as u64) * (2 + EXPIRY_ENTRY)) as f64;
     let keys = (occupied + groups as f64).max(1.0) as u64;
     let table = 8.0 * table_slots(keys) as f64;
-    let converted = buckets as f64 * poisson_tail(mean, limits.hash_entries);
+    let converted = buckets as f64 * poisson_tail(mean, limits.hash_entries / entries);
     let total = per_bucket * buckets as f64 + index * groups as f64 + table;
     // A record out of line is a key of its own: "<bucket key>:o:<field
     // hex>", its value, an expiry, and its slots in both dicts.
@@ -293,6 +298,53 @@ fn compact_bytes(n: u64, bucket_bits: u8, w: &Workload) -> (f64, f64, f64) {
         0.0
     };
     (total / n as f64 + side, mean, converted)
+}
+
+/// A record kept in pieces in its bucket (the compact layout's form for
+/// records over one value and up to
+/// [`sessionpack::session::layout::compact::MAX_PIECED_RECORD`] bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pieces {
+    /// How many pieces besides the session's own value.
+    pub count: u64,
+    /// Listpack bytes of the session's value and its pieces' entries.
+    pub bytes: u64,
+}
+
+/// How a record of `record` bytes is cut into pieces in a bucket whose
+/// fields are `field` bytes, at these limits; `None` if it is not (it
+/// fits one value, or goes out of line), as
+/// `sessionpack::session::layout::compact` decides.
+pub fn pieces(record: u64, field: u64, limits: &ListpackLimits) -> Option<Pieces> {
+    use sessionpack::session::layout::compact::MAX_PIECED_RECORD;
+    let limit = limits.hash_value;
+    if 4 + record <= limit || record > MAX_PIECED_RECORD as u64 || limit <= 6 || field + 1 >= limit
+    {
+        return None;
+    }
+    let size = limit.min(MAX_PIECED_RECORD as u64);
+    let head = size - 6;
+    let rest = record - head.min(record);
+    let count = rest.div_ceil(size);
+    if count > 15 {
+        return None;
+    }
+    let last = rest - (count.saturating_sub(1)) * size;
+    let piece = lp_string(field + 1);
+    let bytes = lp_string(6 + head)
+        + count.saturating_sub(1) * (piece + lp_string(size))
+        + if count > 0 {
+            piece + lp_string(last)
+        } else {
+            0
+        };
+    Some(Pieces { count, bytes })
+}
+
+/// Listpack entries a session with a record of `record` bytes takes in
+/// its bucket (its own, and its pieces').
+pub fn entries_per_session(record: u64, field: u64, limits: &ListpackLimits) -> u64 {
+    1 + pieces(record, field, limits).map_or(0, |p| p.count)
 }
 
 /// The values of `hash-max-listpack-value` the advisor chooses among.
@@ -357,6 +409,25 @@ pub fn recommend_compact_bits_filled(
                 && buckets * poisson_tail(mean, limits.hash_entries) <= max_converted
         })
         .unwrap_or(MAX_BUCKET_BITS)
+}
+
+/// The bucket bits for a tower-sessions store of `sessions` sessions
+/// whose records are `record` bytes ([`recommend_compact_bits_filled`]
+/// with [`TOWER_MAX_MEAN_FILL`]), the entry limit shared among each
+/// session's entries where its record is in pieces.
+pub fn recommend_tower_bits(
+    sessions: u64,
+    limits: &ListpackLimits,
+    max_converted: f64,
+    record: u64,
+    id_bytes: u64,
+) -> u8 {
+    let entries = entries_per_session(record, id_bytes.saturating_sub(2), limits);
+    let shared = ListpackLimits {
+        hash_entries: limits.hash_entries / entries,
+        ..*limits
+    };
+    recommend_compact_bits_filled(sessions, &shared, max_converted, TOWER_MAX_MEAN_FILL)
 }
 
 /// The fullest mean bucket load the advisor plans for a tower-sessions
@@ -585,12 +656,46 @@ mod tests {
         let mut w = Workload::new(1_000_000);
         w.id_bytes = 16;
         w.identity = 0;
-        w.attrs_bytes = 108;
+        w.attrs_bytes = 599;
         let out = predict(LayoutKind::Compact, 13, &w).bytes_per_session;
-        w.limits.hash_value = 128;
+        w.limits.hash_value = 1024;
         let inline = predict(LayoutKind::Compact, 13, &w).bytes_per_session;
         assert!(out > inline + 80.0, "{out} vs {inline}");
+    }
+
+    #[test]
+    fn a_record_in_pieces_costs_a_field_and_an_entry_per_piece() {
+        let mut w = Workload::new(1_000_000);
+        w.id_bytes = 16;
+        w.identity = 0;
+        // 109 bytes: 58 in the value, 51 in one piece.
+        w.attrs_bytes = 108;
+        let field = 16 - 1;
+        let p = pieces(109, field, &w.limits).unwrap();
+        assert_eq!(p.count, 1);
+        assert_eq!(
+            p.bytes,
+            lp_string(64) + lp_string(field + 1) + lp_string(51)
+        );
+        let pieced = predict(LayoutKind::Compact, 13, &w).bytes_per_session;
+        w.limits.hash_value = 128;
+        let inline = predict(LayoutKind::Compact, 13, &w).bytes_per_session;
+        assert!(
+            pieced > inline && pieced < inline + 30.0,
+            "{pieced} vs {inline}"
+        );
         assert!(inline < 150.0 && inline > 120.0, "{inline}");
+        // Fits one value, or too long for pieces.
+        assert_eq!(pieces(60, field, &w.limits), None);
+        assert_eq!(pieces(513, field, &ListpackLimits::REDIS7_DEFAULTS), None);
+        assert_eq!(
+            pieces(512, field, &ListpackLimits::REDIS7_DEFAULTS).map(|p| p.count),
+            Some(8)
+        );
+        assert_eq!(
+            entries_per_session(512, field, &ListpackLimits::REDIS7_DEFAULTS),
+            9
+        );
     }
 
     #[test]

@@ -183,16 +183,33 @@ where
                 }
                 Err(e) => return Err(e.into()),
             };
-        for (field, value) in entries {
-            // Tombstones and the like carry longer fields.
+        let lens: std::collections::HashMap<&[u8], usize> = entries
+            .iter()
+            .map(|(field, value)| (field.as_slice(), value.len()))
+            .collect();
+        for (field, value) in &entries {
+            // Pieces, tombstones and the like carry longer fields.
             if field.len() != field_len {
                 continue;
             }
-            match StoredRecord::of_value(&value) {
+            match StoredRecord::of_value(value) {
                 Some(StoredRecord::Inline(len)) => sample.sizes.push(len as u64),
+                Some(StoredRecord::Pieced { head, pieces }) => {
+                    let rest: Option<usize> = (1..=pieces)
+                        .map(|i| {
+                            let mut name = field.clone();
+                            name.push(i as u8);
+                            lens.get(name.as_slice()).copied()
+                        })
+                        .sum();
+                    match rest {
+                        Some(rest) => sample.sizes.push((head + rest) as u64),
+                        None => sample.skip("piece"),
+                    }
+                }
                 Some(StoredRecord::OutOfLine) => {
                     let len: u64 = redis::cmd("STRLEN")
-                        .arg(scheme.out_of_line_key(bucket, &field))
+                        .arg(scheme.out_of_line_key(bucket, field))
                         .query_async(conn)
                         .await?;
                     if len == 0 {

@@ -20,12 +20,15 @@ use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
 use sessionpack::CompactConfig;
 use sessionpack::tower::TowerStore;
 
-/// Twenty axum-login sessions that fit a bucket at the default limits,
-/// and ten with a note that sends them out of line.
+/// Twenty axum-login sessions that fit one value at the default limits,
+/// nine with a note that takes pieces, and one whose note sends it out of
+/// line.
 fn data_of(n: u64) -> HashMap<String, Value> {
     let login = json!({"user_id": 1_000_000 + n, "auth_hash": vec![n as u8; 32]});
     let mut data = HashMap::from([("axum-login.data".to_owned(), login)]);
-    if n % 3 == 2 {
+    if n == 29 {
+        data.insert("note".into(), json!("x".repeat(700)));
+    } else if n % 3 == 2 {
         data.insert("note".into(), json!("x".repeat(200 + n as usize)));
     }
     data
@@ -59,8 +62,10 @@ fn expected_sizes_line() -> String {
     format!("records {mean:.1} bytes on average, {p99} at the 99th percentile")
 }
 
-/// Two thirds fit a bucket at the server's default limit.
-const SHARE_INLINE: &str = "hash-max-listpack-value 64: 67% of records in their buckets";
+/// Two thirds fit one value at the server's default limit, nine in pieces,
+/// one out of line.
+const SHARE_INLINE: &str =
+    "hash-max-listpack-value 64: 67% of records in one value, 30% in pieces, 3% out of line";
 
 fn expiry() -> OffsetDateTime {
     OffsetDateTime::now_utc() + time::Duration::hours(1)
@@ -110,8 +115,8 @@ async fn records_are_sized_from_a_file_a_peer_store_and_a_namespace() {
     let text = advise(&["--sample-url", &server.url(), "--sample", "7"]);
     assert!(text.contains("Records sized from 7 sessions"), "{text}");
 
-    // The same data in a sessionpack namespace, the long records out of
-    // line (their size read from their keys).
+    // The same data in a sessionpack namespace, the long records in
+    // pieces and out of line (their size read from their pieces and key).
     let store = TowerStore::new(
         common::manager(&server).await,
         CompactConfig::new(4).with_namespace("mine"),

@@ -11,7 +11,9 @@
 -- - integer: the decimal digits of identity * 10^10 + expiry, which Redis
 --   keeps as one listpack integer (an identity-only session);
 -- - binary: the expiry as 4 big-endian bytes, then the record, or the byte
---   OUT_OF_LINE when the record lives under KEYS[3].
+--   OUT_OF_LINE when the record lives under KEYS[3], or PIECED, the number
+--   n of pieces and the record's first bytes, its rest in n fields of the
+--   bucket named the field followed by the byte 1..n (see split_record).
 -- A binary value starts with the expiry's top byte, which for any expiry
 -- after 2001 is no ASCII digit.
 
@@ -75,9 +77,14 @@ local function be32(n)
     math.floor(n / 256) % 256, n % 256)
 end
 
--- A value for `form` ('i' integer, 'b' binary inline, 'o' out of line) and
--- `payload` (the identity in decimal for 'i', the record for 'b').
+-- A value for `form` ('i' integer, 'b' binary inline, 'o' out of line,
+-- 'p<size>' in pieces) and `payload` (the identity in decimal for 'i', the
+-- record for the others).
 local function make_value(form, payload, expiry)
+  local size = piece_size(form)
+  if size then
+    return be32(expiry) .. (split_record(payload, size))
+  end
   if form == 'i' then
     if payload == '0' then
       return string.format('%d', expiry)
@@ -106,7 +113,8 @@ end
 
 -- What a stored value holds: for the integer form, the identity's decimal
 -- digits and true; else the record (read from KEYS[3] when out of line,
--- '' if that key is gone) and false.
+-- '' if that key is gone; joined from its pieces, in the bucket KEYS[1]
+-- under ARGV[1]) and false.
 local function stored_record(value)
   if is_integer_form(value) then
     local ident = string.sub(value, 1, -11)
@@ -118,6 +126,18 @@ local function stored_record(value)
   local record = string.sub(value, 5)
   if record == OUT_OF_LINE then
     record = redis.call('GET', KEYS[3]) or ''
+  end
+  local n = pieces_in(value)
+  if n == 0 then
+    record = string.sub(value, 7)
+  elseif n then
+    local parts = redis.call('HMGET', KEYS[1], unpack(piece_fields(ARGV[1], n)))
+    for i = 1, n do
+      if not parts[i] then
+        error({err = 'CORRUPT a piece of the record is missing from its bucket'})
+      end
+    end
+    record = string.sub(value, 7) .. table.concat(parts)
   end
   return record, false
 end
@@ -152,6 +172,17 @@ local function drop_viewed(field)
   end
 end
 
+-- Removes the session under ARGV[1] whose value is `value`: its field,
+-- its record's key or pieces, its viewed items.
+local function drop_session(value)
+  if is_out_of_line(value) then
+    redis.call('DEL', KEYS[3])
+  end
+  drop_pieces(KEYS[1], ARGV[1], value)
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  drop_viewed(ARGV[1])
+end
+
 -- The live session's value and expiry, or nil. An expired one found here
 -- is reclaimed on the spot.
 local function live_value(now)
@@ -163,11 +194,7 @@ local function live_value(now)
   if expiry > now then
     return value, expiry
   end
-  if is_out_of_line(value) then
-    redis.call('DEL', KEYS[3])
-  end
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  drop_viewed(ARGV[1])
+  drop_session(value)
   return nil
 end
 

@@ -18,6 +18,7 @@ for i = 3, #ARGV do
     if is_out_of_line(value) then
       redis.call('DEL', KEYS[i - 1])
     end
+    drop_pieces(KEYS[1], field, value)
     redis.call('HDEL', KEYS[1], field)
     for k = #ARGV, #KEYS do
       pcall(redis.call, 'HDEL', KEYS[k], field)

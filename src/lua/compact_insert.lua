@@ -2,8 +2,8 @@
 -- entry to its expiry if that is earlier (or, with the server expiring
 -- fields, gives the field its TTL: compact_expiry.lua).
 -- KEYS[1..2], ARGV[1..2]: see compact_common.lua; KEYS[3] only for form 'o'
--- ARGV[3]: the form: 'i', 'b' or 'o' (see make_value)
--- ARGV[4]: the payload: the identity in decimal ('i'), the record ('b', 'o')
+-- ARGV[3]: the form: 'i', 'b', 'o' or 'p<size>' (see make_value)
+-- ARGV[4]: the payload: the identity in decimal ('i'), else the record
 -- ARGV[5]: 'in' (ARGV[6] is seconds from now) or 'at' (unix seconds)
 -- ARGV[6]: seconds
 -- ARGV[7]: for a store with a user index, when the session's index entry
@@ -31,7 +31,8 @@ elseif expiry <= now then
   return -1
 end
 -- HSETNX checks the HASH's type before anything is written.
-if redis.call('HSETNX', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry)) == 0 then
+local value = make_value(ARGV[3], ARGV[4], expiry)
+if redis.call('HSETNX', KEYS[1], ARGV[1], value) == 0 then
   -- A call the client sent again (a reply lost on the way) finds its own
   -- live session: done, at the expiry it got. Another record is a taken id.
   local stored = redis.call('HGET', KEYS[1], ARGV[1])
@@ -40,6 +41,8 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry)) 
     same = is_integer_form(stored) and holds(stored, ARGV[4], '')
   elseif ARGV[3] == 'o' then
     same = is_out_of_line(stored) and redis.call('GET', KEYS[3]) == ARGV[4]
+  elseif piece_size(ARGV[3]) then
+    same = pieces_in(stored) ~= nil and stored_record(stored) == ARGV[4]
   else
     same = not is_integer_form(stored) and string.sub(stored, 5) == ARGV[4]
   end
@@ -50,9 +53,11 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry)) 
   return 0
 end
 expire_field(KEYS[1], ARGV[1], expiry)
+write_pieces(KEYS[1], ARGV[1], ARGV[3], ARGV[4], expiry)
 -- A foreign key where the index goes: take the field back out and report.
 local ok, err = pcall(lower_index, expiry, ARGV[2])
 if not ok then
+  drop_pieces(KEYS[1], ARGV[1], value)
   redis.call('HDEL', KEYS[1], ARGV[1])
   if type(err) == 'table' then
     return err

@@ -14,9 +14,5 @@ end
 if ARGV[3] == '1' and (expiry ~= tonumber(ARGV[6]) or not holds(value, ARGV[4], ARGV[5])) then
   return -1
 end
-if is_out_of_line(value) then
-  redis.call('DEL', KEYS[3])
-end
-redis.call('HDEL', KEYS[1], ARGV[1])
-drop_viewed(ARGV[1])
+drop_session(value)
 return 1

@@ -25,6 +25,7 @@ end
 local was_out_of_line = is_out_of_line(value)
 redis.call('HSET', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry))
 expire_field(KEYS[1], ARGV[1], expiry)
+write_pieces(KEYS[1], ARGV[1], ARGV[3], ARGV[4], expiry, value)
 if ARGV[3] == 'o' then
   redis.call('SET', KEYS[3], ARGV[4], 'EXAT', expiry)
 elseif was_out_of_line then

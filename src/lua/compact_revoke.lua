@@ -41,11 +41,7 @@ if value and not expiry then
   return reply
 end
 if value and expiry <= now then
-  if is_out_of_line(value) then
-    redis.call('DEL', KEYS[3])
-  end
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  drop_viewed(ARGV[1])
+  drop_session(value)
   reply[1] = 3
   return reply
 end
@@ -53,11 +49,7 @@ if value then
   if not owned_by(value, ARGV[3], ARGV[4]) then
     return reply
   end
-  if is_out_of_line(value) then
-    redis.call('DEL', KEYS[3])
-  end
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  drop_viewed(ARGV[1])
+  drop_session(value)
   reply[1] = 1
   return reply
 end

@@ -1,6 +1,6 @@
 -- Writes a live session's record and expiry together (a tower-sessions
 -- save). Kept short, as it runs on every save: no helpers but
--- compact_expiry.lua's, and `TIME` only
+-- compact_pieces.lua's and compact_expiry.lua's, and `TIME` only
 -- when the caller's estimate of the server's clock cannot tell. The stored
 -- expiry is always read: another process may have moved it earlier since
 -- this one loaded the session, and a save never revives an expired one.
@@ -12,6 +12,7 @@
 -- ARGV[3]: the new value; ARGV[4]: the new expiry, unix seconds
 -- ARGV[5]: the record when it goes out of line, else ''
 -- ARGV[6]: the latest the server's time can be by the caller's estimate
+-- ARGV[7..]: the pieces of the new record, when the new value is PIECED
 -- Returns 1 if written (or, for an expiry already past, removed), 0 if
 -- there is no live session. A value in neither form is a CORRUPT error,
 -- and nothing is written.
@@ -40,6 +41,7 @@ if old <= now then
   return 0
 end
 if expiry <= now then
+  drop_pieces(KEYS[1], ARGV[1], value)
   redis.call('HDEL', KEYS[1], ARGV[1])
   if was_out_of_line then
     redis.call('DEL', KEYS[3])
@@ -49,7 +51,18 @@ if expiry <= now then
   end
   return 1
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if #ARGV > 6 then
+  local args = {ARGV[1], ARGV[3]}
+  for i = 7, #ARGV do
+    args[#args + 1] = ARGV[1] .. string.char(i - 6)
+    args[#args + 1] = ARGV[i]
+  end
+  redis.call('HSET', KEYS[1], unpack(args))
+  expire_pieces(KEYS[1], ARGV[1], #ARGV - 6, expiry)
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+end
+drop_pieces(KEYS[1], ARGV[1], value, #ARGV - 5)
 expire_field(KEYS[1], ARGV[1], expiry)
 if expiry ~= old then
   expire_viewed(4, ARGV[1], expiry)

@@ -1,10 +1,11 @@
 -- Included by the compact scripts that sweep whole buckets.
 
 -- Removes the fields `gone` from the bucket at `key`, and from its viewed
--- chunk keys `viewed`, and sets its entry in the group's index (KEYS[1]) to
--- `earliest`, the earliest expiry left; nil means the bucket is empty, and
--- its key, its chunk keys and its entry go.
-local function settle(key, member, gone, earliest, viewed)
+-- chunk keys `viewed`, and their records' pieces `pieces` from the bucket,
+-- and sets its entry in the group's index (KEYS[1]) to `earliest`, the
+-- earliest expiry left; nil means the bucket is empty, and its key, its
+-- chunk keys and its entry go.
+local function settle(key, member, gone, earliest, viewed, pieces)
   if earliest == nil then
     redis.call('DEL', key)
     for _, chunk in ipairs(viewed) do
@@ -21,7 +22,41 @@ local function settle(key, member, gone, earliest, viewed)
       pcall(redis.call, 'HDEL', chunk, unpack(part))
     end
   end
+  for j = 1, #pieces, 1000 do
+    redis.call('HDEL', key, unpack(pieces, j, math.min(j + 999, #pieces)))
+  end
   redis.call('ZADD', KEYS[1], earliest, member)
+end
+
+-- The pieces among a bucket's HGETALL reply `pairs`, as a set of fields:
+-- those its values name (true), which go with their sessions, and those
+-- none names (false), left by a delete that raced a write adding pieces,
+-- which go now. `field_len` is the length of a session's field; a piece's
+-- is one more, ending in a byte 1..15.
+local function pieces_among(pairs, field_len)
+  local pieces = {}
+  for j = 1, #pairs, 2 do
+    local n = pieces_in(pairs[j + 1]) or 0
+    for i = 1, n do
+      pieces[pairs[j] .. string.char(i)] = true
+    end
+  end
+  for j = 1, #pairs, 2 do
+    local field = pairs[j]
+    if #field == field_len + 1 and pieces[field] == nil and string.byte(field, -1) <= 15 then
+      pieces[field] = false
+    end
+  end
+  return pieces
+end
+
+-- Adds the fields of the pieces of `value`, stored under `field`, to
+-- `list`.
+local function add_pieces(list, field, value)
+  local n = pieces_in(value) or 0
+  for i = 1, n do
+    list[#list + 1] = field .. string.char(i)
+  end
 end
 
 -- The viewed chunk keys of the i-th of n buckets (src/viewed/mod.rs): a

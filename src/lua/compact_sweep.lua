@@ -2,9 +2,10 @@
 -- bucket's index entry to its true earliest expiry (adding one that was
 -- lost, removing the entry and the key of a bucket left empty).
 -- KEYS[1]: the group's index ZSET
--- KEYS[1 + i]: the HASH of the bucket whose index member is ARGV[i]
--- KEYS[2 + #ARGV..]: where the store keeps viewed items, each bucket's
+-- KEYS[1 + i]: the HASH of the bucket whose index member is ARGV[1 + i]
+-- KEYS[1 + #ARGV..]: where the store keeps viewed items, each bucket's
 --                    viewed chunks in turn (see viewed_of)
+-- ARGV[1]: the length of a session's field (see pieces_among)
 -- Out-of-line records carry their session's expiry as EXAT on their own key,
 -- so Redis reclaims an expired one itself.
 -- A bucket key of another type, or a bucket holding a value in neither form
@@ -16,21 +17,31 @@ local now = server_clock()
 -- The index's type is checked before anything is written.
 redis.call('ZCARD', KEYS[1])
 local reply = {0, -1, 0}
-for i = 1, #ARGV do
-  local key, member = KEYS[i + 1], ARGV[i]
+local field_len = tonumber(ARGV[1])
+for i = 1, #ARGV - 1 do
+  local key, member = KEYS[i + 1], ARGV[i + 1]
   local ok, pairs = pcall(redis.call, 'HGETALL', key)
   if not ok then
     reply[#reply + 1] = member
   else
-    local gone, earliest, oldest, corrupt = {}, nil, nil, false
+    local gone, gone_pieces, earliest, oldest, corrupt = {}, {}, nil, nil, false
+    local pieces = pieces_among(pairs, field_len)
     for j = 1, #pairs, 2 do
-      local expiry = expiry_of(pairs[j + 1])
-      if expiry == nil then
-        corrupt = true
-        break
+      local expiry = nil
+      if pieces[pairs[j]] == false then
+        gone_pieces[#gone_pieces + 1] = pairs[j]
+      elseif pieces[pairs[j]] == nil then
+        expiry = expiry_of(pairs[j + 1])
+        if expiry == nil then
+          corrupt = true
+          break
+        end
       end
-      if expiry <= now then
+      if expiry == nil then
+        -- A piece of a record: it goes with its session.
+      elseif expiry <= now then
         gone[#gone + 1] = pairs[j]
+        add_pieces(gone_pieces, pairs[j], pairs[j + 1])
         if oldest == nil or expiry < oldest then
           oldest = expiry
         end
@@ -46,7 +57,7 @@ for i = 1, #ARGV do
       if oldest and (reply[2] == -1 or oldest < reply[2]) then
         reply[2] = oldest
       end
-      settle(key, member, gone, earliest, viewed_of(i, #ARGV, 2))
+      settle(key, member, gone, earliest, viewed_of(i, #ARGV - 1, 2), gone_pieces)
     end
   end
 end

@@ -1,8 +1,9 @@
 -- Takes a live entry out of its bucket in one step (a one-time token's
 -- consume): returns its value and, when its record is out of line, the
--- record; nil when there is no live entry (an expired one is left to the
--- sweeper). Kept short, with no helpers, as compact_save.lua is: every
--- consume runs it. Values are as compact_common.lua describes.
+-- record, or when it is in pieces, the pieces joined; nil when there is no
+-- live entry (an expired one is left to the sweeper). Kept short, with no
+-- helpers but compact_pieces.lua's, as compact_save.lua is: every consume
+-- runs it. Values are as compact_common.lua describes.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET (unused);
 -- KEYS[3]: the entry's out-of-line record key
 -- ARGV[1]: the field
@@ -26,6 +27,16 @@ local side = ''
 if #value == 5 and string.byte(value, 5) == 193 then
   side = redis.call('GET', KEYS[3]) or ''
   redis.call('DEL', KEYS[3])
+end
+local n = pieces_in(value) or 0
+if n > 0 then
+  local fields = piece_fields(ARGV[1], n)
+  local parts = redis.call('HMGET', KEYS[1], unpack(fields))
+  for i = 1, n do
+    parts[i] = parts[i] or ''
+  end
+  side = table.concat(parts)
+  redis.call('HDEL', KEYS[1], unpack(fields))
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 return {value, side}

@@ -11,6 +11,7 @@ end
 local expiry = from + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], with_expiry(value, expiry))
 expire_field(KEYS[1], ARGV[1], expiry)
+expire_pieces(KEYS[1], ARGV[1], pieces_in(value) or 0, expiry)
 expire_viewed(4, ARGV[1], expiry)
 if is_out_of_line(value) then
   redis.call('EXPIREAT', KEYS[3], expiry)

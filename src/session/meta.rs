@@ -16,8 +16,15 @@ use std::fmt;
 use crate::error::{Error, Result};
 use crate::scripts::META_CLAIM;
 
-/// The record format this version writes (see [`crate::session::record`]).
-pub const FORMAT_VERSION: u32 = 1;
+/// The record format this version writes (see [`crate::session::record`]):
+/// 2 keeps a compact store's records of up to 512 bytes in their bucket in
+/// pieces, which format 1 kept out of line.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest recorded format this version opens: a compact store of
+/// format 1 is opened as it was recorded, its records out of line where
+/// they do not fit one value, as processes of an earlier version beside
+/// it expect (they refuse a namespace of format 2).
+pub const OLDEST_FORMAT: u32 = 1;
 
 /// What a store is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -159,8 +166,10 @@ impl StoreMeta {
 
     /// Records `self` for `namespace` unless something is recorded there
     /// already, and checks that what is recorded is `self`: a mismatch is
-    /// an [`Error::Config`] naming both. One script call.
-    pub async fn claim<C>(&self, conn: &C, namespace: &str) -> Result<()>
+    /// an [`Error::Config`] naming both, but for an older record format
+    /// this version still writes ([`OLDEST_FORMAT`]). Returns what is
+    /// recorded. One script call.
+    pub async fn claim<C>(&self, conn: &C, namespace: &str) -> Result<Self>
     where
         C: redis::aio::ConnectionLike + Clone + Send,
     {
@@ -175,12 +184,17 @@ impl StoreMeta {
             .await
             .map_err(|e| Error::from_redis(e, || key.clone()))?;
         let stored = Self::from_fields(namespace, &map)?;
-        if stored != *self {
+        let format_kept = (OLDEST_FORMAT..=self.format).contains(&stored.format);
+        let same = Self {
+            format: self.format,
+            ..stored.clone()
+        };
+        if same != *self || !format_kept {
             return Err(Error::Config(format!(
                 "namespace {namespace:?} holds a store with {stored}; this one was opened \
                  with {self}"
             )));
         }
-        Ok(())
+        Ok(stored)
     }
 }

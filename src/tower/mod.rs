@@ -27,12 +27,13 @@
 //! What each call sends (one round trip each, and one `TIME` a second per
 //! process for the clock estimate):
 //!
-//! - `create`: `MULTI`, `HSETNX` of the session's field, `ZADD LT` of its
-//!   bucket's index entry, `EXEC`; a record too long for the listpack goes
-//!   through the insert script instead, with its own key. An id already
-//!   taken (or expired but not yet swept) gets a new random id, as the
-//!   trait asks.
-//! - `load`: one `HGET`.
+//! - `create`: `ZADD LT` of its bucket's index entry, then `HSETNX` of
+//!   the session's field, pipelined; a record too long for one value goes
+//!   in pieces through one short script, and one over 512 bytes through
+//!   the insert script, with its own key. An id already taken (or expired
+//!   but not yet swept) gets a new random id, as the trait asks.
+//! - `load`: one `HGET`, or for records in pieces one `HMGET` of the
+//!   value and its pieces.
 //! - `save`: one short script that reads the stored expiry (`HGET`) and
 //!   writes record and expiry (`HSET`) only while the session is live by
 //!   the server's clock, so a save never revives a session that was
@@ -42,9 +43,10 @@
 //!   a save whose data is unchanged since this process loaded it and whose
 //!   expiry moves by less than that fraction of the session's lifetime
 //!   sends nothing.
-//! - `delete`: `HDEL` of the session's field; with `DEL` of its
-//!   out-of-line record in one transaction unless this process saw the
-//!   record inline.
+//! - `delete`: `HDEL` of the session's field and the pieces this process
+//!   saw its record in; for a session it has not read, with as many
+//!   pieces as its last pieced read had and a `DEL` of an out-of-line
+//!   record's key ([`crate::Compact::delete`]).
 //! - `delete_expired`: one sweeper pass ([`crate::session::sweep::Sweeper::pass`]).
 //!
 //! `cycle_id` needs nothing of the store: tower-sessions deletes the old id
@@ -522,11 +524,8 @@ where
             if let Some(t) = self.open_takeover().await? {
                 self.delete_in_takeover(t, id).await?;
             }
-            let inline = self
-                .memo
-                .take(id)
-                .is_some_and(|m| self.layout.fits(m.seen.record_len));
-            self.layout.delete(&session_id(id), inline).await?;
+            let seen = self.memo.take(id).map(|m| m.seen.record_len);
+            self.layout.delete(&session_id(id), seen).await?;
             Ok(())
         })
         .await

@@ -342,7 +342,7 @@ where
             let Some(old) = old else {
                 if mark == Some(MARK_OLD) && stored.is_some() {
                     // An old instance deleted it (or it expired there).
-                    self.layout.delete(&sid, false).await?;
+                    self.layout.delete(&sid, None).await?;
                     self.memo.take(id);
                     return Ok(None);
                 }
@@ -418,7 +418,7 @@ where
             .query_async(&mut self.layout.connection().clone())
             .await?;
         if written.is_none() && mark.and_then(|m| m.first().copied()) == Some(MARK_OLD) {
-            self.layout.delete(&sid, false).await?;
+            self.layout.delete(&sid, None).await?;
             return Ok(false);
         }
         Ok(true)

@@ -172,27 +172,46 @@ fn plan_records(args: &AdviseArgs, limits: ListpackLimits, sample: &Sample) -> R
             hash_value: value,
             ..limits
         };
-        let bits = advisor::recommend_compact_bits_filled(
+        let bits = advisor::recommend_tower_bits(
             args.sessions,
             &limits,
             args.max_converted,
-            advisor::TOWER_MAX_MEAN_FILL,
+            mean.round() as u64,
+            u64::from(args.id_bits / 8),
         );
-        let w = Workload {
-            sessions: args.sessions,
-            identity: 0,
-            identity_form: Form::Int,
-            attrs_bytes: (mean.round() as u64).saturating_sub(1),
-            limits,
-            id_bytes: u64::from(args.id_bits / 8),
+        let id_bytes = u64::from(args.id_bits / 8);
+        // Each record size costs what a store of records of that size
+        // would; the buckets are the mean's.
+        let mut bytes = 0.0;
+        let mut counts: Vec<(u64, u64)> = Vec::new();
+        for &size in sizes {
+            match counts.last_mut() {
+                Some((s, n)) if *s == size => *n += 1,
+                _ => counts.push((size, 1)),
+            }
+        }
+        for &(size, n) in &counts {
+            let w = Workload {
+                sessions: args.sessions,
+                identity: 0,
+                identity_form: Form::Int,
+                attrs_bytes: size.saturating_sub(1),
+                limits,
+                id_bytes,
+            };
+            bytes += n as f64 * advisor::predict(LayoutKind::Compact, bits, &w).bytes_per_session;
+        }
+        let per_session = bytes / sizes.len() as f64;
+        let field = id_bytes.saturating_sub(u64::from(bits / 8));
+        let share = |keep: &dyn Fn(u64) -> bool| {
+            100.0 * sizes.iter().filter(|&&r| keep(r)).count() as f64 / sizes.len() as f64
         };
-        let p = advisor::predict(LayoutKind::Compact, bits, &w);
-        let inline = sizes.iter().filter(|&&r| r + 4 <= value).count() as f64 / sizes.len() as f64;
+        let one = share(&|r| r + 4 <= value);
+        let pieced = share(&|r| advisor::pieces(r, field, &limits).is_some());
         println!(
-            "hash-max-listpack-value {value}: {:.0}% of records in their buckets; compact at 2^{bits}: {:.1} bytes/session, {} in all{}",
-            100.0 * inline,
-            p.bytes_per_session,
-            mib(p.total_bytes),
+            "hash-max-listpack-value {value}: {one:.0}% of records in one value, {pieced:.0}% in pieces, {:.0}% out of line; compact at 2^{bits}: {per_session:.1} bytes/session, {} in all{}",
+            100.0 - one - pieced,
+            mib(per_session * args.sessions as f64),
             if value == recommended {
                 " (recommended)"
             } else {

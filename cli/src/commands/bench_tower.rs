@@ -85,11 +85,12 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             target.flush().await?;
             let limits = ListpackLimits::read(&mut conn).await?;
             let bits = args.compact_bits.unwrap_or_else(|| {
-                advisor::recommend_compact_bits_filled(
+                advisor::recommend_tower_bits(
                     args.sessions,
                     &limits,
                     DEFAULT_MAX_CONVERTED,
-                    advisor::TOWER_MAX_MEAN_FILL,
+                    mean.round() as u64,
+                    16,
                 )
             });
             // Its saves come a whole phase after its loads here, so it

@@ -111,7 +111,7 @@ where
     pub async fn new(conn: C, config: BucketedConfig) -> Result<Self> {
         let buckets =
             Buckets::new(config.namespace, config.bucket_bits)?.with_id_width(config.id_width);
-        let (limits, policy) =
+        let (limits, policy, _) =
             super::open_bucket_store(&conn, &Self::meta(&buckets), buckets.namespace()).await?;
         let mut layout = Self::with_limits(conn, buckets, limits);
         layout.scheme.eviction_policy = policy;

@@ -160,7 +160,7 @@ where
     ) -> ScriptInvocation<'a> {
         let keys = self.keys(id);
         let inline = self.fits_inline(record.len());
-        crate::metrics::record_written(self.name, !inline);
+        crate::metrics::record_written(self.name, crate::metrics::Placement::of(!inline));
         let mut inv = BUCKET_INSERT.prepare_invoke();
         // Callers check the expiry first (`Deadline::check`).
         inv.key(&keys.hash).key(&keys.zset);
@@ -272,7 +272,7 @@ where
         expected: Option<&[u8]>,
     ) -> Result<Written> {
         let inline = self.fits_inline(record.len());
-        crate::metrics::record_written(self.name, !inline);
+        crate::metrics::record_written(self.name, crate::metrics::Placement::of(!inline));
         let mut inv = self.invocation(&BUCKET_REPLACE, id);
         inv.arg(record)
             .arg(scripts::flag(inline))

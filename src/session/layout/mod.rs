@@ -45,7 +45,11 @@ pub(crate) async fn open_bucket_store<C>(
     conn: &C,
     meta: &crate::session::meta::StoreMeta,
     namespace: &str,
-) -> Result<(crate::limits::ListpackLimits, Option<String>)>
+) -> Result<(
+    crate::limits::ListpackLimits,
+    Option<String>,
+    crate::session::meta::StoreMeta,
+)>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
@@ -55,7 +59,7 @@ where
     if meta.user_bits > 0 {
         limits::check_user_index_policy(policy.as_deref())?;
     }
-    meta.claim(conn, namespace).await?;
+    let recorded = meta.claim(conn, namespace).await?;
     let found = limits::ListpackLimits::read(&mut c).await?;
     if let Some(policy) = policy
         .as_deref()
@@ -70,7 +74,7 @@ where
              use noeviction or a volatile-* policy to keep buckets whole"
         );
     }
-    Ok((found, policy))
+    Ok((found, policy, recorded))
 }
 
 /// Checks a bulk insert before anything is sent: the lifetime, and that

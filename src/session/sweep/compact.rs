@@ -87,6 +87,7 @@ where
                         inv.key(key);
                     }
                 }
+                inv.arg(layout.buckets().field_len());
                 for &m in members {
                     inv.arg(m);
                 }
@@ -114,9 +115,10 @@ where
     Ok(out)
 }
 
-/// Sessions held in all buckets (`HLEN`; sessions expired but not yet
-/// swept count too: the cap runs right after a pass has swept). Buckets of
-/// another type are left out.
+/// Fields held in all buckets (`HLEN`): sessions, sessions expired but not
+/// yet swept (the cap runs right after a pass has swept), and the pieces of
+/// records and markers, which [`place_cutoff`] discounts by its sample.
+/// Buckets of another type are left out.
 pub(super) async fn count_sessions<C>(layout: &Compact<C>) -> Result<u64>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
@@ -139,11 +141,12 @@ where
 
 /// The cap's cutoff from the live entries of a sample of buckets (all of
 /// them up to 4,096): the `ceil(q s)`-th smallest (expiry, field) of the
-/// `s` sampled, `q` the share to evict.
+/// `s` sampled, `q` the share to evict. `fields` is [`count_sessions`]'
+/// count, of which the sample's share of sessions are sessions.
 pub(super) async fn place_cutoff<C>(
     layout: &Compact<C>,
     now: u64,
-    total: u64,
+    fields: u64,
     max: u64,
 ) -> Result<Option<Cutoff>>
 where
@@ -152,6 +155,7 @@ where
     let scheme = layout.scheme();
     let sample = sample_buckets(layout.buckets().count());
     let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
+    let (mut sampled_fields, mut sampled_sessions) = (0u64, 0u64);
     for chunk in sample.chunks(512) {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -160,12 +164,24 @@ where
         }
         let replies: Vec<redis::RedisResult<Vec<FieldValue>>> =
             pipe.query_async(&mut layout.connection().clone()).await?;
+        let field_len = layout.buckets().field_len();
         for (field, value) in replies.into_iter().flatten().flatten() {
+            sampled_fields += 1;
+            // Sessions only: not the pieces of their records, nor markers.
+            if field.len() != field_len {
+                continue;
+            }
+            sampled_sessions += 1;
             if let Some(expiry) = value_expiry(&value).filter(|&e| e > now) {
                 entries.push((expiry, field));
             }
         }
     }
+    let total = if sampled_fields == 0 {
+        fields
+    } else {
+        (fields as f64 * sampled_sessions as f64 / sampled_fields as f64).round() as u64
+    };
     Ok(cutoff_among(entries, total, max))
 }
 
@@ -195,7 +211,9 @@ where
                         inv.key(key);
                     }
                 }
-                inv.arg(cutoff.expiry).arg(&cutoff.field);
+                inv.arg(cutoff.expiry)
+                    .arg(&cutoff.field)
+                    .arg(layout.buckets().field_len());
                 for m in 0..buckets.end - buckets.start {
                     inv.arg(m);
                 }

@@ -22,6 +22,14 @@
 //! session whose identity is at least 2^16 and below 922,337,203: 10 bytes
 //! in the listpack, one less than the binary form), or the expiry as four
 //! big-endian bytes followed by the record (or by the out-of-line marker).
+//!
+//! A record too long for one value (over `hash-max-listpack-value` less the
+//! expiry's four bytes) and at most [`MAX_PIECED_RECORD`] bytes stays in
+//! the bucket in pieces: its value holds the expiry, the byte `0xc3`, the
+//! number `n` of pieces and the record's first `limit - 6` bytes; fields
+//! named the session's field followed by the byte `1..=n` hold the rest,
+//! `limit` bytes each. A load reads the value and the pieces it expects in
+//! one `HMGET`. Longer records live under a key of their own.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,8 +43,8 @@ use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::limits::{FieldTtls, ListpackLimits};
 use crate::scripts::{
-    self, ByExpiry, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE, COMPACT_TOUCH,
-    PIPELINE_CHUNK,
+    self, ByExpiry, COMPACT_CREATE, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE,
+    COMPACT_TOUCH, PIPELINE_CHUNK,
 };
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::session::id::{IdWidth, InvalidIdExt, SessionId};
@@ -62,6 +70,21 @@ pub const DEFAULT_BUCKET_BITS: u8 = 14;
 pub const GROUP_BITS: u8 = 7;
 /// The byte a value holds after its expiry when the record is out of line.
 const OUT_OF_LINE: u8 = 0xc1;
+/// The byte a value holds after its expiry when the record is in pieces
+/// (MessagePack's `true`, which begins no record this crate writes; a
+/// record that does is kept in the pieced form with no pieces).
+const PIECED: u8 = 0xc3;
+/// Records up to this many bytes stay in their bucket, in pieces where
+/// they are longer than one value; longer ones go out of line.
+pub const MAX_PIECED_RECORD: usize = 512;
+/// The most pieces a record is cut into: a piece's field ends in its
+/// number, below the bytes a tombstone's or a forward record's ends in.
+const MAX_PIECES: usize = 15;
+/// The record format from which a namespace keeps records in pieces.
+const PIECES_FORMAT: u32 = 2;
+/// Bytes a pieced value holds before the record: the expiry, the marker
+/// and the number of pieces.
+const PIECED_HEAD: usize = EXPIRY_BYTES + 2;
 /// Bytes of the expiry at the head of a binary value.
 const EXPIRY_BYTES: usize = 4;
 /// Integer-form values are `identity * SCALE + expiry`.
@@ -203,39 +226,75 @@ enum Form {
     Integer(u64),
     /// Deadline, then the record, in the bucket.
     Inline,
+    /// Deadline, the marker, the count and the record's first bytes in
+    /// the value; the rest in pieces of this many bytes in the bucket.
+    Pieced(usize),
     /// Deadline, then the marker; the record under its own key.
     OutOfLine,
 }
 
 impl Form {
-    fn code(self) -> &'static str {
+    /// The form's name in the scripts' arguments (`make_value` in
+    /// `compact_common.lua`).
+    fn code(self) -> std::borrow::Cow<'static, str> {
         match self {
-            Self::Integer(_) => "i",
-            Self::Inline => "b",
-            Self::OutOfLine => "o",
+            Self::Integer(_) => "i".into(),
+            Self::Inline => "b".into(),
+            Self::Pieced(size) => format!("p{size}").into(),
+            Self::OutOfLine => "o".into(),
         }
     }
-}
 
-impl Form {
     /// The stored value for this form, as `make_value` in
     /// `compact_common.lua` writes it.
     fn value(self, record: &[u8], expiry: u64) -> Vec<u8> {
         match self {
             Self::Integer(identity) => (identity * SCALE + expiry).to_string().into_bytes(),
-            Self::Inline | Self::OutOfLine => {
-                let mut v = Vec::with_capacity(EXPIRY_BYTES + record.len());
+            Self::Inline | Self::OutOfLine | Self::Pieced(_) => {
+                let mut v = Vec::with_capacity(PIECED_HEAD + record.len().min(64));
                 // Expiries are checked to fit 32 bits before any write.
                 v.extend_from_slice(&(expiry as u32).to_be_bytes());
-                if self == Self::OutOfLine {
-                    v.push(OUT_OF_LINE);
-                } else {
-                    v.extend_from_slice(record);
+                match self {
+                    Self::OutOfLine => v.push(OUT_OF_LINE),
+                    Self::Pieced(size) => {
+                        let (head, rest) = split(record, size);
+                        // At most MAX_PIECES, checked where the form is chosen.
+                        v.extend_from_slice(&[PIECED, rest.len() as u8]);
+                        v.extend_from_slice(head);
+                    }
+                    _ => v.extend_from_slice(record),
                 }
                 v
             }
         }
     }
+
+    /// The pieces a record of this form continues in (none but for
+    /// [`Form::Pieced`]).
+    fn pieces(self, record: &[u8]) -> Vec<&[u8]> {
+        match self {
+            Self::Pieced(size) => split(record, size).1,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A record cut for the pieced form with pieces of `size` bytes: the part
+/// its value holds, and the pieces, as `split_record` in
+/// `compact_pieces.lua` cuts it.
+fn split(record: &[u8], size: usize) -> (&[u8], Vec<&[u8]>) {
+    let first = (size - PIECED_HEAD).min(record.len());
+    let (head, rest) = record.split_at(first);
+    (head, rest.chunks(size).collect())
+}
+
+/// The field of piece `i` (from 1) of the session stored under `field`.
+fn piece_field(field: &[u8], i: usize) -> Vec<u8> {
+    let mut name = Vec::with_capacity(field.len() + 1);
+    name.extend_from_slice(field);
+    // At most MAX_PIECES.
+    name.push(i as u8);
+    name
 }
 
 /// Share of written records that may go out of line before the store warns.
@@ -318,14 +377,26 @@ const CONVERTED_COST: &str = "on Valkey 9.1.2 at 1M sessions, 84.4 bytes a sessi
 /// A value read back: its expiry and where its record is.
 #[derive(Debug, PartialEq, Eq)]
 enum Value {
-    Here { expires_at: u64, record: Vec<u8> },
-    OutOfLine { expires_at: u64 },
+    Here {
+        expires_at: u64,
+        record: Vec<u8>,
+    },
+    Pieced {
+        expires_at: u64,
+        pieces: usize,
+        head: Vec<u8>,
+    },
+    OutOfLine {
+        expires_at: u64,
+    },
 }
 
 impl Value {
     fn expires_at(&self) -> u64 {
         match self {
-            Self::Here { expires_at, .. } | Self::OutOfLine { expires_at } => *expires_at,
+            Self::Here { expires_at, .. }
+            | Self::Pieced { expires_at, .. }
+            | Self::OutOfLine { expires_at } => *expires_at,
         }
     }
 }
@@ -343,6 +414,14 @@ pub enum StoredRecord {
     /// In the bucket: the record's length in bytes (an integer-form
     /// value's record is its identity alone).
     Inline(usize),
+    /// In the bucket in pieces: the bytes the value holds and the number
+    /// of pieces, each a field of its own (see the module's docs).
+    Pieced {
+        /// The record's bytes in the value.
+        head: usize,
+        /// The pieces holding the rest.
+        pieces: usize,
+    },
     /// Under a key of its own ([`GroupedBuckets::out_of_line_key`]),
     /// whose length is the record's.
     OutOfLine,
@@ -354,6 +433,10 @@ impl StoredRecord {
     pub fn of_value(bytes: &[u8]) -> Option<Self> {
         Some(match parse_value(bytes)? {
             Value::Here { record, .. } => Self::Inline(record.len()),
+            Value::Pieced { pieces, head, .. } => Self::Pieced {
+                head: head.len(),
+                pieces,
+            },
             Value::OutOfLine { .. } => Self::OutOfLine,
         })
     }
@@ -374,6 +457,12 @@ fn parse_value(bytes: &[u8]) -> Option<Value> {
             let expires_at = u64::from(u32::from_be_bytes(head.try_into().ok()?));
             Some(if rest == [OUT_OF_LINE] {
                 Value::OutOfLine { expires_at }
+            } else if rest.len() >= 2 && rest[0] == PIECED {
+                Value::Pieced {
+                    expires_at,
+                    pieces: usize::from(rest[1]),
+                    head: rest[2..].to_vec(),
+                }
             } else {
                 Value::Here {
                     expires_at,
@@ -477,6 +566,11 @@ pub struct Compact<C> {
     viewed: Option<(ViewedConfig, usize)>,
     /// Whether the server expires fields ([`Expiry::Server`]).
     server_expiry: bool,
+    /// Whether records too long for one value are kept in pieces.
+    pieces: bool,
+    /// The pieces a load asks for with the value: as many as the last
+    /// pieced value read had.
+    piece_guess: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl<C> std::fmt::Debug for Compact<C> {
@@ -526,11 +620,13 @@ where
         if meta.server_expiry {
             check_field_ttls(&conn, &buckets, config.allow_converted_buckets).await?;
         }
-        let (limits, policy) = super::open_bucket_store(&conn, &meta, buckets.namespace()).await?;
+        let (limits, policy, recorded) =
+            super::open_bucket_store(&conn, &meta, buckets.namespace()).await?;
         let mut layout = Self::with_limits(conn, buckets, limits)
             .with_users(users)
             .with_viewed(config.viewed)?
-            .with_expiry(config.expiry);
+            .with_expiry(config.expiry)
+            .with_pieces(recorded.format >= PIECES_FORMAT);
         layout.eviction_policy = policy;
         Ok(layout)
     }
@@ -540,6 +636,16 @@ where
     /// servers they flush; [`Compact::new`] checks).
     pub fn with_expiry(mut self, expiry: Expiry) -> Self {
         self.server_expiry = expiry == Expiry::Server;
+        self
+    }
+
+    /// The same layout keeping records that do not fit one value in
+    /// pieces in their bucket (the default), or out of line as a store of
+    /// record format 1 does, with no metadata check (the benchmarks use
+    /// it on servers they flush; [`Compact::new`] follows the namespace's
+    /// recorded format).
+    pub fn with_pieces(mut self, pieces: bool) -> Self {
+        self.pieces = pieces;
         self
     }
 
@@ -600,6 +706,8 @@ where
             users: None,
             viewed: None,
             server_expiry: false,
+            pieces: true,
+            piece_guess: Default::default(),
         }
     }
 
@@ -647,23 +755,74 @@ where
             .collect()
     }
 
-    /// How a record is stored: the integer form where it is smaller, out
-    /// of line where the value would exceed the listpack value limit.
+    /// How a record is stored (the integer form where it is smaller, in
+    /// pieces or out of line where the value would exceed the listpack
+    /// value limit), noted for the metrics and the out-of-line warning.
     fn form(&self, record: &[u8]) -> Form {
-        let len = (record.len() + EXPIRY_BYTES) as u64;
-        let out_of_line = len > self.limits.hash_value;
-        self.watch.note(len, out_of_line, self.limits.hash_value);
-        crate::metrics::record_written("compact", out_of_line);
-        if out_of_line {
-            return Form::OutOfLine;
-        }
-        self.form_inline(record)
+        let form = self.form_of(record);
+        self.note(form, record);
+        form
     }
 
-    /// Whether a record of `len` bytes is kept inline (without noting it
-    /// for the out-of-line warning).
+    /// Notes a record written in `form`, for the metrics and the
+    /// out-of-line warning.
+    fn note(&self, form: Form, record: &[u8]) {
+        let len = (record.len() + EXPIRY_BYTES) as u64;
+        let out_of_line = form == Form::OutOfLine;
+        self.watch.note(len, out_of_line, self.limits.hash_value);
+        crate::metrics::record_written(
+            "compact",
+            match form {
+                Form::OutOfLine => crate::metrics::Placement::OutOfLine,
+                Form::Pieced(_) => crate::metrics::Placement::Pieces,
+                _ => crate::metrics::Placement::Inline,
+            },
+        );
+    }
+
+    /// How a record of these bytes is stored, unnoted.
+    fn form_of(&self, record: &[u8]) -> Form {
+        // A record beginning with a marker byte would read as that form.
+        let marked = matches!(record.first(), Some(&(OUT_OF_LINE | PIECED)));
+        if !marked && ((record.len() + EXPIRY_BYTES) as u64) <= self.limits.hash_value {
+            return self.form_inline(record);
+        }
+        match self.piece_size() {
+            Some(size)
+                if record.len() <= MAX_PIECED_RECORD
+                    && split(record, size).1.len() <= MAX_PIECES =>
+            {
+                Form::Pieced(size)
+            }
+            _ => Form::OutOfLine,
+        }
+    }
+
+    /// The size of a piece, where this store keeps records in pieces: its
+    /// format allows it, and the listpack value limit leaves room for a
+    /// pieced value's head and a piece's field.
+    fn piece_size(&self) -> Option<usize> {
+        let limit = usize::try_from(self.limits.hash_value).unwrap_or(usize::MAX);
+        (self.pieces && limit > PIECED_HEAD && self.buckets().field_len() < limit)
+            .then_some(limit.min(MAX_PIECED_RECORD))
+    }
+
+    /// Whether a record of `len` bytes stays in its bucket, in one value
+    /// or in pieces (without noting it for the out-of-line warning).
     pub fn fits(&self, len: usize) -> bool {
-        ((len + EXPIRY_BYTES) as u64) <= self.limits.hash_value
+        len <= MAX_PIECED_RECORD && self.form_of(&vec![0; len]) != Form::OutOfLine
+    }
+
+    /// The fields a record of `len` bytes stored under `field` takes
+    /// besides the session's own: its pieces.
+    fn piece_fields(&self, field: &[u8], len: usize) -> Vec<Vec<u8>> {
+        match self.piece_size() {
+            Some(size) if ((len + EXPIRY_BYTES) as u64) > self.limits.hash_value => {
+                let pieces = (len.saturating_sub(size - PIECED_HEAD)).div_ceil(size);
+                (1..=pieces).map(|i| piece_field(field, i)).collect()
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// The form of a record known to fit the listpack.
@@ -677,7 +836,7 @@ where
     fn payload<'a>(form: Form, record: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
         match form {
             Form::Integer(identity) => identity.to_string().into_bytes().into(),
-            Form::Inline | Form::OutOfLine => record.into(),
+            Form::Inline | Form::OutOfLine | Form::Pieced(_) => record.into(),
         }
     }
 
@@ -808,11 +967,16 @@ where
         })
     }
 
-    /// An insert with plain commands (no script): `HSETNX` of the value
-    /// and `ZADD LT` of the bucket's index entry (or, when the server
-    /// expires fields, `HEXPIREAT NX` of the field) in one `MULTI`/`EXEC`.
-    /// Only for values that fit the bucket (an out-of-line record needs
-    /// its key written with the entry, which the insert script does).
+    /// An insert with the expiry decided. A record of one value goes with
+    /// plain commands: `ZADD LT` of the bucket's index entry then `HSETNX`
+    /// of the value, pipelined (lowering the bound first is harmless
+    /// should the `HSETNX` never come, or find the id taken), or, where
+    /// the server expires fields, `HSETNX` and `HEXPIREAT NX` of the field
+    /// in one `MULTI`/`EXEC` (a field must never be left without its TTL).
+    /// A record in pieces goes with one short script
+    /// (`compact_create.lua`), which writes them only once the value is
+    /// in. An out-of-line record needs its key written with the entry,
+    /// which the insert script does.
     async fn insert_plain(
         &self,
         id: &SessionId,
@@ -821,14 +985,35 @@ where
         at: u64,
     ) -> Result<Inserted> {
         let k = self.keys(id);
+        if let Form::Pieced(_) = form {
+            let mut inv = self.script(&COMPACT_CREATE).prepare_invoke();
+            inv.key(&k.bucket)
+                .key(&k.index)
+                .arg(&k.field)
+                .arg(k.member)
+                .arg(form.value(record, at))
+                .arg(at);
+            for piece in form.pieces(record) {
+                inv.arg(piece);
+            }
+            let created: i64 = inv
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(self.error(id))?;
+            return if created == 1 {
+                Ok(Inserted::Created { expires_at: at })
+            } else {
+                self.again(id, record).await
+            };
+        }
         let mut pipe = redis::pipe();
-        pipe.atomic()
-            .ignore_errors()
-            .hset_nx(&k.bucket, &k.field, form.value(record, at));
+        pipe.ignore_errors();
         if self.server_expiry {
             // NX: a field the HSETNX found (an id taken) has its own TTL
             // already, which this must not move.
-            pipe.cmd("HEXPIREAT")
+            pipe.atomic()
+                .hset_nx(&k.bucket, &k.field, form.value(record, at))
+                .cmd("HEXPIREAT")
                 .arg(&k.bucket)
                 .arg(at)
                 .arg("NX")
@@ -840,14 +1025,21 @@ where
                 .arg(&k.index)
                 .arg("LT")
                 .arg(at)
-                .arg(k.member);
+                .arg(k.member)
+                .hset_nx(&k.bucket, &k.field, form.value(record, at));
         }
         let replies: Vec<redis::Value> = pipe
             .query_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
         let mut replies = replies.into_iter();
-        let (set, indexed) = (replies.next(), replies.next());
+        let (set, indexed) = if self.server_expiry {
+            let set = replies.next();
+            (set, replies.next())
+        } else {
+            let indexed = replies.next();
+            (replies.next(), indexed)
+        };
         let server_error = |v: &Option<redis::Value>| match v {
             Some(redis::Value::ServerError(e)) => Some(redis::RedisError::from(e.clone())),
             _ => None,
@@ -882,29 +1074,12 @@ where
     /// means this insert was sent twice (a reply lost, the call sent
     /// again), and it is done; anything else is a taken id.
     async fn again(&self, id: &SessionId, record: &[u8]) -> Result<Inserted> {
-        let k = self.keys(id);
-        let stored: Option<Vec<u8>> = redis::cmd("HGET")
-            .arg(&k.bucket)
-            .arg(&k.field)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
-        let mine = stored
-            .as_deref()
-            .and_then(parse_value)
-            .and_then(|v| match v {
-                Value::Here {
-                    expires_at,
-                    record: r,
-                } if r == record => Some(expires_at),
-                _ => None,
-            });
-        match mine {
-            Some(expires_at) if self.clock.judge(expires_at) == Verdict::Live => {
-                Ok(Inserted::Created { expires_at })
-            }
-            _ => Ok(Inserted::IdTaken),
-        }
+        Ok(match self.load(id).await? {
+            Some(stored) if stored.record == record => Inserted::Created {
+                expires_at: stored.expires_at,
+            },
+            _ => Inserted::IdTaken,
+        })
     }
 
     /// Writes a live session's record and expiry together, as a
@@ -929,32 +1104,52 @@ where
             .arg(expires_at)
             .arg(side)
             .arg(latest);
+        for piece in form.pieces(record) {
+            inv.arg(piece);
+        }
         Ok(Written::from_code(self.call(id, &inv).await?))
     }
 
-    /// Removes a session, live or expired, with plain commands (as a
-    /// tower-sessions `delete` does): `HDEL` of its field, and in the same
-    /// transaction `DEL` of its out-of-line record unless `seen_inline`
-    /// (the caller saw the record inline moments before; one another
-    /// process moved out of line since is then left to its key's own
-    /// expiry, the session's), and `HDEL`s of its viewed items where the
-    /// store keeps them. The index entry stays a lower bound; the
+    /// Removes a session, live or expired, with plain commands, as a
+    /// tower-sessions `delete` does. `seen_len` is the length of the
+    /// record the caller saw moments before, if it did: one kept in its
+    /// bucket then goes with one `HDEL` of its field and its pieces. Any
+    /// other goes with an `HDEL` of its field and as many pieces as the
+    /// last pieced record this process read had, and a `DEL` of its
+    /// out-of-line record's key. Pieces a record had beyond those (another
+    /// process made it longer meanwhile) are left to the sweeper, which
+    /// removes pieces no value names; a record key, to its own expiry, the
+    /// session's. Where the store keeps viewed items, their `HDEL`s go in
+    /// the same `MULTI`/`EXEC`. The index entry stays a lower bound; the
     /// sweeper rescores it. Returns whether there was a field to remove.
-    pub async fn delete(&self, id: &SessionId, seen_inline: bool) -> Result<bool> {
+    pub async fn delete(&self, id: &SessionId, seen_len: Option<usize>) -> Result<bool> {
         id.check_width(self.buckets().id_width())?;
         let k = self.keys(id);
         let mut conn = self.conn.clone();
         let viewed = self.viewed_keys(k.bucket_no);
-        let removed: i64 = if seen_inline && viewed.is_empty() {
+        let seen = seen_len.filter(|&len| self.fits(len));
+        let mut fields = vec![k.field.clone()];
+        match seen {
+            Some(len) => fields.extend(self.piece_fields(&k.field, len)),
+            None if self.piece_size().is_some() => {
+                let guess = self.piece_guess.load(Ordering::Relaxed);
+                fields.extend((1..=guess).map(|i| piece_field(&k.field, i)));
+            }
+            None => {}
+        }
+        let removed: i64 = if seen.is_some() && viewed.is_empty() {
             redis::cmd("HDEL")
                 .arg(&k.bucket)
-                .arg(&k.field)
+                .arg(&fields)
                 .query_async(&mut conn)
                 .await
         } else {
             let mut pipe = redis::pipe();
-            pipe.atomic().hdel(&k.bucket, &k.field);
-            if !seen_inline {
+            if !viewed.is_empty() {
+                pipe.atomic();
+            }
+            pipe.hdel(&k.bucket, &fields);
+            if seen.is_none() {
                 pipe.del(self.scheme.out_of_line_key(k.bucket_no, &k.field))
                     .ignore();
             }
@@ -975,6 +1170,19 @@ where
         bytes: Option<Vec<u8>>,
         now: Option<u64>,
     ) -> Result<Option<Stored>> {
+        self.live_with(id, bytes, Vec::new(), now).await
+    }
+
+    /// As [`Compact::live`], with the pieces read beside the value (the
+    /// first ones it may have, in order; those it has but were not read
+    /// are read then).
+    async fn live_with(
+        &self,
+        id: &SessionId,
+        bytes: Option<Vec<u8>>,
+        pieces: Vec<Option<Vec<u8>>>,
+        now: Option<u64>,
+    ) -> Result<Option<Stored>> {
         let Some(bytes) = bytes else {
             return Ok(None);
         };
@@ -991,33 +1199,113 @@ where
         if !live {
             return Ok(None);
         }
-        match value {
-            Value::Here { expires_at, record } => Ok(Some(Stored { record, expires_at })),
-            Value::OutOfLine { .. } => self.read_out_of_line(id).await,
-        }
+        let need = self.assemble(id, value, pieces)?;
+        self.read_rest(id, need).await
     }
 
-    /// The value and its out-of-line record, read together in one
-    /// transaction, so a write moving the record in or out of line is never
-    /// seen half done. The expiry only moves forward while an id lives, so
-    /// a session judged live before is live at this reading.
-    async fn read_out_of_line(&self, id: &SessionId) -> Result<Option<Stored>> {
-        let k = self.keys(id);
-        let (bytes, side): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
-            .atomic()
-            .hget(&k.bucket, &k.field)
-            .get(self.scheme.out_of_line_key(k.bucket_no, &k.field))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
-        let Some(bytes) = bytes else {
-            return Ok(None);
-        };
-        match parse_value(&bytes).ok_or_else(|| self.corrupt(id))? {
-            Value::Here { expires_at, record } => Ok(Some(Stored { record, expires_at })),
-            Value::OutOfLine { expires_at } => Ok(side.map(|record| Stored { record, expires_at })),
-        }
+    /// The session a parsed value and the pieces read with it (in order)
+    /// hold, or what is still to be read.
+    fn assemble(
+        &self,
+        id: &SessionId,
+        value: Value,
+        mut read: Vec<Option<Vec<u8>>>,
+    ) -> Result<Assembled> {
+        Ok(match value {
+            Value::Here { expires_at, record } => {
+                Assembled::Done(Some(Stored { record, expires_at }))
+            }
+            Value::OutOfLine { .. } => Assembled::OutOfLine,
+            Value::Pieced {
+                expires_at,
+                pieces,
+                mut head,
+            } => {
+                self.piece_guess.store(pieces, Ordering::Relaxed);
+                if read.len() < pieces {
+                    return Ok(Assembled::Pieces(pieces));
+                }
+                read.truncate(pieces);
+                for piece in read {
+                    // The pieces are written and removed with their value,
+                    // in one step: one missing is damage, not a race.
+                    let piece = piece.ok_or_else(|| Error::CorruptRecord {
+                        location: self.buckets().location(id),
+                        reason: "a piece of the record is missing from its bucket".into(),
+                    })?;
+                    head.extend_from_slice(&piece);
+                }
+                Assembled::Done(Some(Stored {
+                    record: head,
+                    expires_at,
+                }))
+            }
+        })
     }
+
+    /// The rest of a session whose value was read: its out-of-line
+    /// record, read with the value in one transaction, or its pieces, read
+    /// with the value in one `HMGET`, so a write that moves the record in
+    /// or out of line or changes its pieces is never seen half done; read
+    /// again should the value read now need something else. The expiry
+    /// only moves forward while an id lives, so a session judged live
+    /// before is live at this reading.
+    async fn read_rest(&self, id: &SessionId, mut need: Assembled) -> Result<Option<Stored>> {
+        let k = self.keys(id);
+        for attempt in 0..3 {
+            let (bytes, pieces) = match need {
+                Assembled::Done(stored) => return Ok(stored),
+                Assembled::OutOfLine => {
+                    let (bytes, side): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
+                        .atomic()
+                        .hget(&k.bucket, &k.field)
+                        .get(self.scheme.out_of_line_key(k.bucket_no, &k.field))
+                        .query_async(&mut self.conn.clone())
+                        .await
+                        .map_err(self.error(id))?;
+                    let Some(bytes) = bytes else {
+                        return Ok(None);
+                    };
+                    if let Some(Value::OutOfLine { expires_at }) = parse_value(&bytes) {
+                        return Ok(side.map(|record| Stored { record, expires_at }));
+                    }
+                    (bytes, Vec::new())
+                }
+                Assembled::Pieces(want) => {
+                    // Asked again, it asks for every piece a record may
+                    // have: one more write racing it cannot outgrow that.
+                    let want = if attempt == 0 { want } else { MAX_PIECES };
+                    let mut cmd = redis::cmd("HMGET");
+                    cmd.arg(&k.bucket).arg(&k.field);
+                    for i in 1..=want {
+                        cmd.arg(piece_field(&k.field, i));
+                    }
+                    let mut replies: Vec<Option<Vec<u8>>> = cmd
+                        .query_async(&mut self.conn.clone())
+                        .await
+                        .map_err(self.error(id))?;
+                    let Some(bytes) = replies.first_mut().and_then(Option::take) else {
+                        return Ok(None);
+                    };
+                    (bytes, replies.split_off(1))
+                }
+            };
+            let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;
+            need = self.assemble(id, value, pieces)?;
+        }
+        // Its record changed form three times while it was read.
+        Err(Error::Contended { attempts: 3 })
+    }
+}
+
+/// What a value read back still needs.
+enum Assembled {
+    /// Nothing: the session, or none.
+    Done(Option<Stored>),
+    /// Its out-of-line record.
+    OutOfLine,
+    /// Its pieces, this many.
+    Pieces(usize),
 }
 
 impl<C> Layout for Compact<C>
@@ -1057,14 +1345,12 @@ where
                 .insert_indexed(users, head, id, record, expiry, None)
                 .await;
         }
-        let len = (record.len() + EXPIRY_BYTES) as u64;
-        if len <= self.limits.hash_value {
+        let form = self.form_of(record);
+        if form != Form::OutOfLine {
             match self.decide_expiry(expiry).await? {
                 Some(Ok(at)) => {
-                    self.watch.note(len, false, self.limits.hash_value);
-                    return self
-                        .insert_plain(id, self.form_inline(record), record, at)
-                        .await;
+                    self.note(form, record);
+                    return self.insert_plain(id, form, record, at).await;
                 }
                 Some(Err(())) => return Ok(Inserted::AlreadyExpired),
                 None => {}
@@ -1098,14 +1384,43 @@ where
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
         let k = self.keys(id);
+        // The pieces the last pieced record read had are asked for with the
+        // value: one round trip where the store's records are alike.
+        let guess = if self.piece_size().is_some() {
+            self.piece_guess.load(Ordering::Relaxed)
+        } else {
+            0
+        };
         let mut pipe = redis::pipe();
-        pipe.hget(&k.bucket, &k.field);
+        if guess == 0 {
+            pipe.hget(&k.bucket, &k.field);
+        } else {
+            let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
+            for i in 1..=guess {
+                cmd.arg(piece_field(&k.field, i));
+            }
+        }
         let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
             .await
             .map_err(self.error(id))?;
-        let bytes: Option<Vec<u8>> =
-            redis::from_redis_value(replies.pop().unwrap_or(redis::Value::Nil))?;
-        self.live(id, bytes, None).await
+        let reply = replies.pop().unwrap_or(redis::Value::Nil);
+        let (bytes, pieces) = if guess == 0 {
+            (redis::from_redis_value(reply)?, Vec::new())
+        } else {
+            let mut read: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
+            if read.is_empty() {
+                return Err(self.corrupt(id));
+            }
+            let pieces = read.split_off(1);
+            (read.pop().flatten(), pieces)
+        };
+        if let Some(bytes) = &bytes
+            && parse_value(bytes).is_some_and(|v| !matches!(v, Value::Pieced { .. }))
+        {
+            // Records of one value: ask for no pieces next time.
+            self.piece_guess.store(0, Ordering::Relaxed);
+        }
+        self.live_with(id, bytes, pieces, None).await
     }
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {

@@ -29,6 +29,17 @@ where
                 record: side,
                 expires_at,
             }),
+            Value::Pieced {
+                expires_at,
+                mut head,
+                ..
+            } => {
+                head.extend_from_slice(&side);
+                Some(Stored {
+                    record: head,
+                    expires_at,
+                })
+            }
         })
     }
 }

@@ -1,0 +1,419 @@
+//! Records too long for one listpack value, kept in their bucket in pieces
+//! at the server's default limits (`hash-max-listpack-value` 64): every
+//! size round-trips through every write, a load is one `HMGET`, no write
+//! leaves a piece behind or a bucket converted, and what races a write
+//! sees either the old record or the new one, whole.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use sessionpack::session::layout::compact::{GroupedBuckets, MAX_PIECED_RECORD};
+use sessionpack::session::meta::StoreMeta;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
+use sessionpack::{Compact, CompactConfig, Layout, Store};
+use sessionpack_testkit::LocalServer;
+
+type Conn = redis::aio::ConnectionManager;
+
+async fn compact(server: &LocalServer, bits: u8) -> Compact<Conn> {
+    Compact::new(common::manager(server).await, CompactConfig::new(bits))
+        .await
+        .expect("compact layout")
+}
+
+/// What every bucket holds: sessions (fields of a session's length), the
+/// pieces their values name, pieces no value names, pieces a value names
+/// that are missing, and buckets no longer listpacks.
+#[derive(Debug, Default, PartialEq)]
+struct Census {
+    sessions: u64,
+    pieces: u64,
+    orphans: u64,
+    missing: u64,
+    converted: u64,
+}
+
+async fn census(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Conn>) -> Census {
+    let scheme: &GroupedBuckets = layout.scheme();
+    let field_len = layout.buckets().field_len();
+    let mut census = Census::default();
+    for bucket in 0..layout.buckets().count() {
+        let key = scheme.bucket_key(bucket);
+        let pairs: HashMap<Vec<u8>, Vec<u8>> = raw.hgetall(&key).await.unwrap();
+        if pairs.is_empty() {
+            continue;
+        }
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&key)
+            .query_async(raw)
+            .await
+            .unwrap();
+        if encoding != "listpack" {
+            census.converted += 1;
+        }
+        let mut named = HashSet::new();
+        for (field, value) in &pairs {
+            if field.len() != field_len {
+                continue;
+            }
+            census.sessions += 1;
+            if value.len() >= 6 && value[4] == 0xc3 && !value[0].is_ascii_digit() {
+                for i in 1..=value[5] {
+                    let mut piece = field.clone();
+                    piece.push(i);
+                    if pairs.contains_key(&piece) {
+                        census.pieces += 1;
+                    } else {
+                        census.missing += 1;
+                    }
+                    named.insert(piece);
+                }
+            }
+        }
+        for field in pairs.keys() {
+            let is_piece = field.len() == field_len + 1 && field.last().is_some_and(|&b| b <= 15);
+            if is_piece && !named.contains(field) {
+                census.orphans += 1;
+            }
+        }
+    }
+    census
+}
+
+/// A record of `len` bytes whose bytes say which write made it.
+fn record_of(len: usize, seed: u8) -> Vec<u8> {
+    // An integer identity (one byte), then MessagePack-like bytes.
+    let mut record = vec![0x05];
+    record.extend((0..len.saturating_sub(1)).map(|i| seed.wrapping_add(i as u8)));
+    record.truncate(len);
+    record
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_size_round_trips_through_every_write() {
+    let server = common::server();
+    let layout = compact(&server, 4).await;
+    let mut raw = common::raw(&server).await;
+    // Around each boundary: one value (60), a first piece (61, 122), each
+    // further piece, the last size kept in pieces and the first out of
+    // line; and records beginning with the markers' bytes.
+    let mut sizes: Vec<usize> = vec![1, 2, 59, 60, 61, 62, 121, 122, 123, 186, 187, 300];
+    sizes.extend([
+        MAX_PIECED_RECORD - 1,
+        MAX_PIECED_RECORD,
+        MAX_PIECED_RECORD + 1,
+        2000,
+    ]);
+    let mut records: Vec<Vec<u8>> = sizes.iter().map(|&n| record_of(n, n as u8)).collect();
+    records.push(vec![0xc3]);
+    records.push(vec![0xc3, 0x02, 0x41]);
+    records.push(vec![0xc1]);
+    records.push([vec![0xc3], vec![7; 200]].concat());
+    for (n, record) in records.iter().enumerate() {
+        let id = layout.new_id().await.unwrap();
+        let created = layout
+            .insert(&id, record, sessionpack::Deadline::In(600))
+            .await
+            .unwrap();
+        assert!(
+            matches!(created, sessionpack::Inserted::Created { .. }),
+            "{n}"
+        );
+        assert_eq!(&layout.load(&id).await.unwrap().unwrap().record, record);
+        // Replaced by every other size in turn, up and down.
+        for other in records.iter().cycle().skip(n + 1).take(records.len()) {
+            let written = layout.replace(&id, other, None).await.unwrap();
+            assert_eq!(written, sessionpack::Written::Done);
+            let stored = layout.load(&id).await.unwrap().unwrap();
+            assert_eq!(&stored.record, other, "{} after {}", other.len(), n);
+            assert_eq!(census(&mut raw, &layout).await.orphans, 0);
+            // A save, at a later expiry.
+            let at = stored.expires_at + 1;
+            let saved = layout.save(&id, record, at).await.unwrap();
+            assert_eq!(saved, sessionpack::Written::Done);
+            let stored = layout.load(&id).await.unwrap().unwrap();
+            assert_eq!((&stored.record, stored.expires_at), (record, at));
+            let written = layout.replace(&id, other, Some(record)).await.unwrap();
+            assert_eq!(written, sessionpack::Written::Done);
+        }
+        let stored = layout.load(&id).await.unwrap().unwrap();
+        // A conditional remove matches the whole record.
+        let wrong = sessionpack::Stored {
+            record: record_of(stored.record.len() + 1, 1),
+            expires_at: stored.expires_at,
+        };
+        assert_eq!(
+            layout.remove(&id, Some(&wrong)).await.unwrap(),
+            sessionpack::Written::Conflict
+        );
+        assert_eq!(
+            layout.remove(&id, Some(&stored)).await.unwrap(),
+            sessionpack::Written::Done
+        );
+        assert!(layout.load(&id).await.unwrap().is_none());
+    }
+    let left = census(&mut raw, &layout).await;
+    assert_eq!(left, Census::default(), "nothing left behind");
+    let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+    assert!(side.is_empty(), "{side:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pieced_sessions_stay_in_listpacks_and_load_in_one_command() {
+    let server = common::server();
+    let layout = compact(&server, 4).await;
+    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let mut raw = common::raw(&server).await;
+    // 400 sessions of 16 buckets, each record 103 to 114 bytes: 58 in the
+    // value, the rest in one piece.
+    let mut sessions = Vec::new();
+    for i in 0..400u64 {
+        let attrs = format!("{i:0>width$}", width = 100 + (i % 10) as usize);
+        sessions.push(store.create(i + 1, attrs).await.unwrap());
+    }
+    let c = census(&mut raw, &layout).await;
+    assert_eq!(
+        (c.sessions, c.pieces, c.orphans, c.missing, c.converted),
+        (400, 400, 0, 0, 0)
+    );
+    let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
+    assert!(side.is_empty());
+
+    // Once a pieced record has been read, each load asks for its value
+    // and one piece in one HMGET, and nothing else.
+    assert!(store.load(&sessions[0].id).await.unwrap().is_some());
+    let (hmget, hget) = (
+        common::calls(&mut raw, "hmget").await,
+        common::calls(&mut raw, "hget").await,
+    );
+    for s in &sessions[1..101] {
+        let loaded = store.load(&s.id).await.unwrap().unwrap();
+        assert_eq!(loaded.attrs, s.attrs);
+    }
+    assert_eq!(common::calls(&mut raw, "hmget").await - hmget, 100);
+    assert_eq!(common::calls(&mut raw, "hget").await - hget, 0);
+}
+
+/// A process deletes a session it saw short moments after another saved it
+/// long: the pieces the delete did not know of are left, and the
+/// sweeper's next visit of the bucket removes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pieces_a_stale_delete_left_are_swept() {
+    let server = common::server();
+    let layout = compact(&server, 2).await;
+    let mut raw = common::raw(&server).await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        let id = layout.new_id().await.unwrap();
+        layout
+            .insert(&id, &record_of(30, 1), sessionpack::Deadline::In(600))
+            .await
+            .unwrap();
+        let at = layout.load(&id).await.unwrap().unwrap().expires_at;
+        // Another process grows it to four pieces.
+        layout.save(&id, &record_of(300, 2), at).await.unwrap();
+        // This one deletes it as it saw it: 30 bytes, one value.
+        assert!(layout.delete(&id, Some(30)).await.unwrap());
+        ids.push(id);
+    }
+    assert_eq!(census(&mut raw, &layout).await.orphans, 80);
+    // A full pass visits every bucket (a due one is visited by every pass:
+    // the index keeps the deleted sessions' expiries as lower bounds).
+    Sweeper::new(layout.clone(), SweepConfig::default())
+        .sweep_range_full(0..layout.scheme().groups())
+        .await
+        .unwrap();
+    assert_eq!(census(&mut raw, &layout).await.orphans, 0);
+    // The fields a session takes are gone with it, in each form.
+    let id = layout.new_id().await.unwrap();
+    layout
+        .insert(&id, &record_of(300, 4), sessionpack::Deadline::In(600))
+        .await
+        .unwrap();
+    assert!(layout.delete(&id, Some(300)).await.unwrap());
+    assert!(!layout.delete(&id, None).await.unwrap());
+    let id = layout.new_id().await.unwrap();
+    layout
+        .insert(&id, &record_of(300, 4), sessionpack::Deadline::In(600))
+        .await
+        .unwrap();
+    // Unseen, and this process has read no pieced record: the field goes,
+    // and its pieces with the sweeper's next visit.
+    assert!(layout.delete(&id, None).await.unwrap());
+    assert!(layout.load(&id).await.unwrap().is_none());
+    Sweeper::new(layout.clone(), SweepConfig::default())
+        .sweep_range_full(0..layout.scheme().groups())
+        .await
+        .unwrap();
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.pieces, c.orphans, c.missing), (0, 0, 0));
+}
+
+/// Expired pieced sessions go with their pieces, and the session cap
+/// counts sessions, not the fields their pieces take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_and_the_cap_take_pieces_with_their_sessions() {
+    let server = common::server();
+    // About 22 sessions, under 120 fields, a bucket: none converts.
+    let layout = compact(&server, 5).await;
+    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let mut raw = common::raw(&server).await;
+    let batch: Vec<(u64, String)> = (0..600)
+        .map(|i| (i, "p".repeat(60 + (i as usize * 7) % 400)))
+        .collect();
+    store.create_many(&batch).await.unwrap();
+    let brief: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let short: Vec<(u64, String)> = (0..100).map(|i| (i, "q".repeat(200))).collect();
+    let expiring = brief.create_many(&short).await.unwrap();
+    assert_eq!(census(&mut raw, &layout).await.sessions, 700);
+    // Wait until the server's clock has passed them all.
+    let ids = expiring;
+    while common::found(&brief, &ids).await > 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = Sweeper::new(layout.clone(), SweepConfig::default())
+        .pass()
+        .await
+        .unwrap();
+    assert_eq!(report.reclaimed, 100);
+    let c = census(&mut raw, &layout).await;
+    assert_eq!(
+        (c.sessions, c.orphans, c.missing, c.converted),
+        (600, 0, 0, 0)
+    );
+    assert!(c.pieces > 600, "{c:?}");
+
+    let capped = Sweeper::new(
+        layout.clone(),
+        SweepConfig::default().with_max_sessions(250),
+    )
+    .pass()
+    .await
+    .unwrap();
+    assert_eq!(capped.evicted, 350);
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.orphans, c.missing), (250, 0, 0));
+}
+
+/// Loads racing saves that change the record's size (and so its pieces)
+/// see one write's record whole, never pieces of two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn loads_racing_saves_see_whole_records() {
+    let server = common::server();
+    let layout = compact(&server, 2).await;
+    let id = layout.new_id().await.unwrap();
+    layout
+        .insert(&id, &record_of(100, 0), sessionpack::Deadline::In(600))
+        .await
+        .unwrap();
+    let at = layout.load(&id).await.unwrap().unwrap().expires_at;
+    // Each write's record: its length and its bytes follow from its seed.
+    let written = |seed: u8| record_of(20 + usize::from(seed) * 37 % 480, seed);
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let layout = layout.clone();
+            tokio::spawn(async move {
+                for round in 0..150u32 {
+                    let seed = (round * 2 + w) as u8;
+                    layout.save(&id, &written(seed), at).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let layout = layout.clone();
+            tokio::spawn(async move {
+                let mut seen = 0;
+                for _ in 0..300 {
+                    let record = layout.load(&id).await.unwrap().unwrap().record;
+                    let seed = record.get(1).map_or(0, |&b| b);
+                    let whole = record == written(seed) || record == record_of(100, 0);
+                    assert!(whole, "a record of {} bytes mixes writes", record.len());
+                    seen += 1;
+                }
+                seen
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    for r in readers {
+        assert_eq!(r.await.unwrap(), 300);
+    }
+    let mut raw = common::raw(&server).await;
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.orphans, c.missing), (1, 0, 0));
+}
+
+/// A namespace recorded by a version that kept long records out of line
+/// (record format 1) keeps them so, for the processes of that version
+/// still beside this one; a newer format than this version's is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_of_record_format_1_keeps_records_out_of_line() {
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let config = CompactConfig::new(4).with_namespace("old");
+    let mut meta = Compact::<Conn>::meta(&sessionpack::Buckets::new("old", 4).unwrap());
+    meta.format = 1;
+    meta.claim(&conn, "old").await.unwrap();
+    let layout = Compact::new(conn.clone(), config).await.unwrap();
+    let id = layout.new_id().await.unwrap();
+    layout
+        .insert(&id, &record_of(300, 9), sessionpack::Deadline::In(600))
+        .await
+        .unwrap();
+    assert_eq!(
+        layout.load(&id).await.unwrap().unwrap().record,
+        record_of(300, 9)
+    );
+    let mut raw = common::raw(&server).await;
+    let side: Vec<String> = raw.keys("old:*:o:*").await.unwrap();
+    assert_eq!(side.len(), 1);
+    let recorded = StoreMeta::read(&conn, "old").await.unwrap().unwrap();
+    assert_eq!(recorded.format, 1, "opening it changed nothing");
+
+    let mut newer = Compact::<Conn>::meta(&sessionpack::Buckets::new("new", 4).unwrap());
+    newer.format = sessionpack::session::meta::FORMAT_VERSION + 1;
+    newer.claim(&conn, "new").await.unwrap();
+    let refused = Compact::new(conn, CompactConfig::new(4).with_namespace("new")).await;
+    assert!(
+        matches!(refused, Err(sessionpack::Error::Config(_))),
+        "{refused:?}"
+    );
+}
+
+/// A one-time token's consume returns a pieced entry whole and leaves no
+/// piece behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_returns_a_pieced_entry_whole() {
+    let server = common::server();
+    let layout = compact(&server, 2).await;
+    let id = layout.new_id().await.unwrap();
+    layout
+        .insert(&id, &record_of(400, 5), sessionpack::Deadline::In(600))
+        .await
+        .unwrap();
+    let layout = Arc::new(layout);
+    let takers: Vec<_> = (0..4)
+        .map(|_| {
+            let layout = layout.clone();
+            tokio::spawn(async move { layout.take(&id).await.unwrap() })
+        })
+        .collect();
+    let mut got = Vec::new();
+    for t in takers {
+        if let Some(stored) = t.await.unwrap() {
+            got.push(stored.record);
+        }
+    }
+    assert_eq!(got, vec![record_of(400, 5)]);
+    let mut raw = common::raw(&server).await;
+    assert_eq!(census(&mut raw, &layout).await, Census::default());
+}
