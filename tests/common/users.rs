@@ -511,10 +511,12 @@ where
 }
 
 /// A rotation racing a revocation of its user never outlives it: a
-/// session is rotated and its user revoked 0-3 ms later, again and again;
-/// once both have returned, no session of that user loads, and nothing of
-/// the rotation's is listed. Rotations that finished first and ones that
-/// found the session revoked both occur.
+/// session is rotated and its user revoked a random 0 to `reach` µs later,
+/// again and again; once both have returned, no session of that user
+/// loads, and nothing of the rotation's is listed. Rotations that finished
+/// first and ones that found the session revoked both occur: `reach`
+/// starts at 3 ms and doubles or halves while one outcome has not, so the
+/// race is run both ways on a machine of any speed.
 pub async fn rotations_never_outlive_a_revocation<C>(conn: C, namespace: &str)
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
@@ -523,7 +525,15 @@ where
     let store: Store<_, Device, u64> =
         Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
     let (mut rotated, mut refused) = (0, 0);
-    for trial in 0..300u64 {
+    let mut reach = 3000u64;
+    let mut trial = 0u64;
+    while trial < 300 || (trial < 3000 && (rotated == 0 || refused == 0)) {
+        trial += 1;
+        if trial % 50 == 0 && rotated == 0 {
+            reach *= 2;
+        } else if trial % 50 == 0 && refused == 0 {
+            reach = (reach / 2).max(1);
+        }
         let user = 80_000 + trial % 7;
         let device = Device {
             device: "d".repeat((trial % 3 * 40) as usize),
@@ -533,7 +543,7 @@ where
             let store = store.clone();
             tokio::spawn(async move { store.rotate(&s.id).await.unwrap() })
         };
-        tokio::time::sleep(Duration::from_micros(rand::random_range(0..3000))).await;
+        tokio::time::sleep(Duration::from_micros(rand::random_range(0..reach))).await;
         store.revoke_all(&user).await.unwrap();
         match rotating.await.unwrap() {
             Some(new_id) => {
