@@ -529,9 +529,9 @@ where
     let mut trial = 0u64;
     while trial < 300 || (trial < 3000 && (rotated == 0 || refused == 0)) {
         trial += 1;
-        if trial % 50 == 0 && rotated == 0 {
+        if trial.is_multiple_of(50) && rotated == 0 {
             reach *= 2;
-        } else if trial % 50 == 0 && refused == 0 {
+        } else if trial.is_multiple_of(50) && refused == 0 {
             reach = (reach / 2).max(1);
         }
         let user = 80_000 + trial % 7;

@@ -288,6 +288,11 @@ fn split(record: &[u8], size: usize) -> (&[u8], Vec<&[u8]>) {
     (head, rest.chunks(size).collect())
 }
 
+/// The pieces of `size` bytes [`split`] cuts a record of `len` bytes into.
+fn pieces_of_len(len: usize, size: usize) -> usize {
+    len.saturating_sub(size - PIECED_HEAD).div_ceil(size)
+}
+
 /// The field of piece `i` (from 1) of the session stored under `field`.
 fn piece_field(field: &[u8], i: usize) -> Vec<u8> {
     let mut name = Vec::with_capacity(field.len() + 1);
@@ -790,7 +795,7 @@ where
         match self.piece_size() {
             Some(size)
                 if record.len() <= MAX_PIECED_RECORD
-                    && split(record, size).1.len() <= MAX_PIECES =>
+                    && pieces_of_len(record.len(), size) <= MAX_PIECES =>
             {
                 Form::Pieced(size)
             }
@@ -810,17 +815,21 @@ where
     /// Whether a record of `len` bytes stays in its bucket, in one value
     /// or in pieces (without noting it for the out-of-line warning).
     pub fn fits(&self, len: usize) -> bool {
-        len <= MAX_PIECED_RECORD && self.form_of(&vec![0; len]) != Form::OutOfLine
+        ((len + EXPIRY_BYTES) as u64) <= self.limits.hash_value
+            || (len <= MAX_PIECED_RECORD
+                && self
+                    .piece_size()
+                    .is_some_and(|size| pieces_of_len(len, size) <= MAX_PIECES))
     }
 
     /// The fields a record of `len` bytes stored under `field` takes
     /// besides the session's own: its pieces.
     fn piece_fields(&self, field: &[u8], len: usize) -> Vec<Vec<u8>> {
         match self.piece_size() {
-            Some(size) if ((len + EXPIRY_BYTES) as u64) > self.limits.hash_value => {
-                let pieces = (len.saturating_sub(size - PIECED_HEAD)).div_ceil(size);
-                (1..=pieces).map(|i| piece_field(field, i)).collect()
-            }
+            Some(size) if ((len + EXPIRY_BYTES) as u64) > self.limits.hash_value => (1
+                ..=pieces_of_len(len, size))
+                .map(|i| piece_field(field, i))
+                .collect(),
             _ => Vec::new(),
         }
     }
