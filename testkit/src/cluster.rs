@@ -60,11 +60,17 @@ impl LocalCluster {
         tls: Option<(&TestCerts, ClientCerts)>,
     ) -> Result<Self> {
         let timeout = NODE_TIMEOUT.as_millis().to_string();
+        // `redis-cli --cluster reshard` compares a key found on both nodes
+        // (a MIGRATE whose reply was lost left the source its copy) with
+        // `DEBUG DIGEST-VALUE`, and moves it again when the copies agree:
+        // it may run DEBUG from this machine.
         let args = [
             "--cluster-enabled",
             "yes",
             "--cluster-node-timeout",
             &timeout,
+            "--enable-debug-command",
+            "local",
         ];
         let nodes = (0..primaries * (1 + replicas))
             .map(|_| match tls {
