@@ -1015,68 +1015,72 @@ where
                 self.again(id, record).await
             };
         }
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        if self.server_expiry {
-            // NX: a field the HSETNX found (an id taken) has its own TTL
-            // already, which this must not move.
-            pipe.atomic()
-                .hset_nx(&k.bucket, &k.field, form.value(record, at))
-                .cmd("HEXPIREAT")
-                .arg(&k.bucket)
-                .arg(at)
-                .arg("NX")
-                .arg("FIELDS")
-                .arg(1)
-                .arg(&k.field);
-        } else {
-            pipe.cmd("ZADD")
-                .arg(&k.index)
-                .arg("LT")
-                .arg(at)
-                .arg(k.member)
-                .hset_nx(&k.bucket, &k.field, form.value(record, at));
-        }
-        let replies: Vec<redis::Value> = pipe
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
-        let mut replies = replies.into_iter();
-        let (set, indexed) = if self.server_expiry {
-            let set = replies.next();
-            (set, replies.next())
-        } else {
-            let indexed = replies.next();
-            (replies.next(), indexed)
-        };
-        let server_error = |v: &Option<redis::Value>| match v {
-            Some(redis::Value::ServerError(e)) => Some(redis::RedisError::from(e.clone())),
-            _ => None,
-        };
-        if let Some(e) = server_error(&set) {
-            return Err(self.error(id)(e));
-        }
-        let created = matches!(set, Some(redis::Value::Int(1)));
-        if !created && server_error(&indexed).is_none() {
-            return self.again(id, record).await;
-        }
-        if let Some(e) = server_error(&indexed) {
-            // A foreign key where the index goes: take the field back out,
-            // so no session is left that the sweeper cannot find.
-            if created {
-                let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+        // The HSETNX's reply, and the error of the index's (or field
+        // TTL's) command, if it failed.
+        let (set, indexed): (redis::RedisResult<redis::Value>, Option<redis::RedisError>) =
+            if self.server_expiry {
+                // NX: a field the HSETNX found (an id taken) has its own TTL
+                // already, which this must not move.
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors()
+                    .atomic()
+                    .hset_nx(&k.bucket, &k.field, form.value(record, at))
+                    .cmd("HEXPIREAT")
+                    .arg(&k.bucket)
+                    .arg(at)
+                    .arg("NX")
+                    .arg("FIELDS")
+                    .arg(1)
+                    .arg(&k.field);
+                let replies: Vec<redis::Value> = pipe
+                    .query_async(&mut self.conn.clone())
+                    .await
+                    .map_err(self.error(id))?;
+                let error = |v: &redis::Value| match v {
+                    redis::Value::ServerError(e) => Some(redis::RedisError::from(e.clone())),
+                    _ => None,
+                };
+                let mut replies = replies.into_iter();
+                let set = replies.next().unwrap_or(redis::Value::Nil);
+                let indexed = replies.next().as_ref().and_then(error);
+                (error(&set).map_or(Ok(set), Err), indexed)
+            } else {
+                // Two requests sent together, not one pipeline: a cluster
+                // client resends a whole pipeline to the node one of its
+                // commands is redirected to during a slot migration, which
+                // would run the ZADD on both nodes and leave the index key
+                // on each.
+                let mut index = redis::cmd("ZADD");
+                index.arg(&k.index).arg("LT").arg(at).arg(k.member);
+                let mut insert = redis::cmd("HSETNX");
+                insert
                     .arg(&k.bucket)
                     .arg(&k.field)
-                    .query_async(&mut self.conn.clone())
-                    .await;
+                    .arg(form.value(record, at));
+                let (mut a, mut b) = (self.conn.clone(), self.conn.clone());
+                let (indexed, set) = tokio::join!(
+                    index.query_async::<redis::Value>(&mut a),
+                    insert.query_async::<redis::Value>(&mut b)
+                );
+                (set, indexed.err())
+            };
+        let created = matches!(set.map_err(self.error(id))?, redis::Value::Int(1));
+        match indexed {
+            None if created => Ok(Inserted::Created { expires_at: at }),
+            None => self.again(id, record).await,
+            Some(e) => {
+                // A foreign key where the index goes: take the field back
+                // out, so no session is left that the sweeper cannot find.
+                if created {
+                    let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+                        .arg(&k.bucket)
+                        .arg(&k.field)
+                        .query_async(&mut self.conn.clone())
+                        .await;
+                }
+                Err(Error::from_redis(e, || k.index.clone()))
             }
-            return Err(Error::from_redis(e, || k.index.clone()));
         }
-        Ok(if created {
-            Inserted::Created { expires_at: at }
-        } else {
-            Inserted::IdTaken
-        })
     }
 
     /// After an `HSETNX` that found the field: the same live record there
