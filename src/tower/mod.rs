@@ -28,7 +28,7 @@
 //! process for the clock estimate):
 //!
 //! - `create`: `ZADD LT` of its bucket's index entry, then `HSETNX` of
-//!   the session's field, pipelined; a record too long for one value goes
+//!   the session's field, sent together; a record too long for one value goes
 //!   in pieces through one short script, and one over 512 bytes through
 //!   the insert script, with its own key. An id already taken (or expired
 //!   but not yet swept) gets a new random id, as the trait asks.

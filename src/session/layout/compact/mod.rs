@@ -978,7 +978,7 @@ where
 
     /// An insert with the expiry decided. A record of one value goes with
     /// plain commands: `ZADD LT` of the bucket's index entry then `HSETNX`
-    /// of the value, pipelined (lowering the bound first is harmless
+    /// of the value, sent together (lowering the bound first is harmless
     /// should the `HSETNX` never come, or find the id taken), or, where
     /// the server expires fields, `HSETNX` and `HEXPIREAT NX` of the field
     /// in one `MULTI`/`EXEC` (a field must never be left without its TTL).
