@@ -27,8 +27,8 @@
 //! What each call sends (one round trip each, and one `TIME` a second per
 //! process for the clock estimate):
 //!
-//! - `create`: `ZADD LT` of its bucket's index entry, then `HSETNX` of
-//!   the session's field, sent together; a record too long for one value goes
+//! - `create`: `MULTI`, `HSETNX` of the session's field, `ZADD LT` of its
+//!   bucket's index entry, `EXEC`; a record too long for one value goes
 //!   in pieces through one short script, and one over 512 bytes through
 //!   the insert script, with its own key. An id already taken (or expired
 //!   but not yet swept) gets a new random id, as the trait asks.

@@ -977,11 +977,10 @@ where
     }
 
     /// An insert with the expiry decided. A record of one value goes with
-    /// plain commands: `ZADD LT` of the bucket's index entry then `HSETNX`
-    /// of the value, sent together (lowering the bound first is harmless
-    /// should the `HSETNX` never come, or find the id taken), or, where
-    /// the server expires fields, `HSETNX` and `HEXPIREAT NX` of the field
-    /// in one `MULTI`/`EXEC` (a field must never be left without its TTL).
+    /// plain commands in one `MULTI`/`EXEC`: `HSETNX` of the value and
+    /// `ZADD LT` of the bucket's index entry or, where the server expires
+    /// fields, `HEXPIREAT NX` of the field (a field must never be left
+    /// without its TTL).
     /// A record in pieces goes with one short script
     /// (`compact_create.lua`), which writes them only once the value is
     /// in. An out-of-line record needs its key written with the entry,
@@ -1045,24 +1044,32 @@ where
                 let indexed = replies.next().as_ref().and_then(error);
                 (error(&set).map_or(Ok(set), Err), indexed)
             } else {
-                // Two requests sent together, not one pipeline: a cluster
-                // client resends a whole pipeline to the node one of its
-                // commands is redirected to during a slot migration, which
-                // would run the ZADD on both nodes and leave the index key
-                // on each.
-                let mut index = redis::cmd("ZADD");
-                index.arg(&k.index).arg("LT").arg(at).arg(k.member);
-                let mut insert = redis::cmd("HSETNX");
-                insert
-                    .arg(&k.bucket)
-                    .arg(&k.field)
-                    .arg(form.value(record, at));
-                let (mut a, mut b) = (self.conn.clone(), self.conn.clone());
-                let (indexed, set) = tokio::join!(
-                    index.query_async::<redis::Value>(&mut a),
-                    insert.query_async::<redis::Value>(&mut b)
-                );
-                (set, indexed.err())
+                // One transaction: a pipeline of the two would be resent
+                // whole by a cluster client to the node one of them is
+                // redirected to during a slot migration, running the ZADD
+                // on both nodes; and a store waiting for replicas waits
+                // once.
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors()
+                    .atomic()
+                    .hset_nx(&k.bucket, &k.field, form.value(record, at))
+                    .cmd("ZADD")
+                    .arg(&k.index)
+                    .arg("LT")
+                    .arg(at)
+                    .arg(k.member);
+                let replies: Vec<redis::Value> = pipe
+                    .query_async(&mut self.conn.clone())
+                    .await
+                    .map_err(self.error(id))?;
+                let error = |v: &redis::Value| match v {
+                    redis::Value::ServerError(e) => Some(redis::RedisError::from(e.clone())),
+                    _ => None,
+                };
+                let mut replies = replies.into_iter();
+                let set = replies.next().unwrap_or(redis::Value::Nil);
+                let indexed = replies.next().as_ref().and_then(error);
+                (error(&set).map_or(Ok(set), Err), indexed)
             };
         let created = matches!(set.map_err(self.error(id))?, redis::Value::Int(1));
         match indexed {
