@@ -82,19 +82,26 @@ pub async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) 
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
-/// How many of `ids` load through `store` (are live sessions).
+/// How many of `ids` load through `store` (are live sessions). A call
+/// that fails with a transient error (a cluster still settling after a
+/// reshard or a failover) is made again, up to twenty times: a session
+/// counts as found or not, never as an error of the moment.
 pub async fn found<L, A>(store: &sessionpack::Store<L, A>, ids: &[sessionpack::SessionId]) -> usize
 where
     L: sessionpack::Layout,
     A: serde::Serialize + serde::de::DeserializeOwned + Send + Sync,
 {
-    store
-        .load_many(ids)
-        .await
-        .unwrap()
-        .iter()
-        .filter(|s| s.is_some())
-        .count()
+    let mut attempts = 0;
+    loop {
+        match store.load_many(ids).await {
+            Ok(loaded) => return loaded.iter().filter(|s| s.is_some()).count(),
+            Err(e) if e.is_transient() && attempts < 20 => {
+                attempts += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("load_many: {e:?}"),
+        }
+    }
 }
 
 /// One pass each of `sweepers` sweepers over `layout`, run at once; their
