@@ -456,9 +456,13 @@ async fn replication_memory_is_reported_apart_from_the_sessions() {
         assert!(p.used_memory_delta >= p.not_sessions);
         per_session.push(p.bytes_per_session);
     }
+    // Uncounted, the backlogs would add 50% and more; what is left
+    // between the two runs is the allocator's noise at this small scale
+    // (up to 7% measured on Redis 8.0.6, whose per-slot dicts allocate
+    // with the first keys).
     let (alone, replicated) = (per_session[0], per_session[1]);
     assert!(
-        (replicated / alone - 1.0).abs() < 0.05,
+        (replicated / alone - 1.0).abs() < 0.10,
         "{replicated:.1} B/session with replicas, {alone:.1} without"
     );
 }
