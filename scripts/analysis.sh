@@ -90,7 +90,7 @@ for part in "${parts[@]}"; do
     tower)
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
-      $sp bench tower --sessions 200000 --out analysis/tower
+      $sp bench tower --sessions 200000 --dictionary --out analysis/tower
       cargo build --release --quiet -p sessionpack-cli ;;
     compact)
       for ids in 160 128; do

@@ -57,9 +57,10 @@ impl Profile {
     /// `n` (user ids 1,000,000 and up, as a busy site's are).
     pub fn data(self, n: u64) -> HashMap<String, Value> {
         let user = 1_000_000 + n % 9_000_000;
+        // Digests and tokens are random: no pattern a compressor could use.
         let bytes = |len: usize| -> Vec<u8> {
             (0..len as u64)
-                .map(|i| (n.wrapping_mul(2_654_435_761).wrapping_add(i * 40_503) >> 7) as u8)
+                .map(|i| splitmix64(n.wrapping_mul(1 << 16).wrapping_add(i)) as u8)
                 .collect()
         };
         let b64 = |len: usize| -> String {
@@ -105,6 +106,14 @@ impl Profile {
         };
         serde_json::from_value(value).unwrap_or_default()
     }
+}
+
+/// A well-mixed 64-bit hash of `x` (SplitMix64's finalizer).
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Characters of text the `axum-login-app-text` profile adds.

@@ -24,6 +24,10 @@ use sessionpack::takeover::Source;
 pub struct Sample {
     /// Each record's size in bytes, as the store keeps it.
     pub sizes: Vec<u64>,
+    /// The records' data as a tower store encodes it, where the sample
+    /// read data maps (not a sessionpack namespace's stored records): what
+    /// a dictionary is trained on.
+    pub data: Vec<Vec<u8>>,
     /// Entries read but not sized, by reason.
     pub skipped: Vec<(String, u64)>,
     /// Where they came from, for the report.
@@ -31,6 +35,15 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// Adds one session's data map, encoded as the tower-sessions store
+    /// encodes it.
+    pub fn push_map(&mut self, map: &HashMap<String, Value>) -> Result<()> {
+        let data = sessionpack::json_map::encode(map)?;
+        self.sizes.push(data.len() as u64);
+        self.data.push(data);
+        Ok(())
+    }
+
     fn skip(&mut self, reason: &str) {
         match self.skipped.iter_mut().find(|(r, _)| r == reason) {
             Some((_, n)) => *n += 1,
@@ -46,11 +59,6 @@ impl Sample {
             .collect::<Vec<_>>()
             .join(", ")
     }
-}
-
-/// The size of one session's data in the tower-sessions store.
-fn data_size(data: &HashMap<String, Value>) -> Result<u64> {
-    Ok(sessionpack::json_map::encode(data)?.len() as u64)
 }
 
 /// Sessions' data from a JSON file: one object per line, or one array of
@@ -78,7 +86,7 @@ pub fn from_file(path: &Path) -> Result<Sample> {
         ..Sample::default()
     };
     for map in &maps {
-        sample.sizes.push(data_size(map)?);
+        sample.push_map(map)?;
     }
     Ok(sample)
 }
@@ -116,7 +124,7 @@ where
             for value in values {
                 match value {
                     redis::Value::BulkString(bytes) => match source.data_of(&bytes) {
-                        Ok(data) => sample.sizes.push(data_size(&data)?),
+                        Ok(data) => sample.push_map(&data)?,
                         Err(skip) => sample.skip(skip.reason()),
                     },
                     redis::Value::Nil => sample.skip("gone"),
@@ -130,6 +138,7 @@ where
         }
     }
     sample.sizes.truncate(want);
+    sample.data.truncate(want);
     sample.from = format!(
         "{} sessions read from the keys matching {}",
         sample.sizes.len(),

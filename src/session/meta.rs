@@ -18,8 +18,10 @@ use crate::scripts::META_CLAIM;
 
 /// The record format this version writes (see [`crate::session::record`]):
 /// 2 keeps a compact store's records of up to 512 bytes in their bucket in
-/// pieces, which format 1 kept out of line.
-pub const FORMAT_VERSION: u32 = 2;
+/// pieces, which format 1 kept out of line; 3 may hold record data packed
+/// with a dictionary ([`crate::session::dictionary`]), which every process
+/// that opens such a namespace unpacks.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest recorded format this version opens: a compact store of
 /// format 1 is opened as it was recorded, its records out of line where
 /// they do not fit one value, as processes of an earlier version beside

@@ -2,11 +2,12 @@
 //! the typed [`store::Store`] over a layout, and the sweeper that removes
 //! what expired.
 //!
-//! Within this floor: [`id`] and [`record`] at the bottom, then
+//! Within this floor: [`id`], [`record`] and [`dictionary`] at the bottom, then
 //! [`buckets`] (id to bucket and key names) and [`meta`] (what a namespace
 //! was opened with), then [`layout`], then [`store`] and [`sweep`].
 
 pub mod buckets;
+pub mod dictionary;
 pub mod id;
 pub mod layout;
 pub mod meta;

@@ -78,9 +78,13 @@ pub fn join<I: UserId>(identity: &I, attrs: &[u8]) -> Vec<u8> {
 pub fn decode<I: UserId, A: DeserializeOwned>(bytes: &[u8]) -> Result<(I, A), String> {
     let mut rest = bytes;
     let identity = I::decode(&mut rest)?;
+    Ok((identity, decode_attrs(rest)?))
+}
+
+/// Decodes a record's attributes (what follows its identity).
+pub fn decode_attrs<A: DeserializeOwned>(rest: &[u8]) -> Result<A, String> {
     if rest.is_empty() {
-        let attrs = rmp_serde::from_slice(&[NIL]).map_err(|e| format!("attributes: {e}"))?;
-        return Ok((identity, attrs));
+        return rmp_serde::from_slice(&[NIL]).map_err(|e| format!("attributes: {e}"));
     }
     let mut de = rmp_serde::Deserializer::new(Cursor::new(rest));
     let attrs = A::deserialize(&mut de).map_err(|e| format!("attributes: {e}"))?;
@@ -88,7 +92,7 @@ pub fn decode<I: UserId, A: DeserializeOwned>(bytes: &[u8]) -> Result<(I, A), St
     if used != rest.len() {
         return Err(format!("{} trailing bytes", rest.len() - used));
     }
-    Ok((identity, attrs))
+    Ok(attrs)
 }
 
 #[cfg(test)]

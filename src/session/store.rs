@@ -248,23 +248,34 @@ where
         Duration::from_secs(self.ttl_secs)
     }
 
+    /// A record: the identity, then the attributes, packed where the
+    /// layout packs ([`Layout::pack`]). The limit is on the unpacked size.
     fn encode(&self, identity: &I, attrs: &A) -> Result<Vec<u8>> {
-        let bytes = record::encode(identity, attrs)?;
+        let mut bytes = record::encode(identity, attrs)?;
         if bytes.len() > self.max_record_bytes {
             return Err(Error::TooLarge {
                 size: bytes.len(),
                 limit: self.max_record_bytes,
             });
         }
+        let mut head = Vec::with_capacity(18);
+        identity.encode(&mut head);
+        if bytes.len() > head.len() {
+            let attrs = bytes.split_off(head.len());
+            bytes.extend_from_slice(&self.layout.pack(attrs));
+        }
         Ok(bytes)
     }
 
-    fn decode(&self, id: SessionId, stored: Stored) -> Result<Session<A, I>> {
-        let (identity, attrs) =
-            record::decode(&stored.record).map_err(|reason| Error::CorruptRecord {
-                location: self.layout.location(&id),
-                reason,
-            })?;
+    async fn decode(&self, id: SessionId, stored: Stored) -> Result<Session<A, I>> {
+        let corrupt = |reason| Error::CorruptRecord {
+            location: self.layout.location(&id),
+            reason,
+        };
+        let mut rest = stored.record.as_slice();
+        let identity = I::decode(&mut rest).map_err(corrupt)?;
+        let attrs = self.layout.unpack(&id, rest).await?;
+        let attrs = record::decode_attrs(&attrs).map_err(corrupt)?;
         Ok(Session {
             id,
             identity,
@@ -390,7 +401,7 @@ where
             return Ok(None);
         }
         match self.layout.load(id).await? {
-            Some(stored) => self.decode(*id, stored).map(Some),
+            Some(stored) => self.decode(*id, stored).await.map(Some),
             None => Ok(None),
         }
     }
@@ -413,15 +424,14 @@ where
 
     async fn load_many_unobserved(&self, ids: &[SessionId]) -> Result<Vec<Option<Session<A, I>>>> {
         let found = self.layout.load_many(ids).await?;
-        ids.iter()
-            .zip(found)
-            .map(|(id, stored)| {
-                stored
-                    .filter(|_| self.remaining(id) != Some(0))
-                    .map(|s| self.decode(*id, s))
-                    .transpose()
-            })
-            .collect()
+        let mut sessions = Vec::with_capacity(ids.len());
+        for (id, stored) in ids.iter().zip(found) {
+            sessions.push(match stored.filter(|_| self.remaining(id) != Some(0)) {
+                Some(stored) => Some(self.decode(*id, stored).await?),
+                None => None,
+            });
+        }
+        Ok(sessions)
     }
 
     /// Rolls a live session's expiry forward by the store's TTL (the idle
@@ -493,7 +503,7 @@ where
                 return Ok(None);
             };
             let expected = stored.record.clone();
-            let mut session = self.decode(*id, stored)?;
+            let mut session = self.decode(*id, stored).await?;
             change(&mut session.attrs);
             let record = self.encode(&session.identity, &session.attrs)?;
             match self.layout.replace(id, &record, Some(&expected)).await? {

@@ -92,6 +92,7 @@ use crate::error::{Error, Result};
 use crate::identity::{Identity, MAX_NAME_BYTES, Uuid};
 use crate::json_map;
 use crate::metrics::{self, Op, Outcome};
+use crate::session::dictionary::Dictionary;
 use crate::session::id::{IdWidth, SessionId};
 use crate::session::layout::compact::NO_OWNER;
 use crate::session::layout::compact::user_index::head;
@@ -219,6 +220,18 @@ where
             absolute: None,
             takeover: None,
         })
+    }
+
+    /// Packs each session's data with `dictionary` where that makes it
+    /// shorter, as [`Compact::with_dictionary`] says; the same errors.
+    pub async fn with_dictionary(mut self, dictionary: &Dictionary) -> Result<Self> {
+        self.layout = self.layout.with_dictionary(dictionary).await?;
+        Ok(self)
+    }
+
+    /// The id of the dictionary this store packs with, if it packs.
+    pub fn dictionary_id(&self) -> Option<u8> {
+        self.layout.dictionary_id()
     }
 
     /// Ends every session `lifetime` after it was created, whatever expiry
@@ -502,20 +515,25 @@ where
         let Some(stored) = self.layout.load(&sid).await? else {
             return Ok(None);
         };
-        let data = self.decode_stored(&sid, &stored.record)?;
+        let data = self.decode_stored(&sid, &stored.record).await?;
         let head = self.head_len(&stored.record).unwrap_or(0);
         self.memo.put(id, &stored.record, head, stored.expires_at);
         Ok(Some((data, stored.expires_at as i64)))
     }
 
-    /// The data map of a stored record.
-    fn decode_stored(&self, sid: &SessionId, record: &[u8]) -> Result<HashMap<String, Value>> {
+    /// The data map of a stored record, unpacked where it was packed.
+    async fn decode_stored(
+        &self,
+        sid: &SessionId,
+        record: &[u8],
+    ) -> Result<HashMap<String, Value>> {
         let corrupt = |reason: String| Error::CorruptRecord {
             location: self.layout.location(sid),
             reason,
         };
         let head = self.head_len(record).map_err(corrupt)?;
-        json_map::decode(&record[head..]).map_err(|e| corrupt(e.to_string()))
+        let data = self.layout.unpack(sid, &record[head..]).await?;
+        json_map::decode(&data).map_err(|e| corrupt(e.to_string()))
     }
 
     /// Deletes a session (nothing happens if there is none).
@@ -567,7 +585,7 @@ where
     /// length of that head.
     fn encode(&self, data: &HashMap<String, Value>) -> Result<(Vec<u8>, usize)> {
         let Some((owner_of, label_key)) = self.owner else {
-            return Ok((encode(data)?, 0));
+            return Ok((self.layout.pack(encode(data)?), 0));
         };
         let mut bytes = Vec::with_capacity(32);
         match owner_of(data) {
@@ -580,9 +598,9 @@ where
             Some(key) => {
                 let mut rest = data.clone();
                 rest.remove(key);
-                bytes.extend_from_slice(&encode(&rest)?);
+                bytes.extend_from_slice(&self.layout.pack(encode(&rest)?));
             }
-            None => bytes.extend_from_slice(&encode(data)?),
+            None => bytes.extend_from_slice(&self.layout.pack(encode(data)?)),
         }
         Ok((bytes, head))
     }

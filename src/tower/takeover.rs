@@ -282,7 +282,7 @@ where
         for _ in 0..ATTEMPTS {
             let stored = self.layout.load(&taken.id).await?;
             if let Some(stored) = &stored {
-                if self.holds(stored, taken)? {
+                if self.holds(stored, taken).await? {
                     return Ok(if replaced {
                         Synced::Updated
                     } else {
@@ -319,11 +319,11 @@ where
     }
 
     /// Whether a stored session is `taken`'s data and expiry.
-    fn holds(&self, stored: &Stored, taken: &Taken) -> Result<bool> {
+    async fn holds(&self, stored: &Stored, taken: &Taken) -> Result<bool> {
         if stored.expires_at != taken.expires_at {
             return Ok(false);
         }
-        Ok(self.decode_stored(&taken.id, &stored.record)? == taken.data)
+        Ok(self.decode_stored(&taken.id, &stored.record).await? == taken.data)
     }
 
     /// A load while a takeover is open (see the module docs).

@@ -91,6 +91,12 @@ pub struct AdviseArgs {
     /// line or one array of objects.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["profile", "record_bytes"])]
     sessions_file: Option<PathBuf>,
+    /// With `--profile`, `--sessions-file` or `--sample-url` (another
+    /// store's keys): plan for the records packed with a dictionary
+    /// trained on four fifths of the sessions (as `sessionpack dictionary
+    /// train` trains it), sized on the fifth held out.
+    #[arg(long, conflicts_with_all = ["record_bytes", "sample_namespace"])]
+    pack: bool,
     /// Instead of advising, compare the model with the measured run in this
     /// `report.json` (from `sessionpack bench memory`).
     #[arg(long, value_name = "REPORT")]
@@ -111,15 +117,15 @@ async fn record_sizes(args: &AdviseArgs, options: &ConnectOptions) -> Result<Opt
             None => sample::from_source(&mut conn, &args.source.source(), want).await?,
         }
     } else if let Some(profile) = args.profile {
-        let mut sizes = args.record_bytes.clone();
-        for n in 0..1000 {
-            sizes.push(sessionpack::json_map::encode(&profile.data(n))?.len() as u64);
-        }
-        Sample {
-            sizes,
+        let mut sample = Sample {
             from: format!("the {profile} profile"),
             ..Sample::default()
+        };
+        let count = if args.pack { 5000 } else { 1000 };
+        for n in 0..count {
+            sample.push_map(&profile.data(n))?;
         }
+        sample
     } else if !args.record_bytes.is_empty() {
         Sample {
             sizes: args.record_bytes.clone(),
@@ -141,8 +147,45 @@ async fn record_sizes(args: &AdviseArgs, options: &ConnectOptions) -> Result<Opt
             }
         )));
     }
+    if args.pack {
+        sample = packed(sample)?;
+    }
     sample.sizes.sort_unstable();
     Ok(Some(sample))
+}
+
+/// The held-out fifth of `sample`, sized as a store packing with a
+/// dictionary trained on the rest keeps it.
+fn packed(sample: Sample) -> Result<Sample> {
+    if sample.data.len() < 10 {
+        return Err(Error::Config(format!(
+            "--pack trains a dictionary on the sessions' data: {} has {} sessions to train \
+             on (10 at least, thousands for a good dictionary)",
+            sample.from,
+            sample.data.len()
+        )));
+    }
+    let (dictionary, before, after) =
+        super::dictionary::train_held_out(1, &sample.data, super::dictionary::DEFAULT_BYTES)?;
+    let held = &sample.data[sample.data.len() - sample.data.len() / 5..];
+    println!(
+        "packed with a dictionary ({} bytes) trained on {} of {}: the {} held out average \
+         {before:.1} bytes of data unpacked, {after:.1} packed",
+        dictionary.bytes().len(),
+        sample.data.len() - held.len(),
+        sample.from,
+        held.len(),
+    );
+    Ok(Sample {
+        sizes: dictionary
+            .stored_sizes(held)?
+            .into_iter()
+            .map(|n| n as u64)
+            .collect(),
+        data: Vec::new(),
+        skipped: sample.skipped,
+        from: format!("{} held out of {}, packed", held.len(), sample.from),
+    })
 }
 
 /// What records of the sampled sizes cost in the compact layout at the

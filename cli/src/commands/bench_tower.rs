@@ -43,6 +43,12 @@ pub struct TowerArgs {
     /// pick for a tower-sessions store of this many sessions).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=24))]
     compact_bits: Option<u8>,
+    /// Also measure the store packing each session's data with a
+    /// dictionary trained on sessions of the same profile that it never
+    /// stores (`sessionpack dictionary train --profile`), in a namespace
+    /// of its own.
+    #[arg(long)]
+    dictionary: bool,
     /// Directory for tower.json and tower.md.
     #[arg(long, default_value = "results/tower")]
     out: PathBuf,
@@ -109,6 +115,34 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                 store: Arc::new(store) as DynStore,
                 unseen: Arc::new(unseen) as DynStore,
             }];
+            let mut packed_mean = None;
+            if args.dictionary {
+                let sample = super::dictionary::profile_sample(profile, TRAINING_SESSIONS)?;
+                let (dictionary, _, after) = super::dictionary::train_held_out(
+                    1,
+                    &sample.data,
+                    super::dictionary::DEFAULT_BYTES,
+                )?;
+                packed_mean = Some(after);
+                let config = CompactConfig::new(bits)
+                    .with_id_width(IdWidth::Bits128)
+                    .with_namespace(PACKED_NAMESPACE);
+                let store = TowerStore::new(target.open(&url).await?, config)
+                    .await?
+                    .with_write_threshold(WRITE_THRESHOLD)
+                    .with_memo_capacity(2 * args.sessions as usize)
+                    .with_dictionary(&dictionary)
+                    .await?;
+                let unseen = TowerStore::from_layout(store.layout().clone())?
+                    .with_memo_capacity(0)
+                    .with_dictionary(&dictionary)
+                    .await?;
+                contenders.push(Contender {
+                    label: format!("sessionpack + dictionary (compact 2^{bits})"),
+                    store: Arc::new(store) as DynStore,
+                    unseen: Arc::new(unseen) as DynStore,
+                });
+            }
             if let Some(peer) = peer_store(&url).await? {
                 contenders.push(Contender {
                     label: PEER.into(),
@@ -135,10 +169,16 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                 id_bytes: 16,
                 ..Workload::new(args.sessions)
             };
-            let predicted =
-                advisor::predict(LayoutKind::Compact, bits, &workload).bytes_per_session;
+            let predict = |mean: f64| {
+                let workload = Workload {
+                    attrs_bytes: (mean.round() as u64).saturating_sub(1),
+                    ..workload
+                };
+                advisor::predict(LayoutKind::Compact, bits, &workload).bytes_per_session
+            };
+            let predictions = [Some(predict(mean)), packed_mean.map(predict)];
             for (i, run) in runs.into_iter().enumerate() {
-                let predicted = (i == 0).then_some(predicted);
+                let predicted = predictions.get(i).copied().flatten();
                 print_run(&run, predicted);
                 rows.push(Row {
                     run,
@@ -152,6 +192,10 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
 }
 
 const PEER: &str = "tower-sessions-redis-store 0.16";
+/// Sessions a benchmark's dictionary is trained on (a fifth held out).
+const TRAINING_SESSIONS: u32 = 5000;
+/// The namespace of the store that packs with a dictionary.
+const PACKED_NAMESPACE: &str = "spd";
 /// The store's write threshold in these runs: a rolling save that moves
 /// the expiry by less than a tenth of the lifetime left is not sent.
 const WRITE_THRESHOLD: f64 = 0.1;

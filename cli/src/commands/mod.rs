@@ -20,6 +20,7 @@ mod bench_tower;
 mod bench_viewed;
 mod count;
 mod demo;
+mod dictionary;
 mod migrate;
 mod source_args;
 mod store_args;
@@ -79,6 +80,9 @@ pub enum Command {
     /// Redis store, or keys of JSON or MessagePack maps) into a sessionpack
     /// tower store, online: same ids, data and expiries; resumable.
     Migrate(migrate::MigrateArgs),
+    /// Train the dictionary a tower store packs its sessions' data with,
+    /// or store one in a namespace.
+    Dictionary(dictionary::DictionaryArgs),
     /// Print the least-privilege ACL rule of a role (the app's store, the
     /// sweeper, the users command) for a namespace.
     Acl(acl::AclArgs),
@@ -169,6 +173,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Advise(args) => advise::run(args).await,
         Command::Users(args) => users::run(args).await,
         Command::Acl(args) => acl::run(&args),
+        Command::Dictionary(args) => dictionary::run(args).await,
         Command::Migrate(args) => migrate::run(args).await,
     }
 }

@@ -188,6 +188,18 @@ where
         each!(self, l => l.load(id).await)
     }
 
+    fn pack(&self, data: Vec<u8>) -> Vec<u8> {
+        each!(self, l => l.pack(data))
+    }
+
+    async fn unpack<'a>(
+        &'a self,
+        id: &'a SessionId,
+        data: &'a [u8],
+    ) -> Result<std::borrow::Cow<'a, [u8]>> {
+        each!(self, l => l.unpack(id, data).await)
+    }
+
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
         each!(self, l => l.touch(id, ttl_secs).await)
     }

@@ -286,6 +286,27 @@ pub trait Layout: Send + Sync {
             Ok(out)
         }
     }
+
+    /// A record's data (what follows its identity or owner) as the store
+    /// writes it: packed with the store's dictionary, where it has one and
+    /// that is shorter ([`crate::session::dictionary`]; a compact store).
+    /// As it is by default.
+    fn pack(&self, data: Vec<u8>) -> Vec<u8> {
+        data
+    }
+
+    /// Record data as [`Layout::pack`] gave it, unpacked: with a
+    /// dictionary read from the namespace if this process does not hold
+    /// it. Data that cannot be unpacked is an
+    /// [`crate::Error::CorruptRecord`] of `id`. As it is by default.
+    fn unpack<'a>(
+        &'a self,
+        id: &'a SessionId,
+        data: &'a [u8],
+    ) -> impl Future<Output = Result<std::borrow::Cow<'a, [u8]>>> + Send + 'a {
+        let _ = id;
+        async move { Ok(std::borrow::Cow::Borrowed(data)) }
+    }
 }
 
 /// A shared layout, so several stores (say, with different attribute
@@ -334,6 +355,12 @@ macro_rules! delegate_layout {
             }
             fn load_many(&self, ids: &[SessionId]) -> impl Future<Output = Result<Vec<Option<Stored>>>> + Send {
                 (**self).load_many(ids)
+            }
+            fn pack(&self, data: Vec<u8>) -> Vec<u8> {
+                (**self).pack(data)
+            }
+            fn unpack<'a>(&'a self, id: &'a SessionId, data: &'a [u8]) -> impl Future<Output = Result<std::borrow::Cow<'a, [u8]>>> + Send + 'a {
+                (**self).unpack(id, data)
             }
         }
     )*};

@@ -1,0 +1,174 @@
+//! `sessionpack dictionary train` and `publish`, and `advise --pack`: a
+//! dictionary trained by the tool is the one a store reads from the
+//! namespace, ids are never reused, and the advice sizes packed records.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::process::{Command, Output};
+
+use redis::AsyncCommands;
+use serde_json::json;
+use sessionpack::CompactConfig;
+use sessionpack::session::dictionary::Dictionary;
+use sessionpack::tower::TowerStore;
+
+fn sessionpack(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(args)
+        .output()
+        .expect("run sessionpack")
+}
+
+fn succeeds(args: &[&str]) -> String {
+    let out = sessionpack(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The number after `label` in `text`.
+fn number_after(text: &str, label: &str) -> f64 {
+    let at = text
+        .find(label)
+        .unwrap_or_else(|| panic!("{label:?} in {text}"))
+        + label.len();
+    text[at..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a number after {label:?} in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trained_dictionary_is_published_and_packs_the_stores_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.dict");
+    let path = file.to_str().unwrap();
+    let text = succeeds(&[
+        "dictionary",
+        "train",
+        "--profile",
+        "axum-login-app",
+        "--id",
+        "4",
+        "--sample",
+        "2000",
+        "--out",
+        path,
+    ]);
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(
+        !bytes.is_empty() && bytes.len() <= 16 * 1024,
+        "{}",
+        bytes.len()
+    );
+    let before = number_after(&text, "held out of the training: ");
+    let after = number_after(&text, "on average, ");
+    assert_eq!(before, 132.0, "{text}");
+    assert!(after < before, "{text}");
+
+    let server = common::server();
+    succeeds(&[
+        "dictionary",
+        "publish",
+        "--redis-url",
+        &server.url(),
+        "--namespace",
+        "app",
+        "--id",
+        "4",
+        path,
+    ]);
+    let mut raw = common::raw(&server).await;
+    let stored: Vec<u8> = raw.get("app:dict:4").await.unwrap();
+    assert_eq!(stored, bytes);
+    // The same file again is fine; another under the same id is refused.
+    succeeds(&[
+        "dictionary",
+        "publish",
+        "--redis-url",
+        &server.url(),
+        "--namespace",
+        "app",
+        "--id",
+        "4",
+        path,
+    ]);
+    let other = dir.path().join("other.dict");
+    std::fs::write(&other, vec![7u8; 500]).unwrap();
+    let out = sessionpack(&[
+        "dictionary",
+        "publish",
+        "--redis-url",
+        &server.url(),
+        "--namespace",
+        "app",
+        "--id",
+        "4",
+        other.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("never reused"), "{stderr}");
+
+    // A store given the file packs with it; one that only knows the
+    // namespace reads the published copy.
+    let dictionary = Dictionary::new(4, bytes).unwrap();
+    let config = || CompactConfig::new(4).with_namespace("app");
+    let packing = TowerStore::new(common::manager(&server).await, config())
+        .await
+        .unwrap()
+        .with_dictionary(&dictionary)
+        .await
+        .unwrap();
+    let reader = TowerStore::new(common::manager(&server).await, config())
+        .await
+        .unwrap();
+    let data: std::collections::HashMap<String, serde_json::Value> =
+        serde_json::from_value(json!({
+            "axum-login.data": {"user_id": 1_000_001, "auth_hash": [1, 2, 3]},
+            "csrf_token": "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0",
+            "locale": "de-DE",
+            "flash": "Item removed",
+        }))
+        .unwrap();
+    let expires = sessionpack::clock::unix_now() as i64 + 600;
+    packing.create_data(9, &data, expires, || 0).await.unwrap();
+    assert_eq!(reader.load_data(9).await.unwrap().unwrap().0, data);
+}
+
+#[test]
+fn advice_sizes_packed_records_on_sessions_held_out_of_training() {
+    let text = succeeds(&["advise", "--profile", "axum-login-app", "--pack"]);
+    let unpacked = number_after(&text, "held out average ");
+    let packed = number_after(&text, "bytes of data unpacked, ");
+    assert_eq!(unpacked, 132.0, "{text}");
+    assert!(packed < unpacked, "{text}");
+    // The plan is for the packed sizes.
+    let planned = number_after(&text, "records ");
+    assert!(
+        (planned - packed).abs() < 0.05,
+        "{planned} {packed}\n{text}"
+    );
+
+    // Too few sessions to train on is an error that says so.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("few.jsonl");
+    std::fs::write(&file, "{\"a\": 1}\n{\"a\": 2}\n").unwrap();
+    let out = sessionpack(&[
+        "advise",
+        "--sessions-file",
+        file.to_str().unwrap(),
+        "--pack",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("10 at least"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

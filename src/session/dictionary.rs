@@ -1,0 +1,457 @@
+//! Record data packed with a dictionary trained on an app's own sessions.
+//!
+//! A real app's session (a csrf token, a locale, a flash message, the
+//! login) is 100-400 bytes of MessagePack whose keys and much of whose
+//! values repeat from one session to the next. A generic compressor saves
+//! nothing on so little; zstd with a dictionary trained on the app's
+//! sessions shortens such a record by a quarter to a half, and a shorter
+//! record takes fewer pieces in its bucket, or none
+//! ([`crate::session::layout::compact`]).
+//!
+//! Packed data is [`PACKED`] (`0xc1`, a byte MessagePack never uses, so no
+//! unpacked data begins with it), the dictionary's id, then a zstd frame
+//! without magic number, checksum or dictionary id: about three bytes of
+//! framing. Only the data after a record's owner is packed, so the scripts
+//! still see who owns a session. Data that would not get shorter is kept
+//! as it is.
+//!
+//! A dictionary never changes once stored: it lives under
+//! `<namespace>:dict:<id>` (no expiry), written with `SET NX` by whoever
+//! trains or opens it, and read by any process that meets a record packed
+//! with an id it does not hold. A new dictionary takes a new id, and
+//! records packed with the old one stay readable as long as its key is
+//! there. Records are packed only in namespaces of record format 3 or
+//! later, which every process that opens them knows to unpack.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Error, Result};
+
+/// The first byte of packed data.
+pub const PACKED: u8 = 0xc1;
+/// The largest dictionary stored or trained, in bytes: records are small,
+/// and a larger dictionary only costs memory in every process.
+pub const MAX_DICTIONARY_BYTES: usize = 64 * 1024;
+/// The longest data unpacked, in bytes (a larger claim is corrupt data,
+/// not a session).
+pub const MAX_UNPACKED_BYTES: usize = 1 << 20;
+/// The record format from which a namespace may hold packed records.
+pub const PACKED_FORMAT: u32 = 3;
+/// Data shorter than this is never packed: the framing would eat the gain.
+const MIN_PACKED_INPUT: usize = 24;
+/// zstd's level: its default. The strongest (19) packs these records 2-4%
+/// shorter at several times the client's time per write.
+#[cfg(feature = "compression")]
+const LEVEL: i32 = 3;
+
+/// The key a namespace keeps dictionary `id` under.
+pub fn key(namespace: &str, id: u8) -> String {
+    format!("{namespace}:dict:{id}")
+}
+
+/// A trained dictionary and its id in its namespace (1-255).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Dictionary {
+    id: u8,
+    bytes: Arc<[u8]>,
+}
+
+impl std::fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dictionary")
+            .field("id", &self.id)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl Dictionary {
+    /// A dictionary from its bytes (as [`Dictionary::train`] made them, or
+    /// read from a file or the namespace). Refuses id 0 and dictionaries
+    /// over [`MAX_DICTIONARY_BYTES`].
+    pub fn new(id: u8, bytes: impl Into<Arc<[u8]>>) -> Result<Self> {
+        let bytes = bytes.into();
+        if id == 0 {
+            return Err(Error::Config("a dictionary's id is 1 to 255".into()));
+        }
+        if bytes.is_empty() || bytes.len() > MAX_DICTIONARY_BYTES {
+            return Err(Error::Config(format!(
+                "a dictionary is 1 to {MAX_DICTIONARY_BYTES} bytes; this one is {}",
+                bytes.len()
+            )));
+        }
+        Ok(Self { id, bytes })
+    }
+
+    /// Trains a dictionary of at most `max_bytes` on sample record data
+    /// (what the store packs: a record's data after its owner). A few
+    /// thousand samples of the app's own sessions make a good one; samples
+    /// the dictionary is later measured on should not be among them.
+    #[cfg(feature = "compression")]
+    pub fn train<S: AsRef<[u8]>>(id: u8, samples: &[S], max_bytes: usize) -> Result<Self> {
+        let max = max_bytes.min(MAX_DICTIONARY_BYTES);
+        let bytes = zstd::dict::from_samples(samples, max).map_err(|e| {
+            Error::Config(format!(
+                "training a dictionary on {} samples: {e} (zstd wants many more samples \
+                 than one, and more bytes of them than the dictionary's size)",
+                samples.len()
+            ))
+        })?;
+        Self::new(id, bytes)
+    }
+
+    /// The bytes a store packing with it keeps of each of `data` (record
+    /// data, as [`Dictionary::train`] takes it): packed where that is
+    /// shorter. What `sessionpack dictionary train` and the advisor report.
+    pub fn stored_sizes<S: AsRef<[u8]>>(&self, data: &[S]) -> Result<Vec<usize>> {
+        let packer = Packer::new("").packing_with(self)?;
+        Ok(data
+            .iter()
+            .map(|d| packer.pack(d.as_ref().to_vec()).len())
+            .collect())
+    }
+
+    /// Its id in the namespace.
+    pub fn id(&self) -> u8 {
+        self.id
+    }
+
+    /// Its bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Stores it under [`key`] unless that key holds it already; another
+    /// dictionary there is an [`Error::Config`]: ids are never reused.
+    /// One `SET NX GET` (Redis 7.0 and later).
+    pub async fn publish<C>(&self, conn: &C, namespace: &str) -> Result<()>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        let key = key(namespace, self.id);
+        let found: Option<Vec<u8>> = redis::cmd("SET")
+            .arg(&key)
+            .arg(self.bytes())
+            .arg("NX")
+            .arg("GET")
+            .query_async(&mut conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        match found {
+            Some(other) if *other != *self.bytes => Err(Error::Config(format!(
+                "{key} holds another dictionary ({} bytes); a dictionary's id is never \
+                 reused: give this one a new id",
+                other.len()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads dictionary `id` of `namespace`, if stored. One `GET`.
+    pub async fn fetch<C>(conn: &C, namespace: &str, id: u8) -> Result<Option<Self>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        let key = key(namespace, id);
+        let bytes: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        bytes.map(|b| Self::new(id, b)).transpose()
+    }
+}
+
+/// Packs a store's record data with its dictionary and unpacks data
+/// packed with any of its namespace's, fetching those it does not hold.
+#[derive(Default)]
+pub(crate) struct Packer {
+    namespace: String,
+    current: Option<Arc<codec::Codec>>,
+    known: RwLock<HashMap<u8, Arc<codec::Codec>>>,
+}
+
+impl std::fmt::Debug for Packer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Packer")
+            .field("namespace", &self.namespace)
+            .field("packs_with", &self.current.as_ref().map(|c| c.id()))
+            .finish()
+    }
+}
+
+impl Packer {
+    /// A packer that packs nothing and unpacks what `namespace` holds.
+    pub(crate) fn new(namespace: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// The same packer packing with `dictionary`.
+    pub(crate) fn packing_with(mut self, dictionary: &Dictionary) -> Result<Self> {
+        let codec = Arc::new(codec::Codec::new(dictionary)?);
+        self.known
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(dictionary.id, codec.clone());
+        self.current = Some(codec);
+        Ok(self)
+    }
+
+    /// The id of the dictionary it packs with.
+    pub(crate) fn dictionary_id(&self) -> Option<u8> {
+        self.current.as_ref().map(|c| c.id())
+    }
+
+    /// `data` packed, where that makes it shorter.
+    pub(crate) fn pack(&self, data: Vec<u8>) -> Vec<u8> {
+        match &self.current {
+            Some(codec) if data.len() >= MIN_PACKED_INPUT => match codec.pack(&data) {
+                Some(packed) if packed.len() < data.len() => packed,
+                _ => data,
+            },
+            _ => data,
+        }
+    }
+
+    /// `data` unpacked; a dictionary this process does not hold is read
+    /// from the namespace first. Unreadable packed data, or a dictionary
+    /// no longer stored, is an [`Error::CorruptRecord`] at `location`.
+    pub(crate) async fn unpack<'a, C>(
+        &self,
+        conn: &C,
+        data: &'a [u8],
+        location: impl Fn() -> String,
+    ) -> Result<Cow<'a, [u8]>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        let [PACKED, id, frame @ ..] = data else {
+            if data.first() == Some(&PACKED) {
+                return Err(corrupt(location, "packed data without its dictionary id"));
+            }
+            return Ok(Cow::Borrowed(data));
+        };
+        let codec = self.codec(conn, *id, &location).await?;
+        codec
+            .unpack(frame)
+            .map(Cow::Owned)
+            .map_err(|reason| corrupt(location, &reason))
+    }
+
+    async fn codec<C>(
+        &self,
+        conn: &C,
+        id: u8,
+        location: &impl Fn() -> String,
+    ) -> Result<Arc<codec::Codec>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        if let Some(codec) = self
+            .known
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+        {
+            return Ok(codec.clone());
+        }
+        let Some(dictionary) = Dictionary::fetch(conn, &self.namespace, id).await? else {
+            return Err(corrupt(
+                location,
+                &format!(
+                    "packed with dictionary {id}, and {} is not stored (restore it from \
+                     the file it was trained into: `sessionpack dictionary publish`)",
+                    key(&self.namespace, id)
+                ),
+            ));
+        };
+        let codec = Arc::new(codec::Codec::new(&dictionary)?);
+        Ok(self
+            .known
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id)
+            .or_insert(codec)
+            .clone())
+    }
+}
+
+fn corrupt(location: impl Fn() -> String, reason: &str) -> Error {
+    Error::CorruptRecord {
+        location: location(),
+        reason: reason.to_owned(),
+    }
+}
+
+#[cfg(feature = "compression")]
+mod codec {
+    use std::sync::Mutex;
+
+    use zstd::bulk::{Compressor, Decompressor};
+    use zstd::zstd_safe::{CParameter, DParameter, FrameFormat};
+
+    use super::{Dictionary, LEVEL, MAX_UNPACKED_BYTES, PACKED};
+    use crate::error::{Error, Result};
+
+    /// Contexts loaded with one dictionary, kept for reuse: loading one
+    /// costs far more than packing a record.
+    pub(super) struct Codec {
+        dictionary: Dictionary,
+        compressors: Mutex<Vec<Compressor<'static>>>,
+        decompressors: Mutex<Vec<Decompressor<'static>>>,
+    }
+
+    fn config(e: std::io::Error) -> Error {
+        Error::Config(format!("zstd refused the dictionary: {e}"))
+    }
+
+    impl Codec {
+        pub(super) fn new(dictionary: &Dictionary) -> Result<Self> {
+            let codec = Self {
+                dictionary: dictionary.clone(),
+                compressors: Mutex::default(),
+                decompressors: Mutex::default(),
+            };
+            // Checked now, so a bad dictionary fails where it is given.
+            let c = codec.compressor()?;
+            codec
+                .compressors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c);
+            Ok(codec)
+        }
+
+        pub(super) fn id(&self) -> u8 {
+            self.dictionary.id()
+        }
+
+        fn compressor(&self) -> Result<Compressor<'static>> {
+            if let Some(c) = self
+                .compressors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()
+            {
+                return Ok(c);
+            }
+            let mut c =
+                Compressor::with_dictionary(LEVEL, self.dictionary.bytes()).map_err(config)?;
+            for p in [
+                CParameter::Format(FrameFormat::Magicless),
+                CParameter::ChecksumFlag(false),
+                CParameter::DictIdFlag(false),
+                CParameter::ContentSizeFlag(true),
+            ] {
+                c.set_parameter(p).map_err(config)?;
+            }
+            Ok(c)
+        }
+
+        fn decompressor(&self) -> Result<Decompressor<'static>> {
+            if let Some(d) = self
+                .decompressors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()
+            {
+                return Ok(d);
+            }
+            let mut d = Decompressor::with_dictionary(self.dictionary.bytes()).map_err(config)?;
+            d.set_parameter(DParameter::Format(FrameFormat::Magicless))
+                .map_err(config)?;
+            Ok(d)
+        }
+
+        /// `PACKED`, the id and the frame; `None` if zstd failed.
+        pub(super) fn pack(&self, data: &[u8]) -> Option<Vec<u8>> {
+            let mut c = self.compressor().ok()?;
+            let frame = c.compress(data).ok();
+            self.compressors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c);
+            let frame = frame?;
+            let mut out = Vec::with_capacity(2 + frame.len());
+            out.extend_from_slice(&[PACKED, self.id()]);
+            out.extend_from_slice(&frame);
+            Some(out)
+        }
+
+        /// A frame's data.
+        pub(super) fn unpack(&self, frame: &[u8]) -> std::result::Result<Vec<u8>, String> {
+            let size = content_size(frame).ok_or("a packed record's frame has no size")?;
+            if size > MAX_UNPACKED_BYTES {
+                return Err(format!(
+                    "a packed record claims {size} bytes, more than {MAX_UNPACKED_BYTES}"
+                ));
+            }
+            let mut d = self.decompressor().map_err(|e| e.to_string())?;
+            let mut out = Vec::with_capacity(size);
+            let done = d.decompress_to_buffer(frame, &mut out);
+            self.decompressors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(d);
+            match done {
+                Ok(n) if n == size => Ok(out),
+                Ok(n) => Err(format!("a packed record claims {size} bytes and holds {n}")),
+                Err(e) => Err(format!("a packed record does not unpack: {e}")),
+            }
+        }
+    }
+
+    /// The size a magicless single-segment frame records
+    /// (its header's descriptor, then the size: RFC 8878, 3.1.1.1).
+    fn content_size(frame: &[u8]) -> Option<usize> {
+        let (&descriptor, rest) = frame.split_first()?;
+        let single_segment = descriptor & 0x20 != 0;
+        let dict_id = descriptor & 0x03;
+        if !single_segment || dict_id != 0 {
+            return None;
+        }
+        match descriptor >> 6 {
+            0 => rest.first().map(|&b| usize::from(b)),
+            1 => Some(usize::from(u16::from_le_bytes(rest.get(..2)?.try_into().ok()?)) + 256),
+            2 => usize::try_from(u32::from_le_bytes(rest.get(..4)?.try_into().ok()?)).ok(),
+            _ => usize::try_from(u64::from_le_bytes(rest.get(..8)?.try_into().ok()?)).ok(),
+        }
+    }
+}
+
+#[cfg(not(feature = "compression"))]
+mod codec {
+    use super::Dictionary;
+    use crate::error::{Error, Result};
+
+    /// Without the `compression` feature nothing is packed, and packed
+    /// data is refused with a word on what is missing.
+    pub(super) struct Codec(u8);
+
+    impl Codec {
+        pub(super) fn new(dictionary: &Dictionary) -> Result<Self> {
+            let _ = Codec(dictionary.id());
+            Err(Error::Config(format!(
+                "records packed with dictionary {} need sessionpack's `compression` feature",
+                dictionary.id()
+            )))
+        }
+
+        pub(super) fn id(&self) -> u8 {
+            self.0
+        }
+
+        pub(super) fn pack(&self, _: &[u8]) -> Option<Vec<u8>> {
+            None
+        }
+
+        pub(super) fn unpack(&self, _: &[u8]) -> std::result::Result<Vec<u8>, String> {
+            Err("packed records need sessionpack's `compression` feature".into())
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! Session data packed with a dictionary trained on the app's sessions: it
+//! round-trips, stays in one value where it would have taken pieces, is
+//! read by processes that never held the dictionary, and damaged packed
+//! data, a lost dictionary or a reused id is a typed error, never a
+//! panic or a wrong session.
+
+mod common;
+
+use std::collections::HashMap;
+
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use sessionpack::identity::Identity;
+use sessionpack::session::dictionary::{self, Dictionary, PACKED};
+use sessionpack::session::layout::StoredRecord;
+use sessionpack::session::meta::StoreMeta;
+use sessionpack::tower::{TowerStore, session_id};
+use sessionpack::ttl::Deadline;
+use sessionpack::{CompactConfig, Error, Layout};
+use sessionpack_testkit::LocalServer;
+
+type Store = TowerStore<redis::aio::ConnectionManager>;
+
+/// An app's session: the login, a csrf token, a locale, a flash message.
+fn app_session(n: u64) -> HashMap<String, Value> {
+    let token: String = (0..64)
+        .map(|i| {
+            let x = n.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(i) ^ (u64::from(i) * 7919);
+            char::from_digit((x % 16) as u32, 16).unwrap()
+        })
+        .collect();
+    let locales = ["en-US", "de-DE", "fr-FR"];
+    let flashes = ["Welcome back", "Item removed", "Order placed"];
+    serde_json::from_value(json!({
+        "axum-login.data": {"user_id": 1_000_000 + n, "auth_hash": digest(n)},
+        "csrf_token": token,
+        "locale": locales[(n % 3) as usize],
+        "flash": flashes[(n / 3 % 3) as usize],
+    }))
+    .unwrap()
+}
+
+/// 32 bytes that vary with `n` and repeat nothing.
+fn digest(n: u64) -> Vec<u8> {
+    (0..32u32)
+        .map(|i| {
+            (n.wrapping_add(1)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left(i * 2)
+                >> 11) as u8
+        })
+        .collect()
+}
+
+/// The pieces a stored value names.
+fn pieces(value: &[u8]) -> usize {
+    match StoredRecord::of_value(value) {
+        Some(StoredRecord::Pieced { pieces, .. }) => pieces,
+        _ => 0,
+    }
+}
+
+fn trained(id: u8) -> Dictionary {
+    let samples: Vec<Vec<u8>> = (10_000..11_000)
+        .map(|n| sessionpack::json_map::encode(&app_session(n)).unwrap())
+        .collect();
+    Dictionary::train(id, &samples, 4096).expect("a dictionary trains on 1,000 sessions")
+}
+
+async fn store(server: &LocalServer, config: CompactConfig) -> Store {
+    TowerStore::new(common::manager(server).await, config)
+        .await
+        .unwrap()
+}
+
+fn in_an_hour() -> i64 {
+    sessionpack::clock::unix_now() as i64 + 3600
+}
+
+/// The raw value of a session's field in its bucket.
+async fn raw_value(server: &LocalServer, store: &Store, id: i128) -> Vec<u8> {
+    let sid = session_id(id);
+    let bucket = store.layout().buckets().bucket_of(&sid);
+    let mut raw = common::raw(server).await;
+    raw.hget(
+        store.layout().scheme().bucket_key(bucket),
+        store.layout().buckets().field(&sid),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn packed_sessions_round_trip_and_stay_in_one_value_with_fewer_pieces() {
+    let server = common::server();
+    let dict = trained(1);
+    let packing = store(&server, CompactConfig::new(4))
+        .await
+        .with_dictionary(&dict)
+        .await
+        .unwrap();
+    assert_eq!(packing.dictionary_id(), Some(1));
+    let plain_len = sessionpack::json_map::encode(&app_session(1))
+        .unwrap()
+        .len();
+    assert!(plain_len > 120, "the app session is {plain_len} bytes");
+    for n in 0..50u64 {
+        let id = 1000 + i128::from(n);
+        let data = app_session(n);
+        packing
+            .create_data(id, &data, in_an_hour(), || 0)
+            .await
+            .unwrap();
+        let value = raw_value(&server, &packing, id).await;
+        // Expiry, the pieced marker and count, then the packed data.
+        let data_at = if pieces(&value) > 0 { 6 } else { 4 };
+        assert_eq!(value[data_at], PACKED, "packed: {value:?}");
+        assert_eq!(value[data_at + 1], 1, "the dictionary's id");
+        let (loaded, _) = packing.load_data(id).await.unwrap().unwrap();
+        assert_eq!(loaded, data);
+        // A change is packed again and read back.
+        let mut changed = data.clone();
+        changed.insert("flash".into(), json!("Saved"));
+        assert!(packing.save_data(id, &changed, in_an_hour()).await.unwrap());
+        assert_eq!(packing.load_data(id).await.unwrap().unwrap().0, changed);
+    }
+    // Unpacked, the same sessions take two pieces each; packed, one.
+    let unpacked = store(&server, CompactConfig::new(4).with_namespace("unpacked")).await;
+    unpacked
+        .create_data(7, &app_session(3), in_an_hour(), || 0)
+        .await
+        .unwrap();
+    let (before, after) = (
+        pieces(&raw_value(&server, &unpacked, 7).await),
+        pieces(&raw_value(&server, &packing, 1003).await),
+    );
+    assert!(after < before, "{after} pieces packed, {before} unpacked");
+}
+
+#[tokio::test]
+async fn processes_without_the_dictionary_read_and_write_packed_namespaces() {
+    let server = common::server();
+    let dict = trained(3);
+    let packing = store(&server, CompactConfig::new(4))
+        .await
+        .with_dictionary(&dict)
+        .await
+        .unwrap();
+    let other = store(&server, CompactConfig::new(4)).await;
+    assert_eq!(other.dictionary_id(), None);
+    packing
+        .create_data(1, &app_session(1), in_an_hour(), || 0)
+        .await
+        .unwrap();
+    // The other process reads the dictionary from the namespace.
+    assert_eq!(other.load_data(1).await.unwrap().unwrap().0, app_session(1));
+    // What it writes, unpacked, the packing process reads.
+    other
+        .save_data(1, &app_session(2), in_an_hour())
+        .await
+        .unwrap();
+    let value = raw_value(&server, &other, 1).await;
+    let data_at = if pieces(&value) > 0 { 6 } else { 4 };
+    assert_ne!(value[data_at], PACKED);
+    assert_eq!(
+        packing.load_data(1).await.unwrap().unwrap().0,
+        app_session(2)
+    );
+    // Short data is never packed: the framing would cost more.
+    let short: HashMap<String, Value> = serde_json::from_value(json!({"u": 1})).unwrap();
+    packing
+        .create_data(2, &short, in_an_hour(), || 0)
+        .await
+        .unwrap();
+    assert_ne!(raw_value(&server, &packing, 2).await[4], PACKED);
+    assert_eq!(other.load_data(2).await.unwrap().unwrap().0, short);
+}
+
+#[tokio::test]
+async fn a_lost_dictionary_or_damaged_packed_data_is_a_corrupt_record() {
+    let server = common::server();
+    let dict = trained(1);
+    let packing = store(&server, CompactConfig::new(4))
+        .await
+        .with_dictionary(&dict)
+        .await
+        .unwrap();
+    packing
+        .create_data(1, &app_session(1), in_an_hour(), || 0)
+        .await
+        .unwrap();
+    let mut raw = common::raw(&server).await;
+    let _: () = raw.del(dictionary::key("sp", 1)).await.unwrap();
+    // The process holding it still reads; one that never held it cannot,
+    // and says which key is missing.
+    assert!(packing.load_data(1).await.unwrap().is_some());
+    let other = store(&server, CompactConfig::new(4)).await;
+    match other.load_data(1).await {
+        Err(Error::CorruptRecord { reason, .. }) => {
+            assert!(reason.contains("sp:dict:1"), "{reason}")
+        }
+        other => panic!("expected a corrupt record, got {other:?}"),
+    }
+    // Publishing it again (as `sessionpack dictionary publish` does)
+    // restores the other process's reads.
+    dict.publish(&raw, "sp").await.unwrap();
+    assert_eq!(other.load_data(1).await.unwrap().unwrap().0, app_session(1));
+
+    // Damaged packed data, written as a raw record: each is refused.
+    let layout = packing.layout();
+    let frame_of = |claimed: u8| vec![PACKED, 1, 0x20, claimed, 0xde, 0xad, 0xbe, 0xef];
+    let damaged: Vec<Vec<u8>> = vec![
+        vec![PACKED],
+        vec![PACKED, 1],
+        frame_of(40),
+        // A frame header claiming 2^32 - 1 bytes.
+        vec![PACKED, 1, 0xa0, 0xff, 0xff, 0xff, 0xff, 0x00],
+        // A dictionary no one stored.
+        vec![PACKED, 9, 0x20, 4, 1, 2, 3, 4],
+        vec![PACKED, 1, 0x00],
+    ];
+    for (i, record) in damaged.iter().enumerate() {
+        let id = 100 + i as i128;
+        let inserted = layout
+            .insert(&session_id(id), record, Deadline::In(600))
+            .await
+            .unwrap();
+        assert!(matches!(
+            inserted,
+            sessionpack::session::layout::Inserted::Created { .. }
+        ));
+        for reader in [&packing, &other] {
+            match reader.load_data(id).await {
+                Err(Error::CorruptRecord { .. }) => {}
+                other => panic!("{record:?}: expected a corrupt record, got {other:?}"),
+            }
+        }
+        // It is still removable.
+        packing.delete_data(id).await.unwrap();
+        assert_eq!(layout.load(&session_id(id)).await.unwrap(), None);
+    }
+}
+
+#[tokio::test]
+async fn dictionary_ids_are_never_reused_and_old_namespaces_are_not_packed() {
+    let server = common::server();
+    let raw = common::raw(&server).await;
+    trained(1).publish(&raw, "sp").await.unwrap();
+    // The same dictionary again is fine; another under its id is not.
+    trained(1).publish(&raw, "sp").await.unwrap();
+    let other = Dictionary::new(1, vec![1u8; 300]).unwrap();
+    assert!(matches!(
+        other.publish(&raw, "sp").await,
+        Err(Error::Config(_))
+    ));
+    let packing = store(&server, CompactConfig::new(4)).await;
+    assert!(matches!(
+        packing.with_dictionary(&other).await,
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        Dictionary::new(0, vec![1u8; 300]),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        Dictionary::new(2, vec![1u8; dictionary::MAX_DICTIONARY_BYTES + 1]),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        Dictionary::new(2, Vec::new()),
+        Err(Error::Config(_))
+    ));
+
+    // A namespace recorded before record format 3: its other processes
+    // would not unpack, so nothing is packed there.
+    let mut meta = sessionpack::Compact::<redis::aio::ConnectionManager>::meta(
+        &sessionpack::Buckets::new("old", 4)
+            .unwrap()
+            .with_id_width(sessionpack::IdWidth::Bits128),
+    );
+    meta.format = 2;
+    meta.claim(&raw, "old").await.unwrap();
+    let old = store(&server, CompactConfig::new(4).with_namespace("old")).await;
+    assert_eq!(old.layout().format(), 2);
+    match old.with_dictionary(&trained(1)).await {
+        Err(Error::Config(message)) => assert!(message.contains("format 2"), "{message}"),
+        other => panic!(
+            "expected a refusal, got {:?}",
+            other.map(|s| s.dictionary_id())
+        ),
+    }
+    assert_eq!(
+        StoreMeta::read(&raw, "old").await.unwrap().unwrap().format,
+        2
+    );
+}
+
+#[tokio::test]
+async fn owners_stay_readable_to_the_user_index_when_data_is_packed() {
+    let server = common::server();
+    let config = CompactConfig::new(4).with_user_index(common::users::config());
+    let packing = store(&server, config)
+        .await
+        .with_dictionary(&trained(1))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..6u64 {
+        // Three sessions of user 1,000,001, three of others.
+        let user = if n % 2 == 0 { 1 } else { 10 + n };
+        let id = packing
+            .create_data(0, &app_session(user), in_an_hour(), || 0)
+            .await
+            .unwrap();
+        ids.push((id, user));
+    }
+    let owner = Identity::from(1_000_001u64);
+    assert_eq!(packing.sessions_of(&owner).await.unwrap().len(), 3);
+    let revoked = packing.revoke_all(&owner).await.unwrap();
+    assert_eq!(revoked.removed, 3);
+    for (id, user) in ids {
+        let live = packing.load_data(id).await.unwrap();
+        assert_eq!(live.is_some(), user != 1, "session of user {user}");
+    }
+}
+
+/// A typed session as an app's `Store` keeps it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct AppAttrs {
+    csrf: String,
+    locale: String,
+    flash: Option<String>,
+}
+
+fn app_attrs(n: u64) -> AppAttrs {
+    let data = app_session(n);
+    AppAttrs {
+        csrf: data["csrf_token"].as_str().unwrap().to_owned(),
+        locale: data["locale"].as_str().unwrap().to_owned(),
+        flash: Some(data["flash"].as_str().unwrap().to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn typed_stores_pack_their_attributes_too() {
+    let server = common::server();
+    let samples: Vec<Vec<u8>> = (10_000..11_000)
+        .map(|n| {
+            let record = sessionpack::session::record::encode(&n, &app_attrs(n)).unwrap();
+            let (_, attrs) = sessionpack::session::record::split(&record).unwrap();
+            attrs.to_vec()
+        })
+        .collect();
+    let dict = Dictionary::train(2, &samples, 4096).unwrap();
+    let layout = sessionpack::Compact::new(common::manager(&server).await, CompactConfig::new(4))
+        .await
+        .unwrap();
+    let plain: sessionpack::Store<_, AppAttrs> = sessionpack::Store::new(layout.clone());
+    let packing: sessionpack::Store<_, AppAttrs> =
+        sessionpack::Store::new(layout.with_dictionary(&dict).await.unwrap());
+    let mut raw = common::raw(&server).await;
+    for n in 0..20u64 {
+        let session = packing.create(1_000_000 + n, app_attrs(n)).await.unwrap();
+        let scheme = packing.layout().scheme();
+        let bucket = packing.layout().buckets().bucket_of(&session.id);
+        let value: Vec<u8> = raw
+            .hget(
+                scheme.bucket_key(bucket),
+                packing.layout().buckets().field(&session.id),
+            )
+            .await
+            .unwrap();
+        // Expiry, then the identity (a uint32: 5 bytes), then packed data.
+        let data_at = if pieces(&value) > 0 { 6 } else { 4 } + 5;
+        assert_eq!(value[data_at], PACKED, "{value:?}");
+        for reader in [&packing, &plain] {
+            let loaded = reader.load(&session.id).await.unwrap().unwrap();
+            assert_eq!(
+                (loaded.identity, loaded.attrs),
+                (1_000_000 + n, app_attrs(n))
+            );
+        }
+        // An update reads packed data and writes it packed again.
+        let updated = packing
+            .update(&session.id, |a| a.flash = None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(updated.attrs.flash, None);
+        let loaded = plain.load(&session.id).await.unwrap().unwrap();
+        assert_eq!(
+            loaded.attrs,
+            AppAttrs {
+                flash: None,
+                ..app_attrs(n)
+            }
+        );
+    }
+}
