@@ -8,7 +8,8 @@
 # `fill` what fuller compact buckets cost in speed and server CPU;
 # `churn` the memory after sessions come and go (Redis 7.0, and 7.4.1 with
 # activedefrag). `tower` the tower-sessions store beside the peer crate
-# (tower-sessions-redis-store) per session profile. `servers` measures
+# (tower-sessions-redis-store) per session profile; `tower-servers` the
+# app profiles, packed and not, on each source-built server. `servers` measures
 # every layout at 1M on Redis 7.4.1 and 8.0.6 and Valkey 8.0.1 and 9.1.2
 # (built by scripts/ensure-servers.sh; SESSIONPACK_ANALYSIS_SERVERS="a b"
 # for only some). `server-expiry` the compact layout swept against the
@@ -33,7 +34,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -106,6 +107,15 @@ for part in "${parts[@]}"; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench churn --sessions 1000000 --rounds 3 \
           --out "analysis/runs/churn-$name"
       done < <(scripts/ensure-servers.sh) ;;
+    tower-servers)
+      # The app's two session shapes, packed and not, beside the peer crate
+      # on every server users run: 100k sessions, one round.
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      while read -r name path; do
+        SESSIONPACK_REDIS_SERVER=$path $sp bench tower --sessions 100000 --rounds 1 \
+          --profiles axum-login-app,axum-login-app-text --dictionary --out "analysis/tower/$name"
+      done < <(scripts/ensure-servers.sh ${SESSIONPACK_ANALYSIS_SERVERS:-})
+      cargo build --release --quiet -p sessionpack-cli ;;
     servers)
       while read -r name path; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench memory --sessions 1000000 --bucket-bits 14 \

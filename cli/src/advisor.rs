@@ -486,6 +486,35 @@ pub struct Prediction {
     pub total_bytes: f64,
 }
 
+/// Bytes per session of a compact store at `2^bucket_bits` whose records
+/// have the sizes of `sizes` (a sample, any order): each size costs what a
+/// store of records of that size would (a record near the value limit
+/// costs a piece more or less than one of the mean's size).
+pub fn predict_sizes(bucket_bits: u8, sizes: &[u64], base: &Workload) -> f64 {
+    let mut sorted = sizes.to_vec();
+    sorted.sort_unstable();
+    let mut counts: Vec<(u64, u64)> = Vec::new();
+    for size in sorted {
+        match counts.last_mut() {
+            Some((s, n)) if *s == size => *n += 1,
+            _ => counts.push((size, 1)),
+        }
+    }
+    let bytes: f64 = counts
+        .iter()
+        .map(|&(size, n)| {
+            let w = Workload {
+                identity: 0,
+                identity_form: Form::Int,
+                attrs_bytes: size.saturating_sub(1),
+                ..*base
+            };
+            n as f64 * predict(LayoutKind::Compact, bucket_bits, &w).bytes_per_session
+        })
+        .sum();
+    bytes / sizes.len().max(1) as f64
+}
+
 /// Predicts one layout's cost; `bucket_bits` matters only for bucketed.
 pub fn predict(layout: LayoutKind, bucket_bits: u8, w: &Workload) -> Prediction {
     let n = w.sessions.max(1);

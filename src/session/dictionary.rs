@@ -455,3 +455,62 @@ mod codec {
         }
     }
 }
+
+#[cfg(all(test, feature = "compression"))]
+mod tests {
+    use super::*;
+
+    fn samples(count: u64) -> Vec<Vec<u8>> {
+        (0..count)
+            .map(|n| {
+                format!(
+                    "{{\"locale\":\"{}\",\"token\":\"{:016x}\",\"flash\":\"Item removed\"}}",
+                    ["en-US", "de-DE"][(n % 2) as usize],
+                    n.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                )
+                .into_bytes()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn packed_data_unpacks_to_itself_and_is_shorter() {
+        let dictionary = Dictionary::train(7, &samples(1000), 4096).unwrap();
+        let packer = Packer::new("t").packing_with(&dictionary).unwrap();
+        for data in samples(1100).split_off(1000) {
+            let packed = packer.pack(data.clone());
+            assert!(
+                packed.len() < data.len(),
+                "{} of {}",
+                packed.len(),
+                data.len()
+            );
+            assert_eq!(&packed[..2], &[PACKED, 7]);
+            let codec = packer.current.as_ref().unwrap();
+            assert_eq!(codec.unpack(&packed[2..]).unwrap(), data);
+        }
+        // Short data, and data packing would not shorten, stay as they are.
+        assert_eq!(packer.pack(b"{\"u\":1}".to_vec()), b"{\"u\":1}");
+        let noise: Vec<u8> = (0..64u64)
+            .map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8)
+            .collect();
+        assert_eq!(packer.pack(noise.clone()), noise);
+        assert_eq!(dictionary.stored_sizes(std::slice::from_ref(&noise)).unwrap(), [64]);
+    }
+
+    #[test]
+    fn frames_that_lie_about_their_size_are_refused() {
+        let dictionary = Dictionary::train(7, &samples(1000), 4096).unwrap();
+        let codec = codec::Codec::new(&dictionary).unwrap();
+        let data = samples(1).remove(0);
+        let packer = Packer::new("t").packing_with(&dictionary).unwrap();
+        let mut frame = packer.pack(data.clone()).split_off(2);
+        // A single-segment frame with a one-byte size: claim one byte more.
+        assert_eq!(frame[0] & 0xe0, 0x20, "{frame:?}");
+        frame[1] += 1;
+        assert!(codec.unpack(&frame).is_err());
+        for bad in [&[][..], &[0x00][..], &[0x20][..], &[0xe0, 1, 2][..]] {
+            assert!(codec.unpack(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -165,26 +165,23 @@ fn packed(sample: Sample) -> Result<Sample> {
             sample.data.len()
         )));
     }
-    let (dictionary, before, after) =
-        super::dictionary::train_held_out(1, &sample.data, super::dictionary::DEFAULT_BYTES)?;
-    let held = &sample.data[sample.data.len() - sample.data.len() / 5..];
+    let held =
+        super::dictionary::HeldOut::train(1, &sample.data, super::dictionary::DEFAULT_BYTES)?;
+    let before = super::dictionary::mean(&held.before);
+    let after = super::dictionary::mean(&held.after);
     println!(
         "packed with a dictionary ({} bytes) trained on {} of {}: the {} held out average \
          {before:.1} bytes of data unpacked, {after:.1} packed",
-        dictionary.bytes().len(),
-        sample.data.len() - held.len(),
+        held.dictionary.bytes().len(),
+        sample.data.len() - held.after.len(),
         sample.from,
-        held.len(),
+        held.after.len(),
     );
     Ok(Sample {
-        sizes: dictionary
-            .stored_sizes(held)?
-            .into_iter()
-            .map(|n| n as u64)
-            .collect(),
+        from: format!("{} held out of {}, packed", held.after.len(), sample.from),
+        sizes: held.after,
         data: Vec::new(),
         skipped: sample.skipped,
-        from: format!("{} held out of {}, packed", held.len(), sample.from),
     })
 }
 
@@ -223,28 +220,12 @@ fn plan_records(args: &AdviseArgs, limits: ListpackLimits, sample: &Sample) -> R
             u64::from(args.id_bits / 8),
         );
         let id_bytes = u64::from(args.id_bits / 8);
-        // Each record size costs what a store of records of that size
-        // would; the buckets are the mean's.
-        let mut bytes = 0.0;
-        let mut counts: Vec<(u64, u64)> = Vec::new();
-        for &size in sizes {
-            match counts.last_mut() {
-                Some((s, n)) if *s == size => *n += 1,
-                _ => counts.push((size, 1)),
-            }
-        }
-        for &(size, n) in &counts {
-            let w = Workload {
-                sessions: args.sessions,
-                identity: 0,
-                identity_form: Form::Int,
-                attrs_bytes: size.saturating_sub(1),
-                limits,
-                id_bytes,
-            };
-            bytes += n as f64 * advisor::predict(LayoutKind::Compact, bits, &w).bytes_per_session;
-        }
-        let per_session = bytes / sizes.len() as f64;
+        let base = Workload {
+            limits,
+            id_bytes,
+            ..Workload::new(args.sessions)
+        };
+        let per_session = advisor::predict_sizes(bits, sizes, &base);
         let field = id_bytes.saturating_sub(u64::from(bits / 8));
         let share = |keep: &dyn Fn(u64) -> bool| {
             100.0 * sizes.iter().filter(|&&r| keep(r)).count() as f64 / sizes.len() as f64

@@ -118,12 +118,13 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             let mut packed_mean = None;
             if args.dictionary {
                 let sample = super::dictionary::profile_sample(profile, TRAINING_SESSIONS)?;
-                let (dictionary, _, after) = super::dictionary::train_held_out(
+                let held = super::dictionary::HeldOut::train(
                     1,
                     &sample.data,
                     super::dictionary::DEFAULT_BYTES,
                 )?;
-                packed_mean = Some(after);
+                packed_mean = Some(super::dictionary::mean(&held.after));
+                let dictionary = held.dictionary;
                 let config = CompactConfig::new(bits)
                     .with_id_width(IdWidth::Bits128)
                     .with_namespace(PACKED_NAMESPACE);

@@ -104,23 +104,34 @@ pub(crate) fn profile_sample(profile: Profile, count: u32) -> Result<Sample> {
     Ok(sample)
 }
 
-/// Trains on all but the last fifth of `data`; returns the dictionary and
-/// the held-out fifth's mean size before and after packing.
-pub(crate) fn train_held_out(
-    id: u8,
-    data: &[Vec<u8>],
-    max_bytes: usize,
-) -> Result<(Dictionary, f64, f64)> {
-    let split = data.len() - data.len() / 5;
-    let (train, held) = data.split_at(split);
-    let dictionary = Dictionary::train(id, train, max_bytes)?;
-    let mean = |sizes: &mut dyn Iterator<Item = usize>| {
-        let (n, sum) = sizes.fold((0usize, 0usize), |(n, s), x| (n + 1, s + x));
-        sum as f64 / n.max(1) as f64
-    };
-    let before = mean(&mut held.iter().map(Vec::len));
-    let after = mean(&mut dictionary.stored_sizes(held)?.into_iter());
-    Ok((dictionary, before, after))
+/// A dictionary trained on all but the last fifth of some sessions' data,
+/// and what it does to that fifth.
+pub(crate) struct HeldOut {
+    pub dictionary: Dictionary,
+    /// The held-out data's sizes, unpacked.
+    pub before: Vec<u64>,
+    /// The same data's sizes as a store packing with the dictionary keeps it.
+    pub after: Vec<u64>,
+}
+
+impl HeldOut {
+    /// Trains on all but the last fifth of `data` and packs that fifth.
+    pub fn train(id: u8, data: &[Vec<u8>], max_bytes: usize) -> Result<Self> {
+        let split = data.len() - data.len() / 5;
+        let (train, held) = data.split_at(split);
+        let dictionary = Dictionary::train(id, train, max_bytes)?;
+        let after = dictionary.stored_sizes(held)?;
+        Ok(Self {
+            dictionary,
+            before: held.iter().map(|d| d.len() as u64).collect(),
+            after: after.into_iter().map(|n| n as u64).collect(),
+        })
+    }
+}
+
+/// The mean of some sizes.
+pub(crate) fn mean(sizes: &[u64]) -> f64 {
+    sizes.iter().sum::<u64>() as f64 / sizes.len().max(1) as f64
 }
 
 pub(super) async fn run(args: DictionaryArgs) -> Result<()> {
@@ -150,8 +161,8 @@ async fn train(args: TrainArgs) -> Result<()> {
             sample.from
         )));
     }
-    let (dictionary, before, after) =
-        train_held_out(args.id, &sample.data, args.max_bytes as usize)?;
+    let held = HeldOut::train(args.id, &sample.data, args.max_bytes as usize)?;
+    let (dictionary, before, after) = (held.dictionary, mean(&held.before), mean(&held.after));
     std::fs::write(&args.out, dictionary.bytes())
         .map_err(|e| Error::Config(format!("cannot write {}: {e}", args.out.display())))?;
     println!(

@@ -16,7 +16,10 @@
 //! `ADDR` the address to listen on (default `127.0.0.1:3000`). For a
 //! `rediss://` server signed by a private CA, `REDIS_TLS_CA` names the CA's
 //! PEM file; for one that asks for a client certificate, `REDIS_TLS_CERT`
-//! and `REDIS_TLS_KEY` name it and its key.
+//! and `REDIS_TLS_KEY` name it and its key. `SESSION_DICTIONARY` names a
+//! dictionary `sessionpack dictionary train` wrote, and
+//! `SESSION_DICTIONARY_ID` its id (default 1): sessions' data is then
+//! packed with it where that makes it shorter.
 
 mod app;
 
@@ -38,9 +41,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = CompactConfig::default()
         .with_user_index(UserIndexConfig::default())
         .with_viewed(ViewedConfig::default());
-    let store = TowerStore::new(conn, config)
+    let mut store = TowerStore::new(conn, config)
         .await?
         .with_write_threshold(0.1);
+    if let Some(path) = std::env::var_os("SESSION_DICTIONARY") {
+        let id = std::env::var("SESSION_DICTIONARY_ID").map_or(Ok(1), |id| id.parse())?;
+        let bytes = std::fs::read(&path)
+            .map_err(|e| format!("SESSION_DICTIONARY {}: {e}", path.to_string_lossy()))?;
+        let dictionary = sessionpack::session::dictionary::Dictionary::new(id, bytes)?;
+        store = store.with_dictionary(&dictionary).await?;
+    }
     // One sweeper per process; leases keep several processes from
     // sweeping the same buckets at once.
     let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();

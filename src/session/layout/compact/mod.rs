@@ -1064,63 +1064,44 @@ where
                 self.again(id, record).await
             };
         }
-        // The HSETNX's reply, and the error of the index's (or field
-        // TTL's) command, if it failed.
-        let (set, indexed): (redis::RedisResult<redis::Value>, Option<redis::RedisError>) =
-            if self.server_expiry {
-                // NX: a field the HSETNX found (an id taken) has its own TTL
-                // already, which this must not move.
-                let mut pipe = redis::pipe();
-                pipe.ignore_errors()
-                    .atomic()
-                    .hset_nx(&k.bucket, &k.field, form.value(record, at))
-                    .cmd("HEXPIREAT")
-                    .arg(&k.bucket)
-                    .arg(at)
-                    .arg("NX")
-                    .arg("FIELDS")
-                    .arg(1)
-                    .arg(&k.field);
-                let replies: Vec<redis::Value> = pipe
-                    .query_async(&mut self.conn.clone())
-                    .await
-                    .map_err(self.error(id))?;
-                let error = |v: &redis::Value| match v {
-                    redis::Value::ServerError(e) => Some(redis::RedisError::from(e.clone())),
-                    _ => None,
-                };
-                let mut replies = replies.into_iter();
-                let set = replies.next().unwrap_or(redis::Value::Nil);
-                let indexed = replies.next().as_ref().and_then(error);
-                (error(&set).map_or(Ok(set), Err), indexed)
-            } else {
-                // One transaction: a pipeline of the two would be resent
-                // whole by a cluster client to the node one of them is
-                // redirected to during a slot migration, running the ZADD
-                // on both nodes; and a store waiting for replicas waits
-                // once.
-                let mut pipe = redis::pipe();
-                pipe.ignore_errors()
-                    .atomic()
-                    .hset_nx(&k.bucket, &k.field, form.value(record, at))
-                    .cmd("ZADD")
-                    .arg(&k.index)
-                    .arg("LT")
-                    .arg(at)
-                    .arg(k.member);
-                let replies: Vec<redis::Value> = pipe
-                    .query_async(&mut self.conn.clone())
-                    .await
-                    .map_err(self.error(id))?;
-                let error = |v: &redis::Value| match v {
-                    redis::Value::ServerError(e) => Some(redis::RedisError::from(e.clone())),
-                    _ => None,
-                };
-                let mut replies = replies.into_iter();
-                let set = replies.next().unwrap_or(redis::Value::Nil);
-                let indexed = replies.next().as_ref().and_then(error);
-                (error(&set).map_or(Ok(set), Err), indexed)
-            };
+        // One transaction: a pipeline of the two would be resent whole by
+        // a cluster client to the node one of them is redirected to during
+        // a slot migration, running the second on both nodes; and a store
+        // waiting for replicas waits once.
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .atomic()
+            .hset_nx(&k.bucket, &k.field, form.value(record, at));
+        if self.server_expiry {
+            // NX: a field the HSETNX found (an id taken) has its own TTL
+            // already, which this must not move.
+            pipe.cmd("HEXPIREAT")
+                .arg(&k.bucket)
+                .arg(at)
+                .arg("NX")
+                .arg("FIELDS")
+                .arg(1)
+                .arg(&k.field);
+        } else {
+            pipe.cmd("ZADD")
+                .arg(&k.index)
+                .arg("LT")
+                .arg(at)
+                .arg(k.member);
+        }
+        let replies: Vec<redis::Value> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let error = |v: &redis::Value| match v {
+            redis::Value::ServerError(e) => Some(redis::RedisError::from(e.clone())),
+            _ => None,
+        };
+        let mut replies = replies.into_iter();
+        let set = replies.next().unwrap_or(redis::Value::Nil);
+        // The error of the index's (or field TTL's) command, if it failed.
+        let indexed = replies.next().as_ref().and_then(error);
+        let set = error(&set).map_or(Ok(set), Err);
         let created = matches!(set.map_err(self.error(id))?, redis::Value::Int(1));
         match indexed {
             None if created => Ok(Inserted::Created { expires_at: at }),
