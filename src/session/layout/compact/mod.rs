@@ -671,7 +671,7 @@ where
     /// The same layout packing record data with `dictionary`, trained on
     /// the app's sessions (`sessionpack dictionary train`), where that
     /// makes it shorter ([`crate::session::dictionary`]): a 132-byte
-    /// session of csrf token, locale and flash message packs to about 105
+    /// session of csrf token, locale and flash message packs to about 106
     /// bytes, and takes one piece in its bucket at the server's default
     /// limits instead of two. Costs this process microseconds a write and
     /// less a read; the server nothing. Stores the dictionary in the
