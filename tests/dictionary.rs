@@ -67,6 +67,17 @@ fn trained(id: u8) -> Dictionary {
     Dictionary::train(id, &samples, 4096).expect("a dictionary trains on 1,000 sessions")
 }
 
+/// A store on the default namespace packing with dictionary `id`.
+async fn packing(server: &LocalServer, config: CompactConfig, id: u8) -> (Store, Dictionary) {
+    let dictionary = trained(id);
+    let store = store(server, config)
+        .await
+        .with_dictionary(&dictionary)
+        .await
+        .unwrap();
+    (store, dictionary)
+}
+
 async fn store(server: &LocalServer, config: CompactConfig) -> Store {
     TowerStore::new(common::manager(server).await, config)
         .await
@@ -91,14 +102,9 @@ async fn raw_value(server: &LocalServer, store: &Store, id: i128) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn packed_sessions_round_trip_and_stay_in_one_value_with_fewer_pieces() {
+async fn packed_sessions_round_trip_and_take_fewer_pieces() {
     let server = common::server();
-    let dict = trained(1);
-    let packing = store(&server, CompactConfig::new(4))
-        .await
-        .with_dictionary(&dict)
-        .await
-        .unwrap();
+    let (packing, _) = packing(&server, CompactConfig::new(4), 1).await;
     assert_eq!(packing.dictionary_id(), Some(1));
     let plain_len = sessionpack::json_map::encode(&app_session(1))
         .unwrap()
@@ -140,12 +146,7 @@ async fn packed_sessions_round_trip_and_stay_in_one_value_with_fewer_pieces() {
 #[tokio::test]
 async fn processes_without_the_dictionary_read_and_write_packed_namespaces() {
     let server = common::server();
-    let dict = trained(3);
-    let packing = store(&server, CompactConfig::new(4))
-        .await
-        .with_dictionary(&dict)
-        .await
-        .unwrap();
+    let (packing, _) = packing(&server, CompactConfig::new(4), 3).await;
     let other = store(&server, CompactConfig::new(4)).await;
     assert_eq!(other.dictionary_id(), None);
     packing
@@ -179,12 +180,7 @@ async fn processes_without_the_dictionary_read_and_write_packed_namespaces() {
 #[tokio::test]
 async fn a_lost_dictionary_or_damaged_packed_data_is_a_corrupt_record() {
     let server = common::server();
-    let dict = trained(1);
-    let packing = store(&server, CompactConfig::new(4))
-        .await
-        .with_dictionary(&dict)
-        .await
-        .unwrap();
+    let (packing, dict) = packing(&server, CompactConfig::new(4), 1).await;
     packing
         .create_data(1, &app_session(1), in_an_hour(), || 0)
         .await

@@ -30,6 +30,21 @@ fn succeeds(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `sessionpack dictionary publish` of `file` as id 4 in namespace `app`.
+fn publish(server: &sessionpack_testkit::LocalServer, file: &str) -> Output {
+    sessionpack(&[
+        "dictionary",
+        "publish",
+        "--redis-url",
+        &server.url(),
+        "--namespace",
+        "app",
+        "--id",
+        "4",
+        file,
+    ])
+}
+
 /// The number after `label` in `text`.
 fn number_after(text: &str, label: &str) -> f64 {
     let at = text
@@ -72,45 +87,15 @@ async fn a_trained_dictionary_is_published_and_packs_the_stores_sessions() {
     assert!(after < before, "{text}");
 
     let server = common::server();
-    succeeds(&[
-        "dictionary",
-        "publish",
-        "--redis-url",
-        &server.url(),
-        "--namespace",
-        "app",
-        "--id",
-        "4",
-        path,
-    ]);
+    assert!(publish(&server, path).status.success());
     let mut raw = common::raw(&server).await;
     let stored: Vec<u8> = raw.get("app:dict:4").await.unwrap();
     assert_eq!(stored, bytes);
     // The same file again is fine; another under the same id is refused.
-    succeeds(&[
-        "dictionary",
-        "publish",
-        "--redis-url",
-        &server.url(),
-        "--namespace",
-        "app",
-        "--id",
-        "4",
-        path,
-    ]);
+    assert!(publish(&server, path).status.success());
     let other = dir.path().join("other.dict");
     std::fs::write(&other, vec![7u8; 500]).unwrap();
-    let out = sessionpack(&[
-        "dictionary",
-        "publish",
-        "--redis-url",
-        &server.url(),
-        "--namespace",
-        "app",
-        "--id",
-        "4",
-        other.to_str().unwrap(),
-    ]);
+    let out = publish(&server, other.to_str().unwrap());
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("never reused"), "{stderr}");
