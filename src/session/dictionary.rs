@@ -10,8 +10,8 @@
 //!
 //! Packed data is [`PACKED`] (`0xc1`, a byte MessagePack never uses, so no
 //! unpacked data begins with it), the dictionary's id, then a zstd frame
-//! without magic number, checksum or dictionary id: about three bytes of
-//! framing. Only the data after a record's owner is packed, so the scripts
+//! without magic number, checksum or dictionary id (five bytes of framing
+//! for a record under 256 bytes). Only the data after a record's owner is packed, so the scripts
 //! still see who owns a session. Data that would not get shorter is kept
 //! as it is.
 //!
