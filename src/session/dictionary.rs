@@ -11,9 +11,9 @@
 //! Packed data is [`PACKED`] (`0xc1`, a byte MessagePack never uses, so no
 //! unpacked data begins with it), the dictionary's id, then a zstd frame
 //! without magic number, checksum or dictionary id (five bytes of framing
-//! for a record under 256 bytes). Only the data after a record's owner is packed, so the scripts
-//! still see who owns a session. Data that would not get shorter is kept
-//! as it is.
+//! for a record under 256 bytes). Only the data after a record's owner is
+//! packed, so the scripts still see who owns a session. Data that would
+//! not get shorter is kept as it is.
 //!
 //! A dictionary never changes once stored: it lives under
 //! `<namespace>:dict:<id>` (no expiry), written with `SET NX` by whoever
