@@ -157,3 +157,94 @@ fn advice_sizes_packed_records_on_sessions_held_out_of_training() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_packs_its_copies_with_the_namespaces_dictionary() {
+    let server = common::server();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.dict");
+    succeeds(&[
+        "dictionary",
+        "train",
+        "--profile",
+        "axum-login-app",
+        "--id",
+        "4",
+        "--sample",
+        "2000",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    // Another store's sessions: JSON maps under `sess:<32 hex digits>`.
+    let mut raw = common::raw(&server).await;
+    let mut sessions = Vec::new();
+    for n in 0..20u64 {
+        let id = format!("{:032x}", 0x5e55_0000_u128 + u128::from(n) * 7919);
+        let data = json!({
+            "axum-login.data": {"user_id": 1_000_000 + n, "auth_hash": [n, 2, 3]},
+            "csrf_token": format!("{:064x}", u128::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            "locale": "fr-FR",
+            "flash": "Order placed",
+        });
+        let _: () = raw
+            .set_ex(format!("sess:{id}"), data.to_string(), 600)
+            .await
+            .unwrap();
+        let bytes: Vec<u8> = (0..16)
+            .map(|i| u8::from_str_radix(&id[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        let sid = sessionpack::SessionId::from_slice(&bytes).unwrap();
+        sessions.push((sessionpack::tower::tower_id(&sid), data));
+    }
+    let url = server.url();
+    let args = [
+        "migrate",
+        "--redis-url",
+        &url,
+        "--namespace",
+        "app",
+        "--bucket-bits",
+        "4",
+        "--from",
+        "keys",
+        "--prefix",
+        "sess:",
+        "--dictionary-id",
+        "4",
+    ];
+    // Not yet published: refused, nothing copied.
+    let refused = sessionpack(&args);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("dictionary publish"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let buckets: Vec<String> = raw.keys("app:{*").await.unwrap();
+    assert!(buckets.is_empty(), "{buckets:?}");
+    assert!(publish(&server, file.to_str().unwrap()).status.success());
+    succeeds(&args);
+
+    let reader = TowerStore::new(
+        common::manager(&server).await,
+        CompactConfig::new(4).with_namespace("app"),
+    )
+    .await
+    .unwrap();
+    let layout = reader.layout();
+    for (id, data) in sessions {
+        let (loaded, _) = reader.load_data(id).await.unwrap().expect("copied");
+        assert_eq!(serde_json::to_value(&loaded).unwrap(), data);
+        let sid = sessionpack::tower::session_id(id);
+        let value: Vec<u8> = raw
+            .hget(
+                layout.scheme().bucket_key(layout.buckets().bucket_of(&sid)),
+                layout.buckets().field(&sid),
+            )
+            .await
+            .unwrap();
+        // Expiry, the pieced marker and count if in pieces, then the data.
+        let at = if value[4] == 0xc3 { 6 } else { 4 };
+        assert_eq!(value[at], sessionpack::session::dictionary::PACKED);
+    }
+}

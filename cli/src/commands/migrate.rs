@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use sessionpack::conn::AnyConnection;
 use sessionpack::error::{Error, Result};
+use sessionpack::session::dictionary::Dictionary;
 use sessionpack::session::layout::Expiry;
 use sessionpack::session::meta::StoreMeta;
 use sessionpack::tower::TowerStore;
@@ -51,6 +52,11 @@ pub struct MigrateArgs {
     /// Stop after this many batches (the next run resumes).
     #[arg(long, hide = true)]
     stop_after_batches: Option<u64>,
+    /// Pack the copies with this dictionary of the namespace (stored by
+    /// the app's store, or by `sessionpack dictionary publish`), as the
+    /// app's store packs what it writes.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=255))]
+    dictionary_id: Option<u8>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -95,7 +101,20 @@ async fn open_store(
             "a dry run writes nothing, not even a new store: open the store first".into(),
         ));
     }
-    TowerStore::new(manager.clone(), config).await
+    let store = TowerStore::new(manager.clone(), config).await?;
+    let Some(id) = args.dictionary_id else {
+        return Ok(store);
+    };
+    let dictionary = Dictionary::fetch(manager, &args.namespace, id)
+        .await?
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "no dictionary {id} in namespace {:?}: store it with `sessionpack dictionary \
+                 publish` first",
+                args.namespace
+            ))
+        })?;
+    store.with_dictionary(&dictionary).await
 }
 
 pub(super) async fn run(args: MigrateArgs) -> Result<()> {
