@@ -128,6 +128,12 @@ async fn a_trained_dictionary_is_published_and_packs_the_stores_sessions() {
 
 #[test]
 fn advice_sizes_packed_records_on_sessions_held_out_of_training() {
+    // Without `--pack`, records over one value bring up packing.
+    let plain = succeeds(&["advise", "--profile", "axum-login-app"]);
+    assert!(plain.contains("`--pack`"), "{plain}");
+    let short = succeeds(&["advise", "--profile", "axum-login-digest"]);
+    assert!(!short.contains("`--pack`"), "{short}");
+
     let text = succeeds(&["advise", "--profile", "axum-login-app", "--pack"]);
     let unpacked = number_after(&text, "held out average ");
     let packed = number_after(&text, "bytes of data unpacked, ");

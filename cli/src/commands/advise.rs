@@ -243,6 +243,12 @@ fn plan_records(args: &AdviseArgs, limits: ListpackLimits, sample: &Sample) -> R
             }
         );
     }
+    let over_one_value = sizes.iter().any(|&r| r + 4 > limits.hash_value);
+    if over_one_value && !args.pack && !sample.data.is_empty() {
+        println!(
+            "\nRecords over one value shrink, often below it, packed with a dictionary trained on the app's sessions: `--pack` sizes them so (`sessionpack dictionary train` makes the dictionary)."
+        );
+    }
     println!(
         "\nBuckets are sized for at most {} sessions each on average: a session store that writes on every create, save and delete (tower-sessions) pays for fuller listpacks on each write.",
         advisor::TOWER_MAX_MEAN_FILL
