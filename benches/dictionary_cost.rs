@@ -48,12 +48,15 @@ fn session(n: u64) -> HashMap<String, Value> {
     .unwrap()
 }
 
-/// The best of `rounds` timings of `calls` calls of `f`, per call.
-fn best(rounds: &mut [Duration], round: usize, calls: u32, start: Instant) {
+/// The time per call of `calls` calls begun at `start`, kept in `best`
+/// if it is the round's best so far.
+fn keep_best(best: &mut Option<Duration>, calls: u32, start: Instant) {
     let per_call = start.elapsed() / calls;
-    if round == 0 || per_call < rounds[0] {
-        rounds[0] = per_call;
-    }
+    *best = Some(best.map_or(per_call, |b| b.min(per_call)));
+}
+
+fn micros(best: Option<Duration>) -> f64 {
+    best.unwrap_or_default().as_secs_f64() * 1e6
 }
 
 fn main() {
@@ -85,32 +88,31 @@ fn main() {
         assert!(packed.len() < data.len());
         let id = SessionId::from_bytes([3u8; 20]);
         assert_eq!(&*layout.unpack(&id, &packed).await.unwrap(), &data[..]);
-        let (mut encode, mut pack, mut unpack) =
-            ([Duration::ZERO], [Duration::ZERO], [Duration::ZERO]);
-        for round in 0..rounds {
+        let (mut encode, mut pack, mut unpack) = (None, None, None);
+        for _ in 0..rounds {
             let start = Instant::now();
             for _ in 0..calls {
                 black_box(sessionpack::json_map::encode(black_box(&data_map)).unwrap());
             }
-            best(&mut encode, round, calls, start);
+            keep_best(&mut encode, calls, start);
             let start = Instant::now();
             for _ in 0..calls {
                 black_box(layout.pack(black_box(data.clone())));
             }
-            best(&mut pack, round, calls, start);
+            keep_best(&mut pack, calls, start);
             let start = Instant::now();
             for _ in 0..calls {
                 black_box(layout.unpack(&id, black_box(&packed)).await.unwrap());
             }
-            best(&mut unpack, round, calls, start);
+            keep_best(&mut unpack, calls, start);
         }
         println!(
             "{} bytes of data, {} packed; per call: encode the data map {:.2} µs, pack {:.2} µs, unpack {:.2} µs",
             data.len(),
             packed.len(),
-            encode[0].as_secs_f64() * 1e6,
-            pack[0].as_secs_f64() * 1e6,
-            unpack[0].as_secs_f64() * 1e6,
+            micros(encode),
+            micros(pack),
+            micros(unpack),
         );
     });
 }

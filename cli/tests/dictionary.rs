@@ -45,6 +45,23 @@ fn publish(server: &sessionpack_testkit::LocalServer, file: &str) -> Output {
     ])
 }
 
+/// `sessionpack dictionary train` of dictionary 4 on 2,000 sessions of
+/// the app profile into `out`; its output.
+fn train(out: &str) -> String {
+    succeeds(&[
+        "dictionary",
+        "train",
+        "--profile",
+        "axum-login-app",
+        "--id",
+        "4",
+        "--sample",
+        "2000",
+        "--out",
+        out,
+    ])
+}
+
 /// The number after `label` in `text`.
 fn number_after(text: &str, label: &str) -> f64 {
     let at = text
@@ -63,18 +80,7 @@ async fn a_trained_dictionary_is_published_and_packs_the_stores_sessions() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("app.dict");
     let path = file.to_str().unwrap();
-    let text = succeeds(&[
-        "dictionary",
-        "train",
-        "--profile",
-        "axum-login-app",
-        "--id",
-        "4",
-        "--sample",
-        "2000",
-        "--out",
-        path,
-    ]);
+    let text = train(path);
     let bytes = std::fs::read(&file).unwrap();
     assert!(
         !bytes.is_empty() && bytes.len() <= 16 * 1024,
@@ -169,18 +175,7 @@ async fn a_migration_packs_its_copies_with_the_namespaces_dictionary() {
     let server = common::server();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("app.dict");
-    succeeds(&[
-        "dictionary",
-        "train",
-        "--profile",
-        "axum-login-app",
-        "--id",
-        "4",
-        "--sample",
-        "2000",
-        "--out",
-        file.to_str().unwrap(),
-    ]);
+    train(file.to_str().unwrap());
     // Another store's sessions: JSON maps under `sess:<32 hex digits>`.
     let mut raw = common::raw(&server).await;
     let mut sessions = Vec::new();

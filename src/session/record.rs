@@ -34,6 +34,12 @@ const NIL: u8 = 0xc0;
 
 /// Encodes one record.
 pub fn encode<I: UserId, A: Serialize>(identity: &I, attrs: &A) -> Result<Vec<u8>> {
+    encode_split(identity, attrs).map(|(record, _)| record)
+}
+
+/// Encodes one record, and says where its attributes begin (the length
+/// of its identity).
+pub fn encode_split<I: UserId, A: Serialize>(identity: &I, attrs: &A) -> Result<(Vec<u8>, usize)> {
     identity.check()?;
     let mut out = Vec::with_capacity(16);
     identity.encode(&mut out);
@@ -45,7 +51,7 @@ pub fn encode<I: UserId, A: Serialize>(identity: &I, attrs: &A) -> Result<Vec<u8
     if out[start..] == [NIL] {
         out.truncate(start);
     }
-    Ok(out)
+    Ok((out, start))
 }
 
 /// Splits a record into its identity and its encoded attributes (empty

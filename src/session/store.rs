@@ -251,17 +251,15 @@ where
     /// A record: the identity, then the attributes, packed where the
     /// layout packs ([`Layout::pack`]). The limit is on the unpacked size.
     fn encode(&self, identity: &I, attrs: &A) -> Result<Vec<u8>> {
-        let mut bytes = record::encode(identity, attrs)?;
+        let (mut bytes, head) = record::encode_split(identity, attrs)?;
         if bytes.len() > self.max_record_bytes {
             return Err(Error::TooLarge {
                 size: bytes.len(),
                 limit: self.max_record_bytes,
             });
         }
-        let mut head = Vec::with_capacity(18);
-        identity.encode(&mut head);
-        if bytes.len() > head.len() {
-            let attrs = bytes.split_off(head.len());
+        if bytes.len() > head {
+            let attrs = bytes.split_off(head);
             bytes.extend_from_slice(&self.layout.pack(attrs));
         }
         Ok(bytes)

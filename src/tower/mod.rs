@@ -515,25 +515,26 @@ where
         let Some(stored) = self.layout.load(&sid).await? else {
             return Ok(None);
         };
-        let data = self.decode_stored(&sid, &stored.record).await?;
-        let head = self.head_len(&stored.record).unwrap_or(0);
+        let (data, head) = self.decode_stored(&sid, &stored.record).await?;
         self.memo.put(id, &stored.record, head, stored.expires_at);
         Ok(Some((data, stored.expires_at as i64)))
     }
 
-    /// The data map of a stored record, unpacked where it was packed.
+    /// The data map of a stored record, unpacked where it was packed, and
+    /// the length of the record's head.
     async fn decode_stored(
         &self,
         sid: &SessionId,
         record: &[u8],
-    ) -> Result<HashMap<String, Value>> {
+    ) -> Result<(HashMap<String, Value>, usize)> {
         let corrupt = |reason: String| Error::CorruptRecord {
             location: self.layout.location(sid),
             reason,
         };
         let head = self.head_len(record).map_err(corrupt)?;
         let data = self.layout.unpack(sid, &record[head..]).await?;
-        json_map::decode(&data).map_err(|e| corrupt(e.to_string()))
+        let data = json_map::decode(&data).map_err(|e| corrupt(e.to_string()))?;
+        Ok((data, head))
     }
 
     /// Deletes a session (nothing happens if there is none).

@@ -323,7 +323,7 @@ where
         if stored.expires_at != taken.expires_at {
             return Ok(false);
         }
-        Ok(self.decode_stored(&taken.id, &stored.record).await? == taken.data)
+        Ok(self.decode_stored(&taken.id, &stored.record).await?.0 == taken.data)
     }
 
     /// A load while a takeover is open (see the module docs).
