@@ -84,11 +84,11 @@ fn main() {
             .unwrap();
         let data_map = session(7);
         let data = sessionpack::json_map::encode(&data_map).unwrap();
-        let packed = layout.pack(data.clone());
+        let packed = layout.pack(data.clone()).await;
         assert!(packed.len() < data.len());
         let id = SessionId::from_bytes([3u8; 20]);
         assert_eq!(&*layout.unpack(&id, &packed).await.unwrap(), &data[..]);
-        let (mut encode, mut pack, mut unpack) = (None, None, None);
+        let (mut encode, mut pack, mut unpack, mut train) = (None, None, None, None);
         for _ in 0..rounds {
             let start = Instant::now();
             for _ in 0..calls {
@@ -97,7 +97,7 @@ fn main() {
             keep_best(&mut encode, calls, start);
             let start = Instant::now();
             for _ in 0..calls {
-                black_box(layout.pack(black_box(data.clone())));
+                black_box(layout.pack(black_box(data.clone())).await);
             }
             keep_best(&mut pack, calls, start);
             let start = Instant::now();
@@ -105,14 +105,20 @@ fn main() {
                 black_box(layout.unpack(&id, black_box(&packed)).await.unwrap());
             }
             keep_best(&mut unpack, calls, start);
+            // What a learning store spends once, on its first 1000 samples.
+            let start = Instant::now();
+            black_box(Dictionary::train(1, &samples[..1000], 16 * 1024).unwrap());
+            keep_best(&mut train, 1, start);
         }
         println!(
-            "{} bytes of data, {} packed; per call: encode the data map {:.2} µs, pack {:.2} µs, unpack {:.2} µs",
+            "{} bytes of data, {} packed; per call: encode the data map {:.2} µs, pack {:.2} µs, unpack {:.2} µs; \
+             learning a dictionary from 1000 samples: {:.1} ms",
             data.len(),
             packed.len(),
             micros(encode),
             micros(pack),
             micros(unpack),
+            micros(train) / 1000.0,
         );
     });
 }

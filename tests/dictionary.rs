@@ -393,3 +393,169 @@ async fn typed_stores_pack_their_attributes_too() {
         );
     }
 }
+
+/// A store on the default namespace learning from its first `samples`
+/// writes.
+async fn learning(server: &LocalServer, samples: usize) -> Store {
+    let learning = dictionary::Learning {
+        samples,
+        ..dictionary::Learning::default()
+    };
+    store(
+        server,
+        CompactConfig::new(4).with_learned_dictionary(learning),
+    )
+    .await
+}
+
+/// Whether the session's stored data is packed, and with which id.
+async fn packed_with(server: &LocalServer, store: &Store, id: i128) -> Option<u8> {
+    let value = raw_value(server, store, id).await;
+    let data_at = if pieces(&value) > 0 { 6 } else { 4 };
+    (value[data_at] == PACKED).then(|| value[data_at + 1])
+}
+
+#[tokio::test]
+async fn a_store_learns_its_dictionary_from_its_first_writes_and_shares_it() {
+    let server = common::server();
+    let learned = dictionary::Learning::default().id;
+    let first = learning(&server, 200).await;
+    let second = learning(&server, 200).await;
+    // Short data is no sample: it would never be packed.
+    let short: HashMap<String, Value> = serde_json::from_value(json!({"u": 1})).unwrap();
+    for id in 0..300 {
+        first
+            .create_data(id, &short, in_an_hour(), || 0)
+            .await
+            .unwrap();
+    }
+    for n in 0..199u64 {
+        first
+            .create_data(1000 + i128::from(n), &app_session(n), in_an_hour(), || 0)
+            .await
+            .unwrap();
+    }
+    assert_eq!(first.dictionary_id(), None);
+    let mut raw = common::raw(&server).await;
+    let key = dictionary::key("sp", learned);
+    assert!(!raw.exists::<_, bool>(&key).await.unwrap());
+    assert_eq!(packed_with(&server, &first, 1198).await, None);
+    // The 200th sample completes the training; its own write is packed.
+    first
+        .create_data(1199, &app_session(199), in_an_hour(), || 0)
+        .await
+        .unwrap();
+    assert_eq!(first.dictionary_id(), Some(learned));
+    assert!(raw.exists::<_, bool>(&key).await.unwrap());
+    assert_eq!(packed_with(&server, &first, 1199).await, Some(learned));
+    // A process still collecting adopts it when it reads a record packed
+    // with it; one opened now packs with it from the start.
+    assert_eq!(second.dictionary_id(), None);
+    assert_eq!(
+        second.load_data(1199).await.unwrap().unwrap().0,
+        app_session(199)
+    );
+    assert_eq!(second.dictionary_id(), Some(learned));
+    let third = learning(&server, 200).await;
+    assert_eq!(third.dictionary_id(), Some(learned));
+    third
+        .create_data(5000, &app_session(5000), in_an_hour(), || 0)
+        .await
+        .unwrap();
+    assert_eq!(packed_with(&server, &third, 5000).await, Some(learned));
+    // Records written before it and after it read back in every process.
+    for store in [&first, &second, &third] {
+        for n in [0u64, 198, 199] {
+            let id = 1000 + i128::from(n);
+            assert_eq!(
+                store.load_data(id).await.unwrap().unwrap().0,
+                app_session(n)
+            );
+        }
+        assert_eq!(store.load_data(7).await.unwrap().unwrap().0, short);
+        assert_eq!(
+            store.load_data(5000).await.unwrap().unwrap().0,
+            app_session(5000)
+        );
+    }
+    // A session written before is packed when next saved.
+    assert!(
+        first
+            .save_data(1000, &app_session(0), in_an_hour())
+            .await
+            .unwrap()
+    );
+    assert_eq!(packed_with(&server, &first, 1000).await, Some(learned));
+}
+
+#[tokio::test]
+async fn processes_learning_at_once_settle_on_one_dictionary() {
+    let server = common::server();
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(learning(&server, 100).await);
+    }
+    // Each process trains its own, and offers it; the first stored wins.
+    let mut writers = tokio::task::JoinSet::new();
+    for (p, store) in stores.iter().enumerate() {
+        let store = store.clone();
+        writers.spawn(async move {
+            for n in 0..100u64 {
+                let id = i128::from(p as u64 * 1000 + n);
+                store
+                    .create_data(id, &app_session(id as u64), in_an_hour(), || 0)
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    writers.join_all().await;
+    for (p, writer) in stores.iter().enumerate() {
+        assert_eq!(writer.dictionary_id(), Some(255), "process {p}");
+        let id = 9000 + p as i128;
+        writer
+            .create_data(id, &app_session(id as u64), in_an_hour(), || 0)
+            .await
+            .unwrap();
+        assert_eq!(packed_with(&server, writer, id).await, Some(255));
+        // What one packs, every other reads: they pack with one dictionary.
+        for reader in &stores {
+            assert_eq!(
+                reader.load_data(id).await.unwrap().unwrap().0,
+                app_session(id as u64)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn learning_is_refused_where_its_dictionary_could_be_evicted() {
+    let server = common::server();
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg("allkeys-lru"),
+    );
+    let learning = CompactConfig::new(4).with_learned_dictionary(Default::default());
+    let refused = TowerStore::new(common::manager(&server).await, learning).await;
+    assert!(
+        matches!(&refused, Err(Error::Config(m)) if m.contains("allkeys-lru")),
+        "{refused:?}"
+    );
+    // Policies that evict only keys with an expiry never take it.
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg("volatile-lru"),
+    );
+    let learning = CompactConfig::new(4).with_learned_dictionary(Default::default());
+    assert!(
+        TowerStore::new(common::manager(&server).await, learning)
+            .await
+            .is_ok()
+    );
+}

@@ -250,7 +250,7 @@ where
 
     /// A record: the identity, then the attributes, packed where the
     /// layout packs ([`Layout::pack`]). The limit is on the unpacked size.
-    fn encode(&self, identity: &I, attrs: &A) -> Result<Vec<u8>> {
+    async fn encode(&self, identity: &I, attrs: &A) -> Result<Vec<u8>> {
         let (mut bytes, head) = record::encode_split(identity, attrs)?;
         if bytes.len() > self.max_record_bytes {
             return Err(Error::TooLarge {
@@ -260,7 +260,7 @@ where
         }
         if bytes.len() > head {
             let attrs = bytes.split_off(head);
-            bytes.extend_from_slice(&self.layout.pack(attrs));
+            bytes.extend_from_slice(&self.layout.pack(attrs).await);
         }
         Ok(bytes)
     }
@@ -304,7 +304,7 @@ where
         attrs: A,
         ttl: Duration,
     ) -> Result<Session<A, I>> {
-        let record = self.encode(&identity, &attrs)?;
+        let record = self.encode(&identity, &attrs).await?;
         let ttl = whole_seconds(ttl);
         Deadline::In(ttl).check()?;
         let mut late = 0;
@@ -363,7 +363,7 @@ where
     async fn create_many_unobserved(&self, sessions: &[(I, A)]) -> Result<Vec<SessionId>> {
         let mut items = Vec::with_capacity(sessions.len());
         for (identity, attrs) in sessions {
-            items.push((self.new_id().await?, self.encode(identity, attrs)?));
+            items.push((self.new_id().await?, self.encode(identity, attrs).await?));
         }
         let ttl = self.batch_ttl();
         let results = self.layout.insert_many(&items, ttl).await?;
@@ -465,7 +465,7 @@ where
     /// losing a concurrent change.
     pub async fn save(&self, session: &Session<A, I>) -> Result<bool> {
         metrics::call(Op::Save, Outcome::of_bool, async move {
-            let record = self.encode(&session.identity, &session.attrs)?;
+            let record = self.encode(&session.identity, &session.attrs).await?;
             let written = self.layout.replace(&session.id, &record, None).await?;
             Ok(written == Written::Done)
         })
@@ -503,7 +503,7 @@ where
             let expected = stored.record.clone();
             let mut session = self.decode(*id, stored).await?;
             change(&mut session.attrs);
-            let record = self.encode(&session.identity, &session.attrs)?;
+            let record = self.encode(&session.identity, &session.attrs).await?;
             match self.layout.replace(id, &record, Some(&expected)).await? {
                 Written::Done => return Ok(Some(session)),
                 Written::Missing => return Ok(None),

@@ -318,7 +318,7 @@ where
         expires_at: i64,
         mut fresh: impl FnMut() -> i128,
     ) -> Result<i128> {
-        let (bytes, head) = self.encode(data)?;
+        let (bytes, head) = self.encode(data).await?;
         let asked = expiry_secs(expires_at)?;
         // A store with a user index, or an absolute lifetime, issues its
         // own, stamped, ids.
@@ -394,7 +394,7 @@ where
                     .into(),
             ));
         }
-        let (bytes, head) = self.encode(data)?;
+        let (bytes, head) = self.encode(data).await?;
         let at = expires_at.min(crate::ttl::MAX_EXPIRES_AT);
         // Late: slower than the user index's grace after its entry was
         // written; the next try writes the entry again.
@@ -458,7 +458,7 @@ where
         data: &HashMap<String, Value>,
         expires_at: i64,
     ) -> Result<Saved> {
-        let (bytes, head) = self.encode(data)?;
+        let (bytes, head) = self.encode(data).await?;
         let at = self.capped(id, expiry_secs(expires_at)?);
         let memory = self.memo.get(id);
         // A session that gains an owner (or changes it) in a save: its
@@ -584,9 +584,9 @@ where
 
     /// A record: with a user index, the owner (or `nil`) first; and the
     /// length of that head.
-    fn encode(&self, data: &HashMap<String, Value>) -> Result<(Vec<u8>, usize)> {
+    async fn encode(&self, data: &HashMap<String, Value>) -> Result<(Vec<u8>, usize)> {
         let Some((owner_of, label_key)) = self.owner else {
-            return Ok((self.layout.pack(encode(data)?), 0));
+            return Ok((self.layout.pack(encode(data)?).await, 0));
         };
         let mut bytes = Vec::with_capacity(32);
         match owner_of(data) {
@@ -599,9 +599,9 @@ where
             Some(key) => {
                 let mut rest = data.clone();
                 rest.remove(key);
-                bytes.extend_from_slice(&self.layout.pack(encode(&rest)?));
+                bytes.extend_from_slice(&self.layout.pack(encode(&rest)?).await);
             }
-            None => bytes.extend_from_slice(&self.layout.pack(encode(data)?)),
+            None => bytes.extend_from_slice(&self.layout.pack(encode(data)?).await),
         }
         Ok((bytes, head))
     }

@@ -18,6 +18,7 @@ use crate::profile::Profile;
 use sessionpack::error::{Error, Result};
 use sessionpack::json_map;
 use sessionpack::limits::ListpackLimits;
+use sessionpack::session::dictionary::Learning;
 use sessionpack::session::layout::LayoutKind;
 use sessionpack::tower::TowerStore;
 use sessionpack::{CompactConfig, IdWidth};
@@ -43,10 +44,9 @@ pub struct TowerArgs {
     /// pick for a tower-sessions store of this many sessions).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=24))]
     compact_bits: Option<u8>,
-    /// Also measure the store packing each session's data with a
-    /// dictionary trained on sessions of the same profile that it never
-    /// stores (`sessionpack dictionary train --profile`), in a namespace
-    /// of its own.
+    /// Also measure the store packing each session's data with the
+    /// dictionary it learns from its first 1000 writes
+    /// (`Learning::default()`), in a namespace of its own.
     #[arg(long)]
     dictionary: bool,
     /// Directory for tower.json and tower.md.
@@ -117,29 +117,27 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             }];
             let mut packed_mean = None;
             if args.dictionary {
+                // The advisor's column: a dictionary trained as the store
+                // learns its own, measured on sessions it never saw.
                 let sample = super::dictionary::profile_sample(profile, TRAINING_SESSIONS)?;
                 let held = super::dictionary::HeldOut::train(
-                    1,
+                    Learning::default().id,
                     &sample.data,
-                    super::dictionary::DEFAULT_BYTES,
+                    Learning::default().max_bytes,
                 )?;
                 packed_mean = Some(super::dictionary::mean(&held.after));
-                let dictionary = held.dictionary;
                 let config = CompactConfig::new(bits)
                     .with_id_width(IdWidth::Bits128)
-                    .with_namespace(PACKED_NAMESPACE);
+                    .with_namespace(PACKED_NAMESPACE)
+                    .with_learned_dictionary(Learning::default());
                 let store = TowerStore::new(target.open(&url).await?, config)
                     .await?
                     .with_write_threshold(WRITE_THRESHOLD)
-                    .with_memo_capacity(2 * args.sessions as usize)
-                    .with_dictionary(&dictionary)
-                    .await?;
-                let unseen = TowerStore::from_layout(store.layout().clone())?
-                    .with_memo_capacity(0)
-                    .with_dictionary(&dictionary)
-                    .await?;
+                    .with_memo_capacity(2 * args.sessions as usize);
+                // The same layout, so the same learning.
+                let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
                 contenders.push(Contender {
-                    label: format!("sessionpack + dictionary (compact 2^{bits})"),
+                    label: format!("sessionpack + learned dictionary (compact 2^{bits})"),
                     store: Arc::new(store) as DynStore,
                     unseen: Arc::new(unseen) as DynStore,
                 });
@@ -193,8 +191,9 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
 }
 
 const PEER: &str = "tower-sessions-redis-store 0.16";
-/// Sessions a benchmark's dictionary is trained on (a fifth held out).
-const TRAINING_SESSIONS: u32 = 5000;
+/// Sessions the advisor's dictionary is made from: four fifths trained on
+/// (as many as a learning store takes), a fifth held out.
+const TRAINING_SESSIONS: u32 = 1250;
 /// The namespace of the store that packs with a dictionary.
 const PACKED_NAMESPACE: &str = "spd";
 /// The store's write threshold in these runs: a rolling save that moves

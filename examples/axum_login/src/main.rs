@@ -16,14 +16,17 @@
 //! `ADDR` the address to listen on (default `127.0.0.1:3000`). For a
 //! `rediss://` server signed by a private CA, `REDIS_TLS_CA` names the CA's
 //! PEM file; for one that asks for a client certificate, `REDIS_TLS_CERT`
-//! and `REDIS_TLS_KEY` name it and its key. `SESSION_DICTIONARY` names a
-//! dictionary `sessionpack dictionary train` wrote, and
-//! `SESSION_DICTIONARY_ID` its id (default 1): sessions' data is then
-//! packed with it where that makes it shorter.
+//! and `REDIS_TLS_KEY` name it and its key. Sessions' data is packed with
+//! a dictionary the store learns from its first 1000 sessions
+//! (`SESSION_LEARN_SAMPLES` sets how many; 0 learns none), where that makes
+//! it shorter; or with the one `SESSION_DICTIONARY` names, which
+//! `sessionpack dictionary train` wrote, under `SESSION_DICTIONARY_ID`
+//! (default 1).
 
 mod app;
 
 use sessionpack::CompactConfig;
+use sessionpack::session::dictionary::Learning;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::tower::TowerStore;
 use sessionpack::users::UserIndexConfig;
@@ -38,9 +41,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Rolling expiry writes only when it moves by a tenth of the lifetime.
     // A user index: "your devices" and "log out everywhere"; and each
     // session's last 25 viewed items.
-    let config = CompactConfig::default()
+    let mut config = CompactConfig::default()
         .with_user_index(UserIndexConfig::default())
         .with_viewed(ViewedConfig::default());
+    let samples = std::env::var("SESSION_LEARN_SAMPLES").map_or(Ok(1000), |n| n.parse())?;
+    if samples > 0 && std::env::var_os("SESSION_DICTIONARY").is_none() {
+        config = config.with_learned_dictionary(Learning {
+            samples,
+            ..Learning::default()
+        });
+    }
     let mut store = TowerStore::new(conn, config)
         .await?
         .with_write_threshold(0.1);

@@ -188,8 +188,8 @@ where
         each!(self, l => l.load(id).await)
     }
 
-    fn pack(&self, data: Vec<u8>) -> Vec<u8> {
-        each!(self, l => l.pack(data))
+    async fn pack(&self, data: Vec<u8>) -> Vec<u8> {
+        each!(self, l => l.pack(data).await)
     }
 
     async fn unpack<'a>(

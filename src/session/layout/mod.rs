@@ -290,9 +290,11 @@ pub trait Layout: Send + Sync {
     /// A record's data (what follows its identity or owner) as the store
     /// writes it: packed with the store's dictionary, where it has one and
     /// that is shorter ([`crate::session::dictionary`]; a compact store).
-    /// As it is by default.
-    fn pack(&self, data: Vec<u8>) -> Vec<u8> {
-        data
+    /// As it is by default. A store that learns its dictionary may first
+    /// keep the data as a sample, and the write that completes its samples
+    /// trains one ([`crate::session::dictionary::Learning`]).
+    fn pack(&self, data: Vec<u8>) -> impl Future<Output = Vec<u8>> + Send {
+        async move { data }
     }
 
     /// Record data as [`Layout::pack`] gave it, unpacked: with a
@@ -356,7 +358,7 @@ macro_rules! delegate_layout {
             fn load_many(&self, ids: &[SessionId]) -> impl Future<Output = Result<Vec<Option<Stored>>>> + Send {
                 (**self).load_many(ids)
             }
-            fn pack(&self, data: Vec<u8>) -> Vec<u8> {
+            fn pack(&self, data: Vec<u8>) -> impl Future<Output = Vec<u8>> + Send {
                 (**self).pack(data)
             }
             fn unpack<'a>(&'a self, id: &'a SessionId, data: &'a [u8]) -> impl Future<Output = Result<std::borrow::Cow<'a, [u8]>>> + Send + 'a {

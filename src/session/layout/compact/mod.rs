@@ -47,7 +47,7 @@ use crate::scripts::{
     COMPACT_TOUCH, PIPELINE_CHUNK,
 };
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
-use crate::session::dictionary::{Dictionary, PACKED_FORMAT, Packer};
+use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
 use crate::session::id::{IdWidth, InvalidIdExt, SessionId};
 use crate::session::meta::{FORMAT_VERSION, StoreMeta};
 use crate::session::record;
@@ -118,6 +118,11 @@ pub struct CompactConfig {
     /// times the memory; off by default, which refuses such a server. For
     /// measuring that cost.
     pub allow_converted_buckets: bool,
+    /// Packs record data with a dictionary the store learns from its first
+    /// writes and shares through the namespace ([`Learning`]; feature
+    /// `compression`); off by default. A store given a trained dictionary
+    /// instead uses [`Compact::with_dictionary`].
+    pub learn_dictionary: Option<Learning>,
 }
 
 /// Who removes a compact store's expired sessions from their buckets.
@@ -162,6 +167,7 @@ impl Default for CompactConfig {
             viewed: None,
             expiry: Expiry::Swept,
             allow_converted_buckets: false,
+            learn_dictionary: None,
         }
     }
 }
@@ -173,6 +179,15 @@ impl CompactConfig {
             bucket_bits,
             ..Self::default()
         }
+    }
+
+    /// Packs record data with a dictionary learned from the store's first
+    /// writes ([`CompactConfig::learn_dictionary`]);
+    /// `Learning::default()` trains on the first 1000 records of 24 bytes
+    /// or more and stores the dictionary under id 255.
+    pub fn with_learned_dictionary(mut self, learning: Learning) -> Self {
+        self.learn_dictionary = Some(learning);
+        self
     }
 
     /// Uses another key namespace.
@@ -640,7 +655,54 @@ where
             .with_pieces(recorded.format >= PIECES_FORMAT);
         layout.eviction_policy = policy;
         layout.format = recorded.format;
+        if let Some(learning) = config.learn_dictionary {
+            layout = layout.learning_dictionary(learning).await?;
+        }
         Ok(layout)
+    }
+
+    /// The same layout learning its dictionary ([`Learning`]), or packing
+    /// with the namespace's learned one where that is stored already.
+    /// Refused, as [`Compact::with_dictionary`] is, in a namespace of an
+    /// older record format; and on a server whose eviction policy may
+    /// evict the dictionary's key (`allkeys-*`): a process learning anew
+    /// would store another dictionary under the id of the one its records
+    /// were packed with.
+    async fn learning_dictionary(mut self, learning: Learning) -> Result<Self> {
+        let namespace = self.buckets().namespace().to_owned();
+        self.check_packed_format()?;
+        if let Some(policy) = self
+            .eviction_policy
+            .as_deref()
+            .filter(|p| crate::limits::evicts_persistent_keys(p))
+        {
+            return Err(Error::Config(format!(
+                "maxmemory-policy {policy} may evict a learned dictionary's key, and a \
+                 process learning anew would store another dictionary under its id: a \
+                 store that learns its dictionary needs noeviction or a volatile-* policy \
+                 (or give it a trained one: `with_dictionary`)"
+            )));
+        }
+        let id = learning.id;
+        let packer = Packer::learning(&namespace, learning)?;
+        if let Some(stored) = Dictionary::fetch(&self.conn, &namespace, id).await? {
+            self.packer = Arc::new(packer.packing_with(&stored)?);
+        } else {
+            self.packer = Arc::new(packer);
+        }
+        Ok(self)
+    }
+
+    fn check_packed_format(&self) -> Result<()> {
+        if self.format < PACKED_FORMAT {
+            return Err(Error::Config(format!(
+                "namespace {:?} was recorded with record format {}, whose processes do not \
+                 unpack records; packed records need format {PACKED_FORMAT} (a new namespace)",
+                self.buckets().namespace(),
+                self.format
+            )));
+        }
+        Ok(())
     }
 
     /// The same layout with expired sessions removed by a sweeper or by
@@ -681,14 +743,7 @@ where
     /// 3, whose processes would not unpack.
     pub async fn with_dictionary(mut self, dictionary: &Dictionary) -> Result<Self> {
         let namespace = self.buckets().namespace().to_owned();
-        if self.format < PACKED_FORMAT {
-            return Err(Error::Config(format!(
-                "namespace {namespace:?} was recorded with record format {}, whose \
-                 processes do not unpack records; packed records need format \
-                 {PACKED_FORMAT} (a new namespace)",
-                self.format
-            )));
-        }
+        self.check_packed_format()?;
         dictionary.publish(&self.conn, &namespace).await?;
         self.packer = Arc::new(Packer::new(&namespace).packing_with(dictionary)?);
         Ok(self)
@@ -1371,8 +1426,8 @@ where
         self.buckets().location(id)
     }
 
-    fn pack(&self, data: Vec<u8>) -> Vec<u8> {
-        self.packer.pack(data)
+    async fn pack(&self, data: Vec<u8>) -> Vec<u8> {
+        self.packer.pack(&self.conn, data).await
     }
 
     async fn unpack<'a>(

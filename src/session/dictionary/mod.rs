@@ -29,6 +29,11 @@ use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
 
+mod learn;
+
+pub use learn::Learning;
+use learn::{Learner, Work};
+
 /// The first byte of packed data.
 pub const PACKED: u8 = 0xc1;
 /// The largest dictionary stored or trained, in bytes: records are small,
@@ -110,7 +115,7 @@ impl Dictionary {
         let packer = Packer::new("").packing_with(self)?;
         Ok(data
             .iter()
-            .map(|d| packer.pack(d.as_ref().to_vec()).len())
+            .map(|d| packer.pack_now(d.as_ref().to_vec()).len())
             .collect())
     }
 
@@ -131,23 +136,43 @@ impl Dictionary {
     where
         C: redis::aio::ConnectionLike + Clone + Send,
     {
+        match self.set_nx_get(conn, namespace).await? {
+            Some(other) if *other != *self.bytes => Err(Error::Config(format!(
+                "{} holds another dictionary ({} bytes); a dictionary's id is never \
+                 reused: give this one a new id",
+                key(namespace, self.id),
+                other.len()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Stores it under [`key`] unless that key holds a dictionary already,
+    /// and returns the dictionary stored there: this one, or the one
+    /// another process stored first. One `SET NX GET`.
+    pub(crate) async fn publish_or_read<C>(&self, conn: &C, namespace: &str) -> Result<Self>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        match self.set_nx_get(conn, namespace).await? {
+            Some(other) if *other != *self.bytes => Self::new(self.id, other),
+            _ => Ok(self.clone()),
+        }
+    }
+
+    async fn set_nx_get<C>(&self, conn: &C, namespace: &str) -> Result<Option<Vec<u8>>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
         let key = key(namespace, self.id);
-        let found: Option<Vec<u8>> = redis::cmd("SET")
+        redis::cmd("SET")
             .arg(&key)
             .arg(self.bytes())
             .arg("NX")
             .arg("GET")
             .query_async(&mut conn.clone())
             .await
-            .map_err(|e| Error::from_redis(e, || key.clone()))?;
-        match found {
-            Some(other) if *other != *self.bytes => Err(Error::Config(format!(
-                "{key} holds another dictionary ({} bytes); a dictionary's id is never \
-                 reused: give this one a new id",
-                other.len()
-            ))),
-            _ => Ok(()),
-        }
+            .map_err(|e| Error::from_redis(e, || key.clone()))
     }
 
     /// Reads dictionary `id` of `namespace`, if stored. One `GET`.
@@ -170,15 +195,18 @@ impl Dictionary {
 #[derive(Default)]
 pub(crate) struct Packer {
     namespace: String,
-    current: Option<Arc<codec::Codec>>,
+    current: RwLock<Option<Arc<codec::Codec>>>,
     known: RwLock<HashMap<u8, Arc<codec::Codec>>>,
+    /// Where the store learns its dictionary and has none yet.
+    learner: Option<Learner>,
 }
 
 impl std::fmt::Debug for Packer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Packer")
             .field("namespace", &self.namespace)
-            .field("packs_with", &self.current.as_ref().map(|c| c.id()))
+            .field("packs_with", &self.dictionary_id())
+            .field("learns", &self.learner.as_ref().map(|l| l.config().id))
             .finish()
     }
 }
@@ -193,29 +221,144 @@ impl Packer {
     }
 
     /// The same packer packing with `dictionary`.
-    pub(crate) fn packing_with(mut self, dictionary: &Dictionary) -> Result<Self> {
+    pub(crate) fn packing_with(self, dictionary: &Dictionary) -> Result<Self> {
+        self.adopt(dictionary)?;
+        Ok(self)
+    }
+
+    /// A packer that packs nothing yet and learns its dictionary from the
+    /// data it is given to pack ([`learn`]). Without the `compression`
+    /// feature, an [`Error::Config`].
+    pub(crate) fn learning(namespace: &str, learning: Learning) -> Result<Self> {
+        if !cfg!(feature = "compression") {
+            return Err(Error::Config(
+                "a store that learns a dictionary needs sessionpack's `compression` feature".into(),
+            ));
+        }
+        if learning.id == 0 || learning.samples == 0 {
+            return Err(Error::Config(
+                "a learned dictionary's id is 1 to 255, and it learns from 1 sample or more".into(),
+            ));
+        }
+        Ok(Self {
+            learner: Some(Learner::new(learning)),
+            ..Self::new(namespace)
+        })
+    }
+
+    /// Packs with `dictionary` from now on.
+    fn adopt(&self, dictionary: &Dictionary) -> Result<Arc<codec::Codec>> {
         let codec = Arc::new(codec::Codec::new(dictionary)?);
         self.known
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(dictionary.id, codec.clone());
-        self.current = Some(codec);
-        Ok(self)
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(codec.clone());
+        if let Some(learner) = &self.learner {
+            learner.done();
+        }
+        Ok(codec)
+    }
+
+    fn current(&self) -> Option<Arc<codec::Codec>> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The id of the dictionary it packs with.
     pub(crate) fn dictionary_id(&self) -> Option<u8> {
-        self.current.as_ref().map(|c| c.id())
+        self.current().map(|c| c.id())
     }
 
-    /// `data` packed, where that makes it shorter.
-    pub(crate) fn pack(&self, data: Vec<u8>) -> Vec<u8> {
-        match &self.current {
-            Some(codec) if data.len() >= MIN_PACKED_INPUT => match codec.pack(&data) {
-                Some(packed) if packed.len() < data.len() => packed,
-                _ => data,
-            },
-            _ => data,
+    /// `data` packed with the current dictionary, where that makes it
+    /// shorter.
+    pub(crate) fn pack_now(&self, data: Vec<u8>) -> Vec<u8> {
+        match self.current() {
+            Some(codec) => pack_with(&codec, data),
+            None => data,
+        }
+    }
+
+    /// `data` packed, where that makes it shorter. A learning packer
+    /// keeps it as a sample, and the write that completes the samples
+    /// trains and offers the dictionary to the namespace first; learning
+    /// that fails is logged, and never fails the write.
+    pub(crate) async fn pack<C>(&self, conn: &C, data: Vec<u8>) -> Vec<u8>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        if let Some(codec) = self.current() {
+            return pack_with(&codec, data);
+        }
+        let Some(learner) = &self.learner else {
+            return data;
+        };
+        if data.len() < MIN_PACKED_INPUT {
+            return data;
+        }
+        let Some(work) = learner.offer(&data) else {
+            return data;
+        };
+        match self.learn(conn, learner, work).await {
+            Some(codec) => pack_with(&codec, data),
+            None => data,
+        }
+    }
+
+    /// Trains (unless `work` holds a trained dictionary) and stores the
+    /// dictionary unless the namespace holds one under its id already, and
+    /// packs with whichever is stored.
+    async fn learn<C>(&self, conn: &C, learner: &Learner, work: Work) -> Option<Arc<codec::Codec>>
+    where
+        C: redis::aio::ConnectionLike + Clone + Send,
+    {
+        let config = learner.config().clone();
+        let trained = match work {
+            Work::Publish(dictionary) => Ok(dictionary),
+            Work::Train(samples) => train_off_thread(config.id, samples, config.max_bytes).await,
+        };
+        let trained = match trained {
+            Ok(dictionary) => dictionary,
+            Err(e) => {
+                tracing::warn!(
+                    namespace = %self.namespace,
+                    error = %e,
+                    "no dictionary learned: records are stored as they come"
+                );
+                learner.done();
+                return None;
+            }
+        };
+        let stored = match trained.publish_or_read(conn, &self.namespace).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::warn!(
+                    namespace = %self.namespace,
+                    error = %e,
+                    "the learned dictionary could not be stored; offered again on a later write"
+                );
+                learner.retry(trained);
+                return None;
+            }
+        };
+        match self.adopt(&stored) {
+            Ok(codec) => {
+                tracing::info!(
+                    namespace = %self.namespace,
+                    id = stored.id(),
+                    bytes = stored.bytes().len(),
+                    learned_here = stored == trained,
+                    "packing records with the namespace's learned dictionary"
+                );
+                Some(codec)
+            }
+            Err(e) => {
+                tracing::warn!(namespace = %self.namespace, error = %e, "learned dictionary refused");
+                learner.done();
+                None
+            }
         }
     }
 
@@ -271,6 +414,11 @@ impl Packer {
                 ),
             ));
         };
+        // A record packed with the dictionary this process is learning:
+        // another process got there first, and this one packs with it too.
+        if self.learner.as_ref().is_some_and(|l| l.config().id == id) && self.current().is_none() {
+            return self.adopt(&dictionary);
+        }
         let codec = Arc::new(codec::Codec::new(&dictionary)?);
         Ok(self
             .known
@@ -279,6 +427,39 @@ impl Packer {
             .entry(id)
             .or_insert(codec)
             .clone())
+    }
+}
+
+fn pack_with(codec: &codec::Codec, data: Vec<u8>) -> Vec<u8> {
+    if data.len() < MIN_PACKED_INPUT {
+        return data;
+    }
+    match codec.pack(&data) {
+        Some(packed) if packed.len() < data.len() => packed,
+        _ => data,
+    }
+}
+
+/// Trains on the blocking pool where there is a Tokio runtime (training
+/// takes milliseconds, too long for an async worker), else here.
+async fn train_off_thread(id: u8, samples: Vec<Vec<u8>>, max_bytes: usize) -> Result<Dictionary> {
+    #[cfg(feature = "compression")]
+    {
+        let train = move || Dictionary::train(id, &samples, max_bytes);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle
+                .spawn_blocking(train)
+                .await
+                .map_err(|e| Error::Config(format!("training a dictionary: {e}")))?,
+            Err(_) => train(),
+        }
+    }
+    #[cfg(not(feature = "compression"))]
+    {
+        let _ = (samples, max_bytes);
+        Err(Error::Config(format!(
+            "learning dictionary {id} needs sessionpack's `compression` feature"
+        )))
     }
 }
 
@@ -479,7 +660,7 @@ mod tests {
         let dictionary = Dictionary::train(7, &samples(1000), 4096).unwrap();
         let packer = Packer::new("t").packing_with(&dictionary).unwrap();
         for data in samples(1100).split_off(1000) {
-            let packed = packer.pack(data.clone());
+            let packed = packer.pack_now(data.clone());
             assert!(
                 packed.len() < data.len(),
                 "{} of {}",
@@ -487,15 +668,15 @@ mod tests {
                 data.len()
             );
             assert_eq!(&packed[..2], &[PACKED, 7]);
-            let codec = packer.current.as_ref().unwrap();
+            let codec = packer.current().unwrap();
             assert_eq!(codec.unpack(&packed[2..]).unwrap(), data);
         }
         // Short data, and data packing would not shorten, stay as they are.
-        assert_eq!(packer.pack(b"{\"u\":1}".to_vec()), b"{\"u\":1}");
+        assert_eq!(packer.pack_now(b"{\"u\":1}".to_vec()), b"{\"u\":1}");
         let noise: Vec<u8> = (0..64u64)
             .map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8)
             .collect();
-        assert_eq!(packer.pack(noise.clone()), noise);
+        assert_eq!(packer.pack_now(noise.clone()), noise);
         assert_eq!(
             dictionary
                 .stored_sizes(std::slice::from_ref(&noise))
@@ -510,7 +691,7 @@ mod tests {
         let codec = codec::Codec::new(&dictionary).unwrap();
         let data = samples(1).remove(0);
         let packer = Packer::new("t").packing_with(&dictionary).unwrap();
-        let mut frame = packer.pack(data.clone()).split_off(2);
+        let mut frame = packer.pack_now(data.clone()).split_off(2);
         // A single-segment frame with a one-byte size: claim one byte more.
         assert_eq!(frame[0] & 0xe0, 0x20, "{frame:?}");
         frame[1] += 1;
