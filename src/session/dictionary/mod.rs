@@ -15,6 +15,10 @@
 //! packed, so the scripts still see who owns a session. Data that would
 //! not get shorter is kept as it is.
 //!
+//! The dictionary is either trained ahead ([`Dictionary::train`],
+//! `sessionpack dictionary train`) and given to the store, or learned by
+//! the store from its first writes ([`Learning`]).
+//!
 //! A dictionary never changes once stored: it lives under
 //! `<namespace>:dict:<id>` (no expiry), written with `SET NX` by whoever
 //! trains or opens it, and read by any process that meets a record packed
