@@ -656,13 +656,7 @@ async fn health_reports_what_the_store_would_log() {
         "{warnings:?}"
     );
 
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory-policy")
-            .arg("allkeys-lru"),
-    );
+    common::set_eviction_policy(&server, "allkeys-lru");
     let reopened = compact(&server, 4).await;
     let warnings = reopened.health().warnings();
     assert!(

@@ -531,13 +531,7 @@ async fn processes_learning_at_once_settle_on_one_dictionary() {
 #[tokio::test]
 async fn learning_is_refused_where_its_dictionary_could_be_evicted() {
     let server = common::server();
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory-policy")
-            .arg("allkeys-lru"),
-    );
+    common::set_eviction_policy(&server, "allkeys-lru");
     let learning = CompactConfig::new(4).with_learned_dictionary(Default::default());
     let refused = TowerStore::new(common::manager(&server).await, learning).await;
     assert!(
@@ -545,13 +539,7 @@ async fn learning_is_refused_where_its_dictionary_could_be_evicted() {
         "{refused:?}"
     );
     // Policies that evict only keys with an expiry never take it.
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory-policy")
-            .arg("volatile-lru"),
-    );
+    common::set_eviction_policy(&server, "volatile-lru");
     let learning = CompactConfig::new(4).with_learned_dictionary(Default::default());
     assert!(
         TowerStore::new(common::manager(&server).await, learning)

@@ -52,16 +52,9 @@ async fn a_user_index_is_refused_where_eviction_may_take_it() {
     let server = common::server();
     let conn = common::manager(&server).await;
     let mut raw = common::raw(&server).await;
-    let policy = |p: &'static str| {
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory-policy")
-            .arg(p)
-            .clone()
-    };
     let indexed = || CompactConfig::new(6).with_user_index(users::config());
     for evicting in ["allkeys-lru", "allkeys-random", "allkeys-lfu"] {
-        let _: () = policy(evicting).query_async(&mut raw).await.unwrap();
+        common::set_eviction_policy(&server, evicting);
         match Compact::new(conn.clone(), indexed()).await {
             Err(Error::Config(msg)) => assert!(msg.contains(evicting), "{msg}"),
             other => panic!("{evicting}: expected Config, got {other:?}"),
@@ -74,13 +67,10 @@ async fn a_user_index_is_refused_where_eviction_may_take_it() {
     Compact::new(conn.clone(), CompactConfig::new(6).with_namespace("plain"))
         .await
         .unwrap();
-    let _: () = policy("volatile-lru").query_async(&mut raw).await.unwrap();
+    common::set_eviction_policy(&server, "volatile-lru");
     let store: Store<_, ()> = Store::new(Compact::new(conn.clone(), indexed()).await.unwrap());
     let s = store.create(70_001, ()).await.unwrap();
-    let _: () = policy("allkeys-random")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    common::set_eviction_policy(&server, "allkeys-random");
     assert!(matches!(
         store.revoke_all(&70_001).await,
         Err(Error::Config(_))
@@ -89,7 +79,7 @@ async fn a_user_index_is_refused_where_eviction_may_take_it() {
         store.load(&s.id).await.unwrap().is_some(),
         "refused, not half done"
     );
-    let _: () = policy("noeviction").query_async(&mut raw).await.unwrap();
+    common::set_eviction_policy(&server, "noeviction");
     assert_eq!(store.revoke_all(&70_001).await.unwrap().removed, 1);
     assert!(store.load(&s.id).await.unwrap().is_none());
 }

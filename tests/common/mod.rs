@@ -192,6 +192,17 @@ pub fn raw_command(server: &LocalServer, cmd: &redis::Cmd) {
     let _: redis::Value = cmd.query(&mut conn).unwrap();
 }
 
+/// Sets the server's `maxmemory-policy`.
+pub fn set_eviction_policy(server: &LocalServer, policy: &str) {
+    raw_command(
+        server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(policy),
+    );
+}
+
 /// What an audit of a bucketed namespace found out of step.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Audit {

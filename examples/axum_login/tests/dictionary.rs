@@ -3,22 +3,15 @@
 //! serves logins; a dictionary it cannot use stops it with an error. And
 //! the binary without one, learning its dictionary from its first logins.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod binary;
+
+use std::process::{Command, Stdio};
+
+use binary::{login, me, serve};
 
 use redis::AsyncCommands;
 use sessionpack::session::dictionary::Dictionary;
 use sessionpack_testkit::LocalServer;
-
-/// The example binary, stopped (by its own id) when dropped.
-struct App(Child);
-
-impl Drop for App {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn command(server: &LocalServer, dictionary: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_axum-login-example"));
@@ -30,44 +23,6 @@ fn command(server: &LocalServer, dictionary: &std::path::Path) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command
-}
-
-/// Starts the example and reads the address it listens on.
-fn start(command: &mut Command) -> (App, String) {
-    let mut app = App(command.spawn().expect("start the example"));
-    let mut line = String::new();
-    BufReader::new(app.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("the example printed {line:?}, not its address"))
-        .to_owned();
-    (app, base)
-}
-
-/// Logs in with a fresh cookie jar, checks the session carries it, and
-/// returns the client.
-async fn login(base: &str) -> reqwest::Client {
-    let client = reqwest::Client::builder()
-        .cookie_store(true)
-        .build()
-        .unwrap();
-    let login = client
-        .post(format!("{base}/login"))
-        .form(&[("name", "ferris"), ("password", "crab")])
-        .send()
-        .await
-        .unwrap();
-    assert!(login.status().is_success(), "{}", login.status());
-    assert_eq!(me(&client, base).await, "hello ferris");
-    client
-}
-
-async fn me(client: &reqwest::Client, base: &str) -> String {
-    let me = client.get(format!("{base}/me")).send().await.unwrap();
-    me.text().await.unwrap()
 }
 
 /// A dictionary trained on sessions shaped like the app's.
@@ -112,7 +67,7 @@ async fn the_app_packs_with_the_dictionary_it_is_given() {
         .unwrap();
     assert!(!zero.status.success());
 
-    let (app, base) = start(&mut command(&server, &file));
+    let (app, base) = serve(&mut command(&server, &file));
     login(&base).await;
     // Stored for the processes that do not hold it.
     let mut raw = server
@@ -137,7 +92,7 @@ async fn without_a_dictionary_the_app_learns_one_from_its_first_logins() {
         .env("SESSION_LEARN_SAMPLES", "20")
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let (app, base) = start(&mut command);
+    let (app, base) = serve(&mut command);
     let mut raw = server
         .client()
         .unwrap()

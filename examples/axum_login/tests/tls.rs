@@ -3,21 +3,14 @@
 //! certificate: the certificates are named by `REDIS_TLS_*`, and the app
 //! is driven over HTTP.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod binary;
+
+use std::process::{Command, Stdio};
+
+use binary::serve;
 
 use redis::AsyncCommands;
 use sessionpack_testkit::{ClientCerts, LocalServer, TestCerts};
-
-/// The example binary, stopped (by its own id) when dropped.
-struct App(Child);
-
-impl Drop for App {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn command(server: &LocalServer, certs: &TestCerts) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_axum-login-example"));
@@ -30,20 +23,6 @@ fn command(server: &LocalServer, certs: &TestCerts) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command
-}
-
-/// Starts the app and waits for the line naming the address it bound.
-fn serve(mut command: Command) -> (App, String) {
-    let mut app = App(command.spawn().expect("start the example"));
-    let stdout = app.0.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("the example printed {line:?}, not its address"))
-        .to_owned();
-    (app, base)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,21 +60,8 @@ async fn the_app_reaches_a_tls_only_server_with_a_private_ca_and_a_client_certif
     let mut full = command(&server, &certs);
     full.env("REDIS_TLS_CERT", certs.client_cert())
         .env("REDIS_TLS_KEY", certs.client_key());
-    let (app, base) = serve(full);
-    let client = reqwest::Client::builder()
-        .cookie_store(true)
-        .build()
-        .unwrap();
-    let login = client
-        .post(format!("{base}/login"))
-        .form(&[("name", "ferris"), ("password", "crab")])
-        .send()
-        .await
-        .unwrap();
-    assert!(login.status().is_success(), "{}", login.status());
-    let me = client.get(format!("{base}/me")).send().await.unwrap();
-    assert_eq!(me.status(), 200);
-    assert_eq!(me.text().await.unwrap(), "hello ferris");
+    let (app, base) = serve(&mut full);
+    let client = binary::login(&base).await;
 
     // The session lives in the TLS server, not in the process: a new
     // process (the old one stopped) serves the same cookie.
@@ -104,9 +70,8 @@ async fn the_app_reaches_a_tls_only_server_with_a_private_ca_and_a_client_certif
     again
         .env("REDIS_TLS_CERT", certs.client_cert())
         .env("REDIS_TLS_KEY", certs.client_key());
-    let (_app, base) = serve(again);
-    let cookie = client.get(format!("{base}/me")).send().await.unwrap();
-    assert_eq!(cookie.text().await.unwrap(), "hello ferris");
+    let (_app, base) = serve(&mut again);
+    assert_eq!(binary::me(&client, &base).await, "hello ferris");
     let mut raw = server
         .client()
         .unwrap()
