@@ -547,3 +547,43 @@ async fn learning_is_refused_where_its_dictionary_could_be_evicted() {
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn absurd_learning_settings_are_refused_before_anything_is_written() {
+    let server = common::server();
+    let base = dictionary::Learning::default();
+    for learning in [
+        dictionary::Learning {
+            id: 0,
+            ..base.clone()
+        },
+        dictionary::Learning {
+            samples: 0,
+            ..base.clone()
+        },
+        dictionary::Learning {
+            samples: usize::MAX,
+            ..base.clone()
+        },
+        dictionary::Learning {
+            max_bytes: 0,
+            ..base.clone()
+        },
+        dictionary::Learning {
+            max_bytes: usize::MAX,
+            ..base.clone()
+        },
+    ] {
+        let config = CompactConfig::new(4)
+            .with_namespace("absurd")
+            .with_learned_dictionary(learning.clone());
+        let refused = TowerStore::new(common::manager(&server).await, config).await;
+        assert!(
+            matches!(refused, Err(Error::Config(_))),
+            "{learning:?}: {refused:?}"
+        );
+    }
+    let mut raw = common::raw(&server).await;
+    let dictionaries: Vec<String> = raw.keys("absurd:dict:*").await.unwrap();
+    assert!(dictionaries.is_empty(), "{dictionaries:?}");
+}

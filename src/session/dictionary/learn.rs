@@ -25,9 +25,11 @@ pub struct Learning {
     /// learns anew (a retired dictionary stays readable while stored).
     pub id: u8,
     /// Records whose data could be packed (24 bytes or more) a process
-    /// writes before it trains, default 1000. They stay as written.
+    /// writes before it trains, default 1000 (at most
+    /// [`super::MAX_LEARNING_SAMPLES`]). They stay as written.
     pub samples: usize,
-    /// The dictionary's largest size in bytes, default 16 KiB.
+    /// The dictionary's largest size in bytes, default 16 KiB
+    /// ([`super::MIN_DICTIONARY_BYTES`] to [`super::MAX_DICTIONARY_BYTES`]).
     pub max_bytes: usize,
 }
 

@@ -43,6 +43,11 @@ pub const PACKED: u8 = 0xc1;
 /// The largest dictionary stored or trained, in bytes: records are small,
 /// and a larger dictionary only costs memory in every process.
 pub const MAX_DICTIONARY_BYTES: usize = 64 * 1024;
+/// The smallest dictionary a store learns, in bytes.
+pub const MIN_DICTIONARY_BYTES: usize = 256;
+/// The most samples a store keeps to learn from: each process holds them
+/// until it trains.
+pub const MAX_LEARNING_SAMPLES: usize = 100_000;
 /// The longest data unpacked, in bytes (a larger claim is corrupt data,
 /// not a session).
 pub const MAX_UNPACKED_BYTES: usize = 1 << 20;
@@ -239,10 +244,15 @@ impl Packer {
                 "a store that learns a dictionary needs sessionpack's `compression` feature".into(),
             ));
         }
-        if learning.id == 0 || learning.samples == 0 {
-            return Err(Error::Config(
-                "a learned dictionary's id is 1 to 255, and it learns from 1 sample or more".into(),
-            ));
+        if learning.id == 0
+            || !(1..=MAX_LEARNING_SAMPLES).contains(&learning.samples)
+            || !(MIN_DICTIONARY_BYTES..=MAX_DICTIONARY_BYTES).contains(&learning.max_bytes)
+        {
+            return Err(Error::Config(format!(
+                "a learned dictionary's id is 1 to 255, it learns from 1 to \
+                 {MAX_LEARNING_SAMPLES} samples, and is {MIN_DICTIONARY_BYTES} to \
+                 {MAX_DICTIONARY_BYTES} bytes: {learning:?}"
+            )));
         }
         Ok(Self {
             learner: Some(Learner::new(learning)),
