@@ -587,3 +587,31 @@ async fn absurd_learning_settings_are_refused_before_anything_is_written() {
     let dictionaries: Vec<String> = raw.keys("absurd:dict:*").await.unwrap();
     assert!(dictionaries.is_empty(), "{dictionaries:?}");
 }
+
+#[tokio::test]
+async fn a_process_whose_samples_are_done_adopts_a_stored_dictionary_before_training() {
+    let server = common::server();
+    let first = learning(&server, 200).await;
+    // Too few samples to train on (zstd refuses three): this process
+    // packs only with what it finds stored.
+    let late = learning(&server, 3).await;
+    for n in 0..200u64 {
+        first
+            .create_data(i128::from(n), &app_session(n), in_an_hour(), || 0)
+            .await
+            .unwrap();
+    }
+    assert_eq!(first.dictionary_id(), Some(255));
+    assert_eq!(late.dictionary_id(), None);
+    for n in 1000..1003u64 {
+        late.create_data(i128::from(n), &app_session(n), in_an_hour(), || 0)
+            .await
+            .unwrap();
+    }
+    assert_eq!(late.dictionary_id(), Some(255));
+    assert_eq!(packed_with(&server, &late, 1002).await, Some(255));
+    assert_eq!(
+        first.load_data(1002).await.unwrap().unwrap().0,
+        app_session(1002)
+    );
+}

@@ -321,9 +321,9 @@ impl Packer {
         }
     }
 
-    /// Trains (unless `work` holds a trained dictionary) and stores the
-    /// dictionary unless the namespace holds one under its id already, and
-    /// packs with whichever is stored.
+    /// Trains (unless `work` holds a trained dictionary, or the namespace
+    /// holds one already) and stores the dictionary unless the namespace
+    /// holds one under its id by then, and packs with whichever is stored.
     async fn learn<C>(&self, conn: &C, learner: &Learner, work: Work) -> Option<Arc<codec::Codec>>
     where
         C: redis::aio::ConnectionLike + Clone + Send,
@@ -331,7 +331,16 @@ impl Packer {
         let config = learner.config().clone();
         let trained = match work {
             Work::Publish(dictionary) => Ok(dictionary),
-            Work::Train(samples) => train_off_thread(config.id, samples, config.max_bytes).await,
+            Work::Train(samples) => {
+                // Another process may have stored it while this one
+                // collected: one read spares the training. A read that
+                // fails goes on to train, and the offer finds out.
+                if let Ok(Some(stored)) = Dictionary::fetch(conn, &self.namespace, config.id).await
+                {
+                    return self.adopt_learned(learner, &stored, false);
+                }
+                train_off_thread(config.id, samples, config.max_bytes).await
+            }
         };
         let trained = match trained {
             Ok(dictionary) => dictionary,
@@ -357,13 +366,23 @@ impl Packer {
                 return None;
             }
         };
-        match self.adopt(&stored) {
+        self.adopt_learned(learner, &stored, stored == trained)
+    }
+
+    /// Packs with the namespace's learned dictionary from now on.
+    fn adopt_learned(
+        &self,
+        learner: &Learner,
+        stored: &Dictionary,
+        learned_here: bool,
+    ) -> Option<Arc<codec::Codec>> {
+        match self.adopt(stored) {
             Ok(codec) => {
                 tracing::info!(
                     namespace = %self.namespace,
                     id = stored.id(),
                     bytes = stored.bytes().len(),
-                    learned_here = stored == trained,
+                    learned_here,
                     "packing records with the namespace's learned dictionary"
                 );
                 Some(codec)
