@@ -70,12 +70,7 @@ async fn the_app_packs_with_the_dictionary_it_is_given() {
     let (app, base) = serve(&mut command(&server, &file));
     login(&base).await;
     // Stored for the processes that do not hold it.
-    let mut raw = server
-        .client()
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = binary::raw(&server).await;
     let stored: Vec<u8> = raw.get("sp:dict:5").await.unwrap();
     assert_eq!(stored, bytes);
     drop(app);
@@ -93,12 +88,7 @@ async fn without_a_dictionary_the_app_learns_one_from_its_first_logins() {
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let (app, base) = serve(&mut command);
-    let mut raw = server
-        .client()
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = binary::raw(&server).await;
     // Each login writes its session at least once: twenty store it.
     let mut clients = Vec::new();
     while !raw.exists::<_, bool>("sp:dict:255").await.unwrap() {

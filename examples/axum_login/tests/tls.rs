@@ -72,12 +72,7 @@ async fn the_app_reaches_a_tls_only_server_with_a_private_ca_and_a_client_certif
         .env("REDIS_TLS_KEY", certs.client_key());
     let (_app, base) = serve(&mut again);
     assert_eq!(binary::me(&client, &base).await, "hello ferris");
-    let mut raw = server
-        .client()
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = binary::raw(&server).await;
     let keys: Vec<String> = raw.keys("sp:*").await.unwrap();
     assert!(keys.contains(&"sp:meta".to_owned()), "{keys:?}");
 }

@@ -51,3 +51,14 @@ pub async fn me(client: &reqwest::Client, base: &str) -> String {
     let me = client.get(format!("{base}/me")).send().await.unwrap();
     me.text().await.unwrap()
 }
+
+/// A connection of the test's own to `server`, to look at what the app
+/// stored.
+pub async fn raw(server: &sessionpack_testkit::LocalServer) -> redis::aio::MultiplexedConnection {
+    server
+        .client()
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
