@@ -517,8 +517,32 @@ mod codec {
     /// costs far more than packing a record.
     pub(super) struct Codec {
         dictionary: Dictionary,
-        compressors: Mutex<Vec<Compressor<'static>>>,
-        decompressors: Mutex<Vec<Decompressor<'static>>>,
+        compressors: Pool<Compressor<'static>>,
+        decompressors: Pool<Decompressor<'static>>,
+    }
+
+    /// Contexts not in use.
+    struct Pool<T>(Mutex<Vec<T>>);
+
+    impl<T> Default for Pool<T> {
+        fn default() -> Self {
+            Self(Mutex::default())
+        }
+    }
+
+    impl<T> Pool<T> {
+        /// One from the pool, or a new one.
+        fn take(&self, make: impl FnOnce() -> Result<T>) -> Result<T> {
+            let kept = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            kept.map_or_else(make, Ok)
+        }
+
+        fn put(&self, context: T) {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(context);
+        }
     }
 
     fn config(e: std::io::Error) -> Error {
@@ -529,16 +553,12 @@ mod codec {
         pub(super) fn new(dictionary: &Dictionary) -> Result<Self> {
             let codec = Self {
                 dictionary: dictionary.clone(),
-                compressors: Mutex::default(),
-                decompressors: Mutex::default(),
+                compressors: Pool::default(),
+                decompressors: Pool::default(),
             };
             // Checked now, so a bad dictionary fails where it is given.
             let c = codec.compressor()?;
-            codec
-                .compressors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(c);
+            codec.compressors.put(c);
             Ok(codec)
         }
 
@@ -547,50 +567,36 @@ mod codec {
         }
 
         fn compressor(&self) -> Result<Compressor<'static>> {
-            if let Some(c) = self
-                .compressors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop()
-            {
-                return Ok(c);
-            }
-            let mut c =
-                Compressor::with_dictionary(LEVEL, self.dictionary.bytes()).map_err(config)?;
-            for p in [
-                CParameter::Format(FrameFormat::Magicless),
-                CParameter::ChecksumFlag(false),
-                CParameter::DictIdFlag(false),
-                CParameter::ContentSizeFlag(true),
-            ] {
-                c.set_parameter(p).map_err(config)?;
-            }
-            Ok(c)
+            self.compressors.take(|| {
+                let mut c =
+                    Compressor::with_dictionary(LEVEL, self.dictionary.bytes()).map_err(config)?;
+                for p in [
+                    CParameter::Format(FrameFormat::Magicless),
+                    CParameter::ChecksumFlag(false),
+                    CParameter::DictIdFlag(false),
+                    CParameter::ContentSizeFlag(true),
+                ] {
+                    c.set_parameter(p).map_err(config)?;
+                }
+                Ok(c)
+            })
         }
 
         fn decompressor(&self) -> Result<Decompressor<'static>> {
-            if let Some(d) = self
-                .decompressors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop()
-            {
-                return Ok(d);
-            }
-            let mut d = Decompressor::with_dictionary(self.dictionary.bytes()).map_err(config)?;
-            d.set_parameter(DParameter::Format(FrameFormat::Magicless))
-                .map_err(config)?;
-            Ok(d)
+            self.decompressors.take(|| {
+                let mut d =
+                    Decompressor::with_dictionary(self.dictionary.bytes()).map_err(config)?;
+                d.set_parameter(DParameter::Format(FrameFormat::Magicless))
+                    .map_err(config)?;
+                Ok(d)
+            })
         }
 
         /// `PACKED`, the id and the frame; `None` if zstd failed.
         pub(super) fn pack(&self, data: &[u8]) -> Option<Vec<u8>> {
             let mut c = self.compressor().ok()?;
             let frame = c.compress(data).ok();
-            self.compressors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(c);
+            self.compressors.put(c);
             let frame = frame?;
             let mut out = Vec::with_capacity(2 + frame.len());
             out.extend_from_slice(&[PACKED, self.id()]);
@@ -609,10 +615,7 @@ mod codec {
             let mut d = self.decompressor().map_err(|e| e.to_string())?;
             let mut out = Vec::with_capacity(size);
             let done = d.decompress_to_buffer(frame, &mut out);
-            self.decompressors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(d);
+            self.decompressors.put(d);
             match done {
                 Ok(n) if n == size => Ok(out),
                 Ok(n) => Err(format!("a packed record claims {size} bytes and holds {n}")),

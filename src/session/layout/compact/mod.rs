@@ -671,17 +671,21 @@ where
     async fn learning_dictionary(mut self, learning: Learning) -> Result<Self> {
         let namespace = self.buckets().namespace().to_owned();
         self.check_packed_format()?;
-        if let Some(policy) = self
-            .eviction_policy
-            .as_deref()
-            .filter(|p| crate::limits::evicts_persistent_keys(p))
-        {
-            return Err(Error::Config(format!(
-                "maxmemory-policy {policy} may evict a learned dictionary's key, and a \
-                 process learning anew would store another dictionary under its id: a \
-                 store that learns its dictionary needs noeviction or a volatile-* policy \
-                 (or give it a trained one: `with_dictionary`)"
-            )));
+        match self.eviction_policy.as_deref() {
+            Some(policy) if crate::limits::evicts_persistent_keys(policy) => {
+                return Err(Error::Config(format!(
+                    "maxmemory-policy {policy} may evict a learned dictionary's key, and a \
+                     process learning anew would store another dictionary under its id: a \
+                     store that learns its dictionary needs noeviction or a volatile-* \
+                     policy (or give it a trained one: `with_dictionary`)"
+                )));
+            }
+            Some(_) => {}
+            None => tracing::warn!(
+                namespace,
+                "CONFIG GET is refused: cannot tell whether maxmemory-policy may evict the \
+                 learned dictionary's key (it must be noeviction or volatile-*)"
+            ),
         }
         let id = learning.id;
         let packer = Packer::learning(&namespace, learning)?;
