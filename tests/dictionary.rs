@@ -615,3 +615,38 @@ async fn a_process_whose_samples_are_done_adopts_a_stored_dictionary_before_trai
         app_session(1002)
     );
 }
+
+#[tokio::test]
+async fn a_refused_dictionary_is_not_offered_again_on_every_write() {
+    let server = common::server();
+    let store = learning(&server, 50).await;
+    // Something else takes the key after the store opened.
+    let mut raw = common::raw(&server).await;
+    let _: () = raw
+        .hset("sp:dict:255", "not", "a dictionary")
+        .await
+        .unwrap();
+    for n in 0..50u64 {
+        store
+            .create_data(i128::from(n), &app_session(n), in_an_hour(), || 0)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.dictionary_id(), None);
+    let sets = common::calls(&mut raw, "set").await;
+    for n in 50..80u64 {
+        store
+            .create_data(i128::from(n), &app_session(n), in_an_hour(), || 0)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.load_data(i128::from(n)).await.unwrap().unwrap().0,
+            app_session(n)
+        );
+    }
+    assert_eq!(
+        common::calls(&mut raw, "set").await,
+        sets,
+        "no offer after the refusal"
+    );
+}

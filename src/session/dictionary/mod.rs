@@ -356,13 +356,25 @@ impl Packer {
         };
         let stored = match trained.publish_or_read(conn, &self.namespace).await {
             Ok(stored) => stored,
-            Err(e) => {
+            // A server away: offered again on a later write.
+            Err(e) if e.is_transient() => {
                 tracing::warn!(
                     namespace = %self.namespace,
                     error = %e,
                     "the learned dictionary could not be stored; offered again on a later write"
                 );
                 learner.retry(trained);
+                return None;
+            }
+            // Refused (a key of another type, a command denied): every
+            // offer would be, at a round trip a write.
+            Err(e) => {
+                tracing::warn!(
+                    namespace = %self.namespace,
+                    error = %e,
+                    "the learned dictionary was refused: records are stored as they come"
+                );
+                learner.done();
                 return None;
             }
         };
