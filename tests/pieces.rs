@@ -254,6 +254,130 @@ async fn pieces_a_stale_delete_left_are_swept() {
     assert_eq!((c.pieces, c.orphans, c.missing), (0, 0, 0));
 }
 
+/// A batch load reads each value with as many pieces as the last pieced
+/// record had, and the records with more in one more round trip: every
+/// size comes back whole, gone and expired ones as none, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_load_returns_records_of_every_size_whole() {
+    let server = common::server();
+    let layout = compact(&server, 3).await;
+    let mut raw = common::raw(&server).await;
+    let sizes = [10, 100, 400, 61, 250, MAX_PIECED_RECORD, 2000, 130];
+    let mut ids = Vec::new();
+    let mut records = Vec::new();
+    for n in 0..240usize {
+        let id = layout.new_id().await.unwrap();
+        let record = record_of(sizes[n % sizes.len()], n as u8);
+        let created = layout
+            .insert_new(&id, &record, sessionpack::Deadline::In(600))
+            .await
+            .unwrap();
+        assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+        ids.push(id);
+        records.push(Some(record));
+    }
+    // One deleted, one expired (its value's expiry rewritten to the past).
+    assert!(layout.delete(&ids[5], None).await.unwrap());
+    records[5] = None;
+    let bucket = layout
+        .scheme()
+        .bucket_key(layout.buckets().bucket_of(&ids[9]));
+    let field = layout.buckets().field(&ids[9]);
+    let value: Vec<u8> = raw.hget(&bucket, &field).await.unwrap();
+    let mut past = value.clone();
+    past[..4].copy_from_slice(&1_000_000_000u32.to_be_bytes());
+    let _: () = raw.hset(&bucket, &field, past).await.unwrap();
+    records[9] = None;
+    // From a process that has read nothing, then from one that has.
+    for _ in 0..2 {
+        let fresh = compact(&server, 3).await;
+        let found = fresh.load_many(&ids).await.unwrap();
+        let found: Vec<Option<Vec<u8>>> = found.into_iter().map(|s| s.map(|s| s.record)).collect();
+        assert_eq!(found, records);
+        let again = layout.load_many(&ids).await.unwrap();
+        assert_eq!(again.len(), ids.len());
+        for (got, want) in again.into_iter().zip(&records) {
+            assert_eq!(got.map(|s| s.record).as_ref(), want.as_ref());
+        }
+    }
+}
+
+/// A create under an id just drawn writes its pieces with `HSETNX` in the
+/// value's transaction, not by script. Under an id that was not new after
+/// all, it gives the id up rather than leave a record read with another's
+/// piece or change a live session; a create under a known id (the script)
+/// overwrites what a stale delete left. A foreign key where the index goes
+/// leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
+    let server = common::server();
+    let layout = compact(&server, 2).await;
+    let mut raw = common::raw(&server).await;
+    let in_600 = sessionpack::Deadline::In(600);
+    // Four pieces a stale delete left under `id` (see above).
+    let id = layout.new_id().await.unwrap();
+    layout.insert(&id, &record_of(30, 1), in_600).await.unwrap();
+    let at = layout.load(&id).await.unwrap().unwrap().expires_at;
+    layout.save(&id, &record_of(300, 2), at).await.unwrap();
+    assert!(layout.delete(&id, Some(30)).await.unwrap());
+    assert_eq!(census(&mut raw, &layout).await.orphans, 4);
+
+    // Six pieces, four of them there already: given up, and the two it
+    // wrote taken back out.
+    let long = record_of(400, 3);
+    let created = layout.insert_new(&id, &long, in_600).await.unwrap();
+    assert_eq!(created, sessionpack::Inserted::IdTaken);
+    assert!(layout.load(&id).await.unwrap().is_none());
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.orphans), (0, 4));
+    // The script, for an id others may know, writes over them.
+    let created = layout.insert(&id, &long, in_600).await.unwrap();
+    assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+    assert_eq!(layout.load(&id).await.unwrap().unwrap().record, long);
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.pieces, c.orphans), (1, 6, 0));
+
+    // Under a live session of one piece: it is left exactly as it was, and
+    // the pieces written beyond its own go with the next sweep.
+    let live = layout.new_id().await.unwrap();
+    let short = record_of(100, 4);
+    let created = layout.insert_new(&live, &short, in_600).await.unwrap();
+    assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+    let created = layout.insert_new(&live, &long, in_600).await.unwrap();
+    assert_eq!(created, sessionpack::Inserted::IdTaken);
+    assert_eq!(layout.load(&live).await.unwrap().unwrap().record, short);
+    assert_eq!(census(&mut raw, &layout).await.orphans, 5);
+    Sweeper::new(layout.clone(), SweepConfig::default())
+        .sweep_range_full(0..layout.scheme().groups())
+        .await
+        .unwrap();
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.pieces, c.orphans, c.missing), (2, 7, 0, 0));
+    assert_eq!(layout.load(&live).await.unwrap().unwrap().record, short);
+    // The same create sent twice (its reply lost) is done.
+    let twice = layout.new_id().await.unwrap();
+    for _ in 0..2 {
+        let created = layout.insert_new(&twice, &long, in_600).await.unwrap();
+        assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+    }
+
+    // Another program's string where a group's index goes: the create
+    // fails with a typed error and takes its value and pieces back out.
+    let scheme: &GroupedBuckets = layout.scheme();
+    let foreign = layout.new_id().await.unwrap();
+    let index = scheme.index_key(scheme.group_of(layout.buckets().bucket_of(&foreign)));
+    let before = census(&mut raw, &layout).await;
+    let _: () = raw.del(&index).await.unwrap();
+    let _: () = raw.set(&index, "theirs").await.unwrap();
+    let failed = layout.insert_new(&foreign, &long, in_600).await;
+    assert!(
+        matches!(failed, Err(sessionpack::Error::WrongType { .. })),
+        "{failed:?}"
+    );
+    assert!(layout.load(&foreign).await.unwrap().is_none());
+    assert_eq!(census(&mut raw, &layout).await, before);
+}
+
 /// Expired pieced sessions go with their pieces, and the session cap
 /// counts sessions, not the fields their pieces take.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,6 @@
--- Creates a session whose record is in pieces, when the caller has decided
+-- Creates a session whose record is in pieces under an id others may know
+-- (an import, a takeover; one just drawn goes in a transaction, see
+-- `insert_plain`), when the caller has decided
 -- its expiry (the insert script covers the rest). Kept short, as
 -- compact_save.lua is: no helpers but compact_pieces.lua's and
 -- compact_expiry.lua's. The value first: a taken id writes nothing, and a

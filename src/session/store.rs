@@ -311,7 +311,7 @@ where
         for _ in 0..ID_ATTEMPTS {
             let id = self.new_id().await?;
             let expiry = self.deadline(&id, ttl);
-            match self.layout.insert(&id, &record, expiry).await? {
+            match self.layout.insert_new(&id, &record, expiry).await? {
                 Inserted::Created { expires_at } => {
                     return Ok(Session {
                         id,

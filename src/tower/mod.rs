@@ -299,7 +299,11 @@ where
     }
 
     /// Stores a new session under `id`; a taken id is replaced by one from
-    /// `fresh` and tried again. Returns the id used.
+    /// `fresh` and tried again. Returns the id used. Both should give ids
+    /// drawn at random, as tower-sessions draws a create's: the store
+    /// writes a new session in pieces without a script, which is safe for
+    /// an id no one else can know yet ([`Layout::insert_new`]). A taken
+    /// id is never overwritten either way.
     pub async fn create_data(
         &self,
         id: i128,
@@ -335,9 +339,11 @@ where
                 Some(t) => self.create_in_takeover(t, id, data, at).await?,
                 None => true,
             };
+            // tower-sessions draws a create's id at random (`Id::default`),
+            // as this store draws its stamped ones: no one else knows it.
             let inserted = if free {
                 self.layout
-                    .insert(&session_id(id), &bytes, Deadline::At(at))
+                    .insert_new(&session_id(id), &bytes, Deadline::At(at))
                     .await?
             } else {
                 Inserted::IdTaken

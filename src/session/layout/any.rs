@@ -184,6 +184,15 @@ where
         each!(self, l => l.insert(id, record, expiry).await)
     }
 
+    async fn insert_new(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+    ) -> Result<Inserted> {
+        each!(self, l => l.insert_new(id, record, expiry).await)
+    }
+
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
         each!(self, l => l.load(id).await)
     }

@@ -195,6 +195,21 @@ pub trait Layout: Send + Sync {
         expiry: Deadline,
     ) -> impl Future<Output = Result<Inserted>> + Send;
 
+    /// Stores a new session under an id this process has just drawn at
+    /// random, which no one else can know yet, as [`Layout::insert`] does.
+    /// A layout may take a cheaper path for such an id: a record in
+    /// pieces can go without a script, since no earlier session of the id
+    /// can have left pieces behind, and no reader can see it half written.
+    /// As [`Layout::insert`] by default.
+    fn insert_new(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+    ) -> impl Future<Output = Result<Inserted>> + Send {
+        self.insert(id, record, expiry)
+    }
+
     /// Stores the copy a rotation makes of the live session `from` under
     /// the new id `id`, as [`Layout::insert`] does. A layout whose
     /// sessions can be revoked by user (a compact store with a user index)
@@ -333,6 +348,9 @@ macro_rules! delegate_layout {
             }
             fn insert(&self, id: &SessionId, record: &[u8], expiry: Deadline) -> impl Future<Output = Result<Inserted>> + Send {
                 (**self).insert(id, record, expiry)
+            }
+            fn insert_new(&self, id: &SessionId, record: &[u8], expiry: Deadline) -> impl Future<Output = Result<Inserted>> + Send {
+                (**self).insert_new(id, record, expiry)
             }
             fn insert_successor(&self, from: &SessionId, prev: Option<&SessionId>, id: &SessionId, record: &[u8], expiry: Deadline) -> impl Future<Output = Result<Inserted>> + Send {
                 (**self).insert_successor(from, prev, id, record, expiry)

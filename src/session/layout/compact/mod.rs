@@ -1085,24 +1085,27 @@ where
         })
     }
 
-    /// An insert with the expiry decided. A record of one value goes with
-    /// plain commands in one `MULTI`/`EXEC`: `HSETNX` of the value and
-    /// `ZADD LT` of the bucket's index entry or, where the server expires
-    /// fields, `HEXPIREAT NX` of the field (a field must never be left
-    /// without its TTL).
-    /// A record in pieces goes with one short script
-    /// (`compact_create.lua`), which writes them only once the value is
-    /// in. An out-of-line record needs its key written with the entry,
-    /// which the insert script does.
+    /// An insert with the expiry decided, with plain commands in one
+    /// `MULTI`/`EXEC`: `HSETNX` of the value (and, under an id `fresh`ly
+    /// drawn, of each piece), then `ZADD LT` of the bucket's index entry
+    /// or, where the server expires fields, `HEXPIREAT NX` of its fields (a
+    /// field must never be left without its TTL).
+    /// A record in pieces under an id someone else may know goes with one
+    /// short script (`compact_create.lua`), which writes the pieces only
+    /// once the value is in: a piece an earlier session of the id left
+    /// there is overwritten before anyone can read it. An out-of-line
+    /// record needs its key written with the entry, which the insert
+    /// script does.
     async fn insert_plain(
         &self,
         id: &SessionId,
         form: Form,
         record: &[u8],
         at: u64,
+        fresh: bool,
     ) -> Result<Inserted> {
         let k = self.keys(id);
-        if let Form::Pieced(_) = form {
+        if matches!(form, Form::Pieced(_)) && !fresh {
             let mut inv = self.script(&COMPACT_CREATE).prepare_invoke();
             inv.key(&k.bucket)
                 .key(&k.index)
@@ -1123,14 +1126,20 @@ where
                 self.again(id, record).await
             };
         }
-        // One transaction: a pipeline of the two would be resent whole by
-        // a cluster client to the node one of them is redirected to during
-        // a slot migration, running the second on both nodes; and a store
+        // One transaction: a pipeline would be resent whole by a cluster
+        // client to the node one of its commands is redirected to during a
+        // slot migration, running the rest on both nodes; and a store
         // waiting for replicas waits once.
+        let pieces = form.pieces(record);
+        let mut fields = vec![k.field.clone()];
+        fields.extend((1..=pieces.len()).map(|i| piece_field(&k.field, i)));
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
             .atomic()
             .hset_nx(&k.bucket, &k.field, form.value(record, at));
+        for (field, piece) in fields[1..].iter().zip(&pieces) {
+            pipe.hset_nx(&k.bucket, field, piece);
+        }
         if self.server_expiry {
             // NX: a field the HSETNX found (an id taken) has its own TTL
             // already, which this must not move.
@@ -1139,8 +1148,8 @@ where
                 .arg(at)
                 .arg("NX")
                 .arg("FIELDS")
-                .arg(1)
-                .arg(&k.field);
+                .arg(fields.len())
+                .arg(&fields);
         } else {
             pipe.cmd("ZADD")
                 .arg(&k.index)
@@ -1158,26 +1167,81 @@ where
         };
         let mut replies = replies.into_iter();
         let set = replies.next().unwrap_or(redis::Value::Nil);
-        // The error of the index's (or field TTL's) command, if it failed.
-        let indexed = replies.next().as_ref().and_then(error);
+        // Which fields this transaction wrote: the value, then each piece.
         let set = error(&set).map_or(Ok(set), Err);
-        let created = matches!(set.map_err(self.error(id))?, redis::Value::Int(1));
+        let mut wrote = vec![matches!(set.map_err(self.error(id))?, redis::Value::Int(1))];
+        wrote.extend(
+            replies
+                .by_ref()
+                .take(pieces.len())
+                .map(|v| matches!(v, redis::Value::Int(1))),
+        );
+        // The error of the index's (or fields' TTL) command, if it failed.
+        let indexed = replies.next().as_ref().and_then(error);
+        let created = wrote[0];
+        // Under a taken id, pieces written beyond the session's own name no
+        // value: the sweep removes them. Taking them back now could remove
+        // pieces a save of that session has written since.
+        // Under a free one, a piece already there was left by a session of
+        // this id (the draw was not new after all): this one is taken back
+        // out and another id drawn, rather than let it be read with
+        // another's piece.
+        let stale = created && wrote.iter().any(|w| !w);
+        if stale || (created && indexed.is_some()) {
+            // No caller has been told of this session yet: what it wrote goes.
+            let ours: Vec<&Vec<u8>> = fields
+                .iter()
+                .zip(&wrote)
+                .filter_map(|(f, w)| w.then_some(f))
+                .collect();
+            let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+                .arg(&k.bucket)
+                .arg(ours)
+                .query_async(&mut self.conn.clone())
+                .await;
+        }
         match indexed {
-            None if created => Ok(Inserted::Created { expires_at: at }),
-            None => self.again(id, record).await,
-            Some(e) => {
-                // A foreign key where the index goes: take the field back
-                // out, so no session is left that the sweeper cannot find.
-                if created {
-                    let _: redis::RedisResult<i64> = redis::cmd("HDEL")
-                        .arg(&k.bucket)
-                        .arg(&k.field)
-                        .query_async(&mut self.conn.clone())
-                        .await;
+            // A foreign key where the index goes: no session is left that
+            // the sweeper cannot find.
+            Some(e) => Err(Error::from_redis(e, || k.index.clone())),
+            None if !created => self.again(id, record).await,
+            None if stale => Ok(Inserted::IdTaken),
+            None => Ok(Inserted::Created { expires_at: at }),
+        }
+    }
+
+    /// [`Layout::insert`], or [`Layout::insert_new`] where `fresh`.
+    async fn insert_checked(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+        fresh: bool,
+    ) -> Result<Inserted> {
+        let expiry = expiry.check()?;
+        id.check_width(self.buckets().id_width())?;
+        if let Some(users) = &self.users
+            && let Some(head) = self.owner_head(id, record)?
+        {
+            return self
+                .insert_indexed(users, head, id, record, expiry, None)
+                .await;
+        }
+        let form = self.form_of(record);
+        if form != Form::OutOfLine {
+            match self.decide_expiry(expiry).await? {
+                Some(Ok(at)) => {
+                    self.note(form, record);
+                    return self.insert_plain(id, form, record, at, fresh).await;
                 }
-                Err(Error::from_redis(e, || k.index.clone()))
+                Some(Err(())) => return Ok(Inserted::AlreadyExpired),
+                None => {}
             }
         }
+        let code = self
+            .call(id, &self.insert_invocation(id, record, expiry, None))
+            .await?;
+        Ok(Inserted::from_code(code))
     }
 
     /// After an `HSETNX` that found the field: the same live record there
@@ -1460,30 +1524,16 @@ where
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Deadline) -> Result<Inserted> {
-        let expiry = expiry.check()?;
-        id.check_width(self.buckets().id_width())?;
-        if let Some(users) = &self.users
-            && let Some(head) = self.owner_head(id, record)?
-        {
-            return self
-                .insert_indexed(users, head, id, record, expiry, None)
-                .await;
-        }
-        let form = self.form_of(record);
-        if form != Form::OutOfLine {
-            match self.decide_expiry(expiry).await? {
-                Some(Ok(at)) => {
-                    self.note(form, record);
-                    return self.insert_plain(id, form, record, at).await;
-                }
-                Some(Err(())) => return Ok(Inserted::AlreadyExpired),
-                None => {}
-            }
-        }
-        let code = self
-            .call(id, &self.insert_invocation(id, record, expiry, None))
-            .await?;
-        Ok(Inserted::from_code(code))
+        self.insert_checked(id, record, expiry, false).await
+    }
+
+    async fn insert_new(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+    ) -> Result<Inserted> {
+        self.insert_checked(id, record, expiry, true).await
     }
 
     async fn insert_successor(
@@ -1632,10 +1682,24 @@ where
     async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(PIPELINE_CHUNK) {
+            // Each value with as many pieces as the last pieced record read
+            // had, as `load` asks: records alike take one round trip.
+            let guess = if self.piece_size().is_some() {
+                self.piece_guess.load(Ordering::Relaxed)
+            } else {
+                0
+            };
             let mut pipe = redis::pipe();
             for id in chunk {
                 let k = self.keys(id);
-                pipe.hget(&k.bucket, &k.field);
+                if guess == 0 {
+                    pipe.hget(&k.bucket, &k.field);
+                } else {
+                    let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
+                    for i in 1..=guess {
+                        cmd.arg(piece_field(&k.field, i));
+                    }
+                }
             }
             pipe.cmd("TIME");
             let sent = Instant::now();
@@ -1646,10 +1710,72 @@ where
             let time = replies.pop().unwrap_or(redis::Value::Nil);
             let (now, micros): (u64, u64) = redis::from_redis_value(time)?;
             self.clock.record(now, micros, sent);
-            for (id, reply) in chunk.iter().zip(replies) {
-                let bytes: Option<Vec<u8>> = redis::from_redis_value(reply)?;
+            // Records with more pieces than guessed: read again, value and
+            // all, in one more round trip for the chunk.
+            let mut more: Vec<(usize, usize)> = Vec::new();
+            for (n, (id, reply)) in chunk.iter().zip(replies).enumerate() {
+                let (bytes, pieces) = if guess == 0 {
+                    (redis::from_redis_value(reply)?, Vec::new())
+                } else {
+                    let mut read: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
+                    if read.is_empty() {
+                        return Err(self.corrupt(id));
+                    }
+                    let pieces = read.split_off(1);
+                    (read.pop().flatten(), pieces)
+                };
+                let value = match bytes.as_deref().map(parse_value) {
+                    None => {
+                        out.push(None);
+                        continue;
+                    }
+                    Some(value) => value.ok_or_else(|| self.corrupt(id))?,
+                };
+                if !matches!(value, Value::Pieced { .. }) {
+                    // Records of one value: ask for no pieces next chunk.
+                    self.piece_guess.store(0, Ordering::Relaxed);
+                }
                 // The time was read after the values: never early.
-                out.push(self.live(id, bytes, Some(now)).await?);
+                if value.expires_at() <= now {
+                    out.push(None);
+                    continue;
+                }
+                match self.assemble(id, value, pieces)? {
+                    Assembled::Done(stored) => out.push(stored),
+                    Assembled::Pieces(want) => {
+                        more.push((n, want));
+                        out.push(None);
+                    }
+                    need => out.push(self.read_rest(id, need).await?),
+                }
+            }
+            if more.is_empty() {
+                continue;
+            }
+            let first = out.len() - chunk.len();
+            let again: Vec<SessionId> = more.iter().map(|&(n, _)| chunk[n]).collect();
+            let mut pipe = redis::pipe();
+            for (id, &(_, want)) in again.iter().zip(&more) {
+                let k = self.keys(id);
+                let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
+                for i in 1..=want {
+                    cmd.arg(piece_field(&k.field, i));
+                }
+            }
+            let replies: Vec<Vec<Option<Vec<u8>>>> =
+                pipe.query_async(&mut self.conn.clone()).await.map_err(
+                    crate::session::layout::pipeline::pipeline_error(self, &again, 1),
+                )?;
+            for (&(n, _), mut read) in more.iter().zip(replies) {
+                let id = &chunk[n];
+                // Judged live above, and an expiry only moves forward
+                // while an id lives; gone now if deleted meanwhile.
+                let Some(bytes) = read.first_mut().and_then(Option::take) else {
+                    continue;
+                };
+                let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;
+                let need = self.assemble(id, value, read.split_off(1))?;
+                out[first + n] = self.read_rest(id, need).await?;
             }
         }
         Ok(out)
