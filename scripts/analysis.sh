@@ -6,6 +6,8 @@
 # 100m-emulated 100m compact throughput sweep servers check. `compact`
 # measures the compact layout at 1M and 100M emulated, 160- and 128-bit ids;
 # `fill` what fuller compact buckets cost in speed and server CPU;
+# `throughput-typed` the generic Store with the app's session shapes as
+# typed attributes beside packed-setex, every operation's server CPU;
 # `churn` the memory after sessions come and go (Redis 7.0, and 7.4.1 with
 # activedefrag). `tower` the tower-sessions store beside the peer crate
 # (tower-sessions-redis-store) per session profile; `tower-servers` the
@@ -34,7 +36,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput fill sweep tower tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed fill sweep tower tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -43,6 +45,13 @@ for part in "${parts[@]}"; do
     10m-json-setex) $sp bench memory --sessions 10000000 --layouts json-setex --out analysis/runs/10m-json-setex ;;
     100m) $sp bench memory --sessions 100000000 --layouts bucketed --bucket-bits 20 --steps 20 --out analysis/runs/100m ;;
     throughput) $sp bench throughput --out analysis/runs/throughput ;;
+    throughput-typed)
+      # The generic Store with typed attributes: the app's session shapes
+      # beside packed-setex (one MessagePack key per session).
+      for profile in axum-login-app axum-login-app-text; do
+        $sp bench throughput --layouts packed-setex,compact --sessions 50000 \
+          --profile $profile --out "analysis/runs/throughput-typed-$profile"
+      done ;;
     fill)
       # 200k sessions in 2^11 (~98 each, the advisor's pick) and 2^9 (~390) buckets.
       $sp bench throughput --layouts packed-setex,compact --compact-bits 11,9 \

@@ -284,9 +284,18 @@ async fn throughput_measures_every_operation() {
         .await
         .unwrap();
     let layout = LayoutKind::Compact.open(conn, 8).await.unwrap();
-    let rates = throughput::measure("compact 2^8", Store::new(layout), 4, 2000, &mut nodes)
-        .await
-        .unwrap();
+    // Typed attributes long enough to go in pieces at the default limits.
+    let attrs: throughput::Attrs<String> = std::sync::Arc::new(|n| format!("{n:0>200}"));
+    let rates = throughput::measure(
+        "compact 2^8",
+        Store::new(layout),
+        attrs,
+        4,
+        2000,
+        &mut nodes,
+    )
+    .await
+    .unwrap();
     let ops: Vec<_> = rates.iter().map(|r| r.op).collect();
     assert_eq!(ops.len(), throughput::Op::ALL.len());
     for op in throughput::Op::ALL {
@@ -388,9 +397,16 @@ async fn throughput_on_a_cluster_reads_every_primarys_work() {
         .open(endpoint.connect().await.unwrap(), 10)
         .await
         .unwrap();
-    let rates = throughput::measure("compact 2^10", Store::new(layout), 4, 3000, &mut nodes)
-        .await
-        .unwrap();
+    let rates = throughput::measure(
+        "compact 2^10",
+        Store::new(layout),
+        std::sync::Arc::new(|_| ()),
+        4,
+        3000,
+        &mut nodes,
+    )
+    .await
+    .unwrap();
     for r in &rates {
         assert_eq!(r.node_cpu_us.len(), 3, "{r:?}");
         // Every primary holds some of the 1,024 buckets, so every one

@@ -13,10 +13,12 @@ use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
 use crate::harness::info::{ServerInfo, info};
 use crate::harness::nodes::Nodes;
 use crate::harness::throughput::{self, BATCH, SetBaseline, Spread, ThroughputReport};
+use crate::profile::Profile;
 use sessionpack::conn::wait::WaitForReplicas;
 use sessionpack::error::{Error, Result};
 use sessionpack::session::layout::LayoutKind;
 use sessionpack::session::store::Store;
+use sessionpack::{IdWidth, json_map};
 
 /// Arguments of `sessionpack bench throughput`.
 #[derive(Debug, Args)]
@@ -51,6 +53,11 @@ pub struct ThroughputArgs {
     /// operation.
     #[arg(long)]
     user_index: bool,
+    /// Sessions carry this profile's data as typed attributes (a map,
+    /// MessagePack-encoded by the store; `bench tower` lists the
+    /// profiles). Default: identity-only sessions, with no attributes.
+    #[arg(long)]
+    profile: Option<Profile>,
     /// Directory for throughput.json and throughput.md.
     #[arg(long, default_value = "results/throughput")]
     out: PathBuf,
@@ -99,11 +106,27 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         &server.limits,
         DEFAULT_MAX_CONVERTED,
     );
-    let compact_bits = advisor::recommend_compact_bits(
-        2 * args.sessions as u64,
-        &server.limits,
-        DEFAULT_MAX_CONVERTED,
-    );
+    let compact_bits = match args.profile {
+        None => advisor::recommend_compact_bits(
+            2 * args.sessions as u64,
+            &server.limits,
+            DEFAULT_MAX_CONVERTED,
+        ),
+        // Records of this size: as the advisor sizes a tower store's
+        // buckets, with each session's pieces counted against the limit.
+        Some(profile) => {
+            let sizes = (0..1000u64)
+                .map(|n| json_map::encode(&profile.data(n)).map(|b| b.len() as u64))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            advisor::recommend_tower_bits(
+                2 * args.sessions as u64,
+                &server.limits,
+                DEFAULT_MAX_CONVERTED,
+                sizes.iter().sum::<u64>() / sizes.len() as u64,
+                IdWidth::default().bytes() as u64,
+            )
+        }
+    };
     let mut all_rates = Vec::new();
     let mut spread = Vec::new();
     let (mut singles, mut pipelined) = (Vec::new(), Vec::new());
@@ -264,6 +287,10 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
     Ok(())
 }
 
+/// A profile's data for a session's number, as a typed store's
+/// attributes.
+type Attrs = throughput::Attrs<std::collections::HashMap<String, serde_json::Value>>;
+
 /// One layout to measure.
 #[derive(Clone, Copy)]
 struct Run {
@@ -290,14 +317,31 @@ where
         let index = sessionpack::users::UserIndex::new(c.buckets().namespace(), config)?;
         *c = c.clone().with_users(Some(index));
     }
-    throughput::measure(
-        label,
-        Store::new(opened),
-        args.clients,
-        args.sessions,
-        nodes,
-    )
-    .await
+    match args.profile {
+        None => {
+            throughput::measure(
+                label,
+                Store::new(opened),
+                std::sync::Arc::new(|_| ()),
+                args.clients,
+                args.sessions,
+                nodes,
+            )
+            .await
+        }
+        Some(profile) => {
+            let attrs: Attrs = std::sync::Arc::new(move |n| profile.data(n));
+            throughput::measure(
+                label,
+                Store::new(opened),
+                attrs,
+                args.clients,
+                args.sessions,
+                nodes,
+            )
+            .await
+        }
+    }
 }
 
 /// Refuses `--wait-replicas n` when a primary has fewer than `n` replicas

@@ -99,16 +99,17 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                     16,
                 )
             });
-            // Its saves come a whole phase after its loads here, so it
-            // remembers every session (a request saves what it loaded
-            // moments before).
+            // Its saves come a whole phase after its loads here, and its
+            // deletes after its creates, so it remembers every session it
+            // loads or creates (in an app, a request saves or deletes what
+            // it loaded moments before).
             let store = TowerStore::new(
                 target.open(&url).await?,
                 CompactConfig::new(bits).with_id_width(IdWidth::Bits128),
             )
             .await?
             .with_write_threshold(WRITE_THRESHOLD)
-            .with_memo_capacity(2 * args.sessions as usize);
+            .with_memo_capacity(memo_capacity(&args));
             let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
             let mut contenders = vec![Contender {
                 label: format!("sessionpack (compact 2^{bits})"),
@@ -133,7 +134,7 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                 let store = TowerStore::new(target.open(&url).await?, config)
                     .await?
                     .with_write_threshold(WRITE_THRESHOLD)
-                    .with_memo_capacity(2 * args.sessions as usize);
+                    .with_memo_capacity(memo_capacity(&args));
                 // The same layout, so the same learning.
                 let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
                 contenders.push(Contender {
@@ -200,6 +201,13 @@ const PACKED_NAMESPACE: &str = "spd";
 /// the expiry by less than a tenth of the lifetime left is not sent.
 const WRITE_THRESHOLD: f64 = 0.1;
 
+/// A memo that never forgets within a run: the sessions it fills with and
+/// those each round creates, twice over (it keeps two generations).
+fn memo_capacity(args: &TowerArgs) -> usize {
+    let sessions = args.sessions as usize;
+    2 * (sessions + args.rounds.max(1) * (sessions / 4).max(1))
+}
+
 #[cfg(feature = "peer-bench")]
 async fn peer_store(url: &str) -> Result<Option<DynStore>> {
     use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
@@ -261,7 +269,7 @@ fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<(
     let command = super::bench_memory::command_line();
     let ops = OPS.join(" / ");
     let mut md = format!(
-        "# tower-sessions stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} concurrent callers on one connection per store, every call through tower-sessions-core 0.14's `SessionStore`). Bytes per session are the growth of `used_memory` while each store in turn created its sessions. The operations then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer crate at the same `hash-max-listpack-value` in the same run.\n\nPer round: `create` adds a quarter as many sessions and `delete` removes them; `load` reads every session; `save` writes changed data of the same shape (another user's) to each, from the process that loaded it; `save-unseen` the same from a process that has loaded none of them (sessionpack then reads the stored expiry before writing; the peer is the same either way); `request` is a request under rolling expiry (`Expiry::OnInactivity` with `with_always_save(true)`): a load, then a save of the same data with the expiry a minute later. sessionpack's store runs with `with_write_threshold({WRITE_THRESHOLD})`, which lets it skip that save; the peer sends a `SET`. It remembers every session it loaded (`with_memo_capacity`), as its saves come a whole phase after its loads here.\n\n| profile | store | hash-max-listpack-value | B/session (advisor) | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---:|---|---|---|\n",
+        "# tower-sessions stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} concurrent callers on one connection per store, every call through tower-sessions-core 0.14's `SessionStore`). Bytes per session are the growth of `used_memory` while each store in turn created its sessions. The operations then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer crate at the same `hash-max-listpack-value` in the same run.\n\nPer round: `create` adds a quarter as many sessions, `delete` removes half of them from the process that created them and `delete-unseen` the rest from one that has seen none (an app's logout deletes a session its request loaded); `load` reads every session; `save` writes changed data of the same shape (another user's) to each, from the process that loaded it; `save-unseen` the same from a process that has loaded none of them (sessionpack then reads the stored expiry before writing; the peer is the same either way); `request` is a request under rolling expiry (`Expiry::OnInactivity` with `with_always_save(true)`): a load, then a save of the same data with the expiry a minute later. sessionpack's store runs with `with_write_threshold({WRITE_THRESHOLD})`, which lets it skip that save; the peer sends a `SET`. It remembers every session it loaded or created (`with_memo_capacity`), as its saves come a whole phase after its loads here, and its deletes after its creates.\n\n| profile | store | hash-max-listpack-value | B/session (advisor) | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---:|---|---|---|\n",
         server.name(),
         args.sessions,
         args.concurrency,

@@ -11,7 +11,7 @@ use super::nodes::{Nodes, Work, work_since};
 use sessionpack::error::{Error, Result};
 use sessionpack::session::id::SessionId;
 use sessionpack::session::layout::{Layout, LayoutKind};
-use sessionpack::session::store::Store;
+use sessionpack::session::store::{Session, Store};
 
 /// Sessions per batched call.
 pub const BATCH: usize = 1000;
@@ -19,6 +19,9 @@ pub const BATCH: usize = 1000;
 /// How long each node's idle CPU rate is read before a layout's
 /// operations.
 pub const IDLE_WINDOW: Duration = Duration::from_secs(1);
+
+/// The attributes of a session, by its number.
+pub type Attrs<A> = std::sync::Arc<dyn Fn(u64) -> A + Send + Sync>;
 
 /// One measured operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,9 +33,14 @@ pub enum Op {
     Load,
     /// `Store::touch`.
     Touch,
+    /// `Store::save`: new attributes for a live session, from a process
+    /// that has not loaded it.
+    Save,
     /// `Store::rotate`: a new id for a live session (with a user index,
     /// the successor recorded beside the old one first).
     Rotate,
+    /// `Store::destroy` of the sessions `create` made.
+    Destroy,
     /// `Store::create_many`, [`BATCH`] at a time.
     CreateBatch,
     /// `Store::load_many`, [`BATCH`] at a time.
@@ -41,11 +49,13 @@ pub enum Op {
 
 impl Op {
     /// Every operation.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::Create,
         Self::Load,
         Self::Touch,
+        Self::Save,
         Self::Rotate,
+        Self::Destroy,
         Self::CreateBatch,
         Self::LoadBatch,
     ];
@@ -56,7 +66,9 @@ impl Op {
             Self::Create => "create",
             Self::Load => "load",
             Self::Touch => "touch",
+            Self::Save => "save",
             Self::Rotate => "rotate",
+            Self::Destroy => "destroy",
             Self::CreateBatch => "create (batch)",
             Self::LoadBatch => "load (batch)",
         }
@@ -150,15 +162,19 @@ pub fn redis_benchmark_set(
 /// `nodes` are the servers holding the data (a cluster's primaries), read
 /// for CPU time and commands processed; each node's idle CPU rate, read
 /// over [`IDLE_WINDOW`] first, is taken off for each operation's duration.
-pub async fn measure<L>(
+/// Sessions carry the attributes `attrs` gives for their number (a save
+/// writes those of the next number).
+pub async fn measure<L, A>(
     label: &str,
-    store: Store<L, ()>,
+    store: Store<L, A>,
+    attrs: Attrs<A>,
     clients: usize,
     sessions: usize,
     nodes: &mut Nodes,
 ) -> Result<Vec<Rate>>
 where
     L: Layout + 'static,
+    A: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     let store = std::sync::Arc::new(store);
     let mut rates = Vec::new();
@@ -174,7 +190,9 @@ where
             .collect();
         rate(label, op, n, took, &busy)
     };
-    let identities: Vec<(u64, ())> = (0..sessions as u64).map(|i| (1 << 20 | i, ())).collect();
+    let identities: Vec<(u64, A)> = (0..sessions as u64)
+        .map(|i| (1 << 20 | i, attrs(i)))
+        .collect();
 
     // Batched create also seeds the sessions the other operations use.
     let work = nodes.work().await?;
@@ -201,21 +219,47 @@ where
     let work = work_since(&nodes.work().await?, &work);
     rates.push(rate(label, Op::LoadBatch, sessions, took, &work));
 
-    // Rotation last: it ends the ids the others use.
-    for op in [Op::Create, Op::Load, Op::Touch, Op::Rotate] {
+    // Rotation last but one: it ends the ids the others use. Destroy
+    // removes the sessions create made.
+    let mut created: Vec<SessionId> = Vec::new();
+    for op in [
+        Op::Create,
+        Op::Load,
+        Op::Touch,
+        Op::Save,
+        Op::Rotate,
+        Op::Destroy,
+    ] {
         let work = nodes.work().await?;
         let started = Instant::now();
-        let per_client = sessions / clients;
+        let targets = if op == Op::Destroy { &created } else { &ids };
+        let per_client = targets.len().min(sessions) / clients;
         let mut tasks = tokio::task::JoinSet::new();
         for c in 0..clients {
             let store = store.clone();
-            let mine: Vec<SessionId> = ids[c * per_client..(c + 1) * per_client].to_vec();
+            let mine: Vec<SessionId> = targets[c * per_client..(c + 1) * per_client].to_vec();
+            let first = (c * per_client) as u64;
+            let attrs = attrs.clone();
             tasks.spawn(async move {
-                for id in mine {
+                let mut made = Vec::new();
+                for (k, id) in (first..).zip(mine) {
                     let found = match op {
-                        Op::Create => store.create(1 << 20, ()).await.map(|_| true)?,
+                        Op::Create => {
+                            made.push(store.create(1 << 20 | k, attrs(k)).await?.id);
+                            true
+                        }
                         Op::Load => store.load(&id).await?.is_some(),
+                        Op::Save => {
+                            let session = Session {
+                                id,
+                                identity: 1 << 20 | k,
+                                expires_at: 0,
+                                attrs: attrs(k + 1),
+                            };
+                            store.save(&session).await?
+                        }
                         Op::Rotate => store.rotate(&id).await?.is_some(),
+                        Op::Destroy => store.destroy(&id).await?,
                         _ => store.touch(&id).await?.is_some(),
                     };
                     if !found {
@@ -224,11 +268,12 @@ where
                         )));
                     }
                 }
-                Ok::<_, Error>(())
+                Ok::<_, Error>(made)
             });
         }
         while let Some(done) = tasks.join_next().await {
-            done.map_err(|e| Error::Config(format!("benchmark task failed: {e}")))??;
+            created
+                .extend(done.map_err(|e| Error::Config(format!("benchmark task failed: {e}")))??);
         }
         let took = started.elapsed();
         let work = work_since(&nodes.work().await?, &work);

@@ -25,7 +25,15 @@ use sessionpack::error::{Error, Result};
 pub type DynStore = Arc<dyn SessionStore>;
 
 /// The operations, in the order each round runs them.
-pub const OPS: [&str; 6] = ["create", "load", "save", "save-unseen", "request", "delete"];
+pub const OPS: [&str; 7] = [
+    "create",
+    "load",
+    "save",
+    "save-unseen",
+    "request",
+    "delete",
+    "delete-unseen",
+];
 
 /// One store to measure.
 pub struct Contender {
@@ -107,7 +115,10 @@ pub struct Plan {
 
 /// Fills the server with `plan.sessions` sessions from each contender in
 /// turn (measuring memory), then runs [`OPS`] in rounds: `create` adds a
-/// quarter as many new sessions and `delete` removes them; `load` reads
+/// quarter as many new sessions, `delete` removes half of them from the
+/// process that created them and `delete-unseen` the rest from one that
+/// has seen none (a logout follows a load of the session in its request,
+/// so an app's process has seen what it deletes); `load` reads
 /// every session; `save` writes changed data of the same shape to each
 /// (after this process loaded it); `save-unseen` the same from a process
 /// that has not; `request` is a request under rolling expiry (a load,
@@ -200,16 +211,21 @@ pub async fn run(
                 .await?
                 .0,
             );
+            let mut new = new;
+            let unseen = Arc::new(new.split_off(new.len() / 2));
             let new = Arc::new(new);
-            s[5].push(
-                timed(conn, batch, || {
-                    each(&c.store, &new, tasks, |store, (_, id)| async move {
-                        store.delete(&id).await.map_err(store_error)
+            for (slot, store, ids) in [(5, &c.store, new), (6, &c.unseen, unseen)] {
+                let n = ids.len() as u64;
+                s[slot].push(
+                    timed(conn, n, || {
+                        each(store, &ids, tasks, |store, (_, id)| async move {
+                            store.delete(&id).await.map_err(store_error)
+                        })
                     })
-                })
-                .await?
-                .0,
-            );
+                    .await?
+                    .0,
+                );
+            }
         }
     }
     for (run, per_op) in runs.iter_mut().zip(samples) {
