@@ -27,11 +27,12 @@
 //! What each call sends (one round trip each, and one `TIME` a second per
 //! process for the clock estimate):
 //!
-//! - `create`: `MULTI`, `HSETNX` of the session's field, `ZADD LT` of its
-//!   bucket's index entry, `EXEC`; a record too long for one value goes
-//!   in pieces through one short script, and one over 512 bytes through
-//!   the insert script, with its own key. An id already taken (or expired
-//!   but not yet swept) gets a new random id, as the trait asks.
+//! - `create`: `MULTI`, `HSETNX` of the session's field (and of each
+//!   piece of a record too long for one value), `ZADD LT` of its bucket's
+//!   index entry, `EXEC`; a record over 512 bytes goes through the insert
+//!   script, with its own key. An id already taken (or expired but not yet
+//!   swept, or with a piece left under it) gets a new random id, as the
+//!   trait asks.
 //! - `load`: one `HGET`, or for records in pieces one `HMGET` of the
 //!   value and its pieces.
 //! - `save`: one short script that reads the stored expiry (`HGET`) and
