@@ -1244,6 +1244,52 @@ where
         Ok(Inserted::from_code(code))
     }
 
+    /// How many pieces a read asks for with a value: as many as the last
+    /// pieced record this process read had, so that records alike take one
+    /// round trip.
+    fn pieces_to_ask(&self) -> usize {
+        if self.piece_size().is_some() {
+            self.piece_guess.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+
+    /// Adds the read of `id`'s value and its first `guess` pieces to
+    /// `pipe`: an `HGET`, or an `HMGET` where there are pieces to ask for.
+    fn ask_value(&self, pipe: &mut redis::Pipeline, id: &SessionId, guess: usize) {
+        let k = self.keys(id);
+        if guess == 0 {
+            pipe.hget(&k.bucket, &k.field);
+        } else {
+            let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
+            for i in 1..=guess {
+                cmd.arg(piece_field(&k.field, i));
+            }
+        }
+    }
+
+    /// The value and pieces a read [`Compact::ask_value`] added returned.
+    /// A value of one record makes later reads ask for no pieces.
+    fn value_read(&self, id: &SessionId, reply: redis::Value, guess: usize) -> Result<ValueRead> {
+        let (bytes, pieces): (Option<Vec<u8>>, _) = if guess == 0 {
+            (redis::from_redis_value(reply)?, Vec::new())
+        } else {
+            let mut read: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
+            if read.is_empty() {
+                return Err(self.corrupt(id));
+            }
+            let pieces = read.split_off(1);
+            (read.pop().flatten(), pieces)
+        };
+        if let Some(bytes) = &bytes
+            && parse_value(bytes).is_some_and(|v| !matches!(v, Value::Pieced { .. }))
+        {
+            self.piece_guess.store(0, Ordering::Relaxed);
+        }
+        Ok((bytes, pieces))
+    }
+
     /// After an `HSETNX` that found the field: the same live record there
     /// means this insert was sent twice (a reply lost, the call sent
     /// again), and it is done; anything else is a taken id.
@@ -1472,6 +1518,10 @@ where
     }
 }
 
+/// A value as read (none if there is no field), and the pieces read with
+/// it, in order.
+type ValueRead = (Option<Vec<u8>>, Vec<Option<Vec<u8>>>);
+
 /// What a value read back still needs.
 enum Assembled {
     /// Nothing: the session, or none.
@@ -1557,43 +1607,14 @@ where
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
-        let k = self.keys(id);
-        // The pieces the last pieced record read had are asked for with the
-        // value: one round trip where the store's records are alike.
-        let guess = if self.piece_size().is_some() {
-            self.piece_guess.load(Ordering::Relaxed)
-        } else {
-            0
-        };
+        let guess = self.pieces_to_ask();
         let mut pipe = redis::pipe();
-        if guess == 0 {
-            pipe.hget(&k.bucket, &k.field);
-        } else {
-            let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
-            for i in 1..=guess {
-                cmd.arg(piece_field(&k.field, i));
-            }
-        }
+        self.ask_value(&mut pipe, id, guess);
         let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
             .await
             .map_err(self.error(id))?;
         let reply = replies.pop().unwrap_or(redis::Value::Nil);
-        let (bytes, pieces) = if guess == 0 {
-            (redis::from_redis_value(reply)?, Vec::new())
-        } else {
-            let mut read: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
-            if read.is_empty() {
-                return Err(self.corrupt(id));
-            }
-            let pieces = read.split_off(1);
-            (read.pop().flatten(), pieces)
-        };
-        if let Some(bytes) = &bytes
-            && parse_value(bytes).is_some_and(|v| !matches!(v, Value::Pieced { .. }))
-        {
-            // Records of one value: ask for no pieces next time.
-            self.piece_guess.store(0, Ordering::Relaxed);
-        }
+        let (bytes, pieces) = self.value_read(id, reply, guess)?;
         self.live_with(id, bytes, pieces, None).await
     }
 
@@ -1682,24 +1703,10 @@ where
     async fn load_many(&self, ids: &[SessionId]) -> Result<Vec<Option<Stored>>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(PIPELINE_CHUNK) {
-            // Each value with as many pieces as the last pieced record read
-            // had, as `load` asks: records alike take one round trip.
-            let guess = if self.piece_size().is_some() {
-                self.piece_guess.load(Ordering::Relaxed)
-            } else {
-                0
-            };
+            let guess = self.pieces_to_ask();
             let mut pipe = redis::pipe();
             for id in chunk {
-                let k = self.keys(id);
-                if guess == 0 {
-                    pipe.hget(&k.bucket, &k.field);
-                } else {
-                    let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
-                    for i in 1..=guess {
-                        cmd.arg(piece_field(&k.field, i));
-                    }
-                }
+                self.ask_value(&mut pipe, id, guess);
             }
             pipe.cmd("TIME");
             let sent = Instant::now();
@@ -1714,27 +1721,12 @@ where
             // all, in one more round trip for the chunk.
             let mut more: Vec<(usize, usize)> = Vec::new();
             for (n, (id, reply)) in chunk.iter().zip(replies).enumerate() {
-                let (bytes, pieces) = if guess == 0 {
-                    (redis::from_redis_value(reply)?, Vec::new())
-                } else {
-                    let mut read: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
-                    if read.is_empty() {
-                        return Err(self.corrupt(id));
-                    }
-                    let pieces = read.split_off(1);
-                    (read.pop().flatten(), pieces)
+                let (bytes, pieces) = self.value_read(id, reply, guess)?;
+                let Some(bytes) = bytes else {
+                    out.push(None);
+                    continue;
                 };
-                let value = match bytes.as_deref().map(parse_value) {
-                    None => {
-                        out.push(None);
-                        continue;
-                    }
-                    Some(value) => value.ok_or_else(|| self.corrupt(id))?,
-                };
-                if !matches!(value, Value::Pieced { .. }) {
-                    // Records of one value: ask for no pieces next chunk.
-                    self.piece_guess.store(0, Ordering::Relaxed);
-                }
+                let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;
                 // The time was read after the values: never early.
                 if value.expires_at() <= now {
                     out.push(None);
@@ -1756,11 +1748,7 @@ where
             let again: Vec<SessionId> = more.iter().map(|&(n, _)| chunk[n]).collect();
             let mut pipe = redis::pipe();
             for (id, &(_, want)) in again.iter().zip(&more) {
-                let k = self.keys(id);
-                let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
-                for i in 1..=want {
-                    cmd.arg(piece_field(&k.field, i));
-                }
+                self.ask_value(&mut pipe, id, want);
             }
             let replies: Vec<Vec<Option<Vec<u8>>>> =
                 pipe.query_async(&mut self.conn.clone()).await.map_err(
