@@ -119,6 +119,20 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// A growing store's bucket was split or merged under the call more
+    /// times in a row than a call follows
+    /// ([`crate::session::shape`]); nothing was written by the last
+    /// attempt. Worth retrying.
+    #[error(
+        "{location}: the store's buckets were reshaped under the call {attempts} times in a row"
+    )]
+    Reshaped {
+        /// Where the session lives.
+        location: String,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+
     /// The application's attributes could not be encoded.
     #[error("cannot encode session attributes: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
@@ -198,7 +212,10 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Self::Unavailable(_) | Self::Contended { .. } | Self::NotReplicated(_)
+            Self::Unavailable(_)
+                | Self::Contended { .. }
+                | Self::Reshaped { .. }
+                | Self::NotReplicated(_)
         )
     }
 
@@ -216,6 +233,7 @@ impl Error {
             Self::NoPermission(_) => "no_permission",
             Self::Redis(_) => "redis",
             Self::Contended { .. } => "contended",
+            Self::Reshaped { .. } => "reshaped",
             Self::Encode(_) | Self::EncodeData(_) => "encode",
             Self::Config(_) => "config",
             Self::InvalidTtl { .. } => "invalid_ttl",

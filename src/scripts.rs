@@ -67,6 +67,10 @@ pub(crate) static BUCKET_REMOVE: LazyLock<Script> = script!(
 pub(crate) struct ByExpiry {
     swept: LazyLock<Script>,
     server: LazyLock<Script>,
+    /// For a growing store (swept): first checks the caller's route
+    /// (`compact_route.lua`), and replies with the bucket's field count
+    /// too (`compact_grown.lua`).
+    growing: LazyLock<Script>,
 }
 
 impl ByExpiry {
@@ -78,6 +82,11 @@ impl ByExpiry {
             &self.swept
         }
     }
+
+    /// The form for a growing store.
+    pub(crate) fn growing(&'static self) -> &'static Script {
+        &self.growing
+    }
 }
 
 /// [`ByExpiry`] of a script: the line setting `SERVER_EXPIRY`, then the
@@ -87,6 +96,12 @@ macro_rules! by_expiry {
         ByExpiry {
             swept: script!("expiry_swept.lua", $($file),+),
             server: script!("expiry_server.lua", $($file),+),
+            growing: script!(
+                "expiry_swept.lua",
+                "compact_route.lua",
+                $($file),+,
+                "compact_grown.lua"
+            ),
         }
     };
 }
@@ -122,14 +137,13 @@ pub(crate) static COMPACT_CREATE: ByExpiry = by_expiry!(
     "compact_expiry.lua",
     "compact_create.lua"
 );
-pub(crate) static COMPACT_REMOVE: LazyLock<Script> = script!(
+pub(crate) static COMPACT_REMOVE: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_pieces.lua",
     "compact_common.lua",
     "compact_remove.lua"
 );
-pub(crate) static COMPACT_TAKE: LazyLock<Script> =
-    script!("compact_pieces.lua", "compact_take.lua");
+pub(crate) static COMPACT_TAKE: ByExpiry = by_expiry!("compact_pieces.lua", "compact_take.lua");
 pub(crate) static COMPACT_FORWARD: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_pieces.lua",
@@ -144,6 +158,12 @@ pub(crate) static COMPACT_REVOKE: ByExpiry = by_expiry!(
     "compact_expiry.lua",
     "compact_revoke.lua"
 );
+
+pub(crate) static COMPACT_SPLIT: LazyLock<Script> =
+    script!("shape_common.lua", "compact_split.lua");
+pub(crate) static COMPACT_MERGE: LazyLock<Script> =
+    script!("shape_common.lua", "compact_merge.lua");
+pub(crate) static COMPACT_CLAIM: LazyLock<Script> = script!("compact_claim.lua");
 
 pub(crate) static COMPACT_SWEEP: LazyLock<Script> = script!(
     "server_clock.lua",

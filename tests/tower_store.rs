@@ -537,3 +537,70 @@ async fn an_expiry_after_2106_is_kept_as_the_last_second_the_store_holds() {
         (r.data, last)
     );
 }
+
+#[tokio::test]
+async fn a_growing_store_serves_tower_sessions_through_its_splits() {
+    let server = common::server();
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-entries")
+            .arg(32),
+    );
+    let open = || async {
+        TowerStore::new(common::manager(&server).await, CompactConfig::growing())
+            .await
+            .unwrap()
+    };
+    let app = open().await;
+    // Another instance of the app, opened before the store grew.
+    let other = open().await;
+    let mut records = Vec::new();
+    for n in 0..1500u64 {
+        let data = if n % 2 == 0 {
+            axum_login(n, &[7u8; 32])
+        } else {
+            data(json!({"csrf": "x".repeat(43), "locale": "en-GB", "flash": format!("saved {n}")}))
+        };
+        let mut r = record(data, 600);
+        app.create(&mut r).await.unwrap();
+        records.push(r);
+    }
+    let shape = app.layout().shape().unwrap();
+    let mut buckets = 0;
+    for group in 0..shape.group_count() {
+        buckets += app.layout().group_buckets(group).await.unwrap().len();
+    }
+    assert!(buckets > 64, "{buckets} buckets for 1500 sessions");
+    // The store keeps whole seconds of expiry.
+    let same = |loaded: Option<Record>, r: &Record| {
+        loaded.is_some_and(|l| {
+            l.id == r.id
+                && l.data == r.data
+                && l.expiry_date.unix_timestamp() == r.expiry_date.unix_timestamp()
+        })
+    };
+    for r in &records {
+        assert!(same(other.load(&r.id).await.unwrap(), r));
+    }
+    // The other instance saves half and logs the rest out, by a shape it
+    // learned one redirect at a time.
+    for (n, r) in records.iter_mut().enumerate() {
+        if n % 2 == 0 {
+            r.data.insert("seen".into(), json!(n));
+            other.save(r).await.unwrap();
+        } else {
+            other.delete(&r.id).await.unwrap();
+        }
+    }
+    let fresh = open().await;
+    for (n, r) in records.iter().enumerate() {
+        let loaded = fresh.load(&r.id).await.unwrap();
+        if n % 2 == 0 {
+            assert!(same(loaded, r), "session {n}");
+        } else {
+            assert_eq!(loaded, None, "a logged-out session came back");
+        }
+    }
+}

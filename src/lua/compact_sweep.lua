@@ -3,9 +3,13 @@
 -- lost, removing the entry and the key of a bucket left empty).
 -- KEYS[1]: the group's index ZSET
 -- KEYS[1 + i]: the HASH of the bucket whose index member is ARGV[1 + i]
--- KEYS[1 + #ARGV..]: where the store keeps viewed items, each bucket's
---                    viewed chunks in turn (see viewed_of)
--- ARGV[1]: the length of a session's field (see pieces_among)
+-- KEYS[2 + n..]: where the store keeps viewed items, each bucket's viewed
+--                chunks in turn (see viewed_of)
+-- ARGV[1]: n, the number of buckets
+-- ARGV[1 + n + i]: the length of a session's field in bucket i (see
+--                  pieces_among)
+-- A growing store's buckets hold a marker field '' (src/session/shape.rs),
+-- which is no session: it goes with the key when nothing else is left.
 -- Out-of-line records carry their session's expiry as EXAT on their own key,
 -- so Redis reclaims an expired one itself.
 -- A bucket key of another type, or a bucket holding a value in neither form
@@ -17,9 +21,10 @@ local now = server_clock()
 -- The index's type is checked before anything is written.
 redis.call('ZCARD', KEYS[1])
 local reply = {0, -1, 0}
-local field_len = tonumber(ARGV[1])
-for i = 1, #ARGV - 1 do
+local n = tonumber(ARGV[1])
+for i = 1, n do
   local key, member = KEYS[i + 1], ARGV[i + 1]
+  local field_len = tonumber(ARGV[1 + n + i])
   local ok, pairs = pcall(redis.call, 'HGETALL', key)
   if not ok then
     reply[#reply + 1] = member
@@ -28,7 +33,9 @@ for i = 1, #ARGV - 1 do
     local pieces = pieces_among(pairs, field_len)
     for j = 1, #pairs, 2 do
       local expiry = nil
-      if pieces[pairs[j]] == false then
+      if pairs[j] == '' then
+        -- The marker: no session.
+      elseif pieces[pairs[j]] == false then
         gone_pieces[#gone_pieces + 1] = pairs[j]
       elseif pieces[pairs[j]] == nil then
         expiry = expiry_of(pairs[j + 1])
@@ -57,7 +64,7 @@ for i = 1, #ARGV - 1 do
       if oldest and (reply[2] == -1 or oldest < reply[2]) then
         reply[2] = oldest
       end
-      settle(key, member, gone, earliest, viewed_of(i, #ARGV - 1, 2), gone_pieces)
+      settle(key, member, gone, earliest, viewed_of(i, n, 2), gone_pieces)
     end
   end
 end

@@ -22,6 +22,12 @@ use crate::scripts::META_CLAIM;
 /// with a dictionary ([`crate::session::dictionary`]), which every process
 /// that opens such a namespace unpacks.
 pub const FORMAT_VERSION: u32 = 3;
+/// The record format of a store whose buckets split and merge
+/// ([`crate::session::shape`]): keys named by group and trie node, fields
+/// as long as each bucket's level leaves them, out-of-line records named
+/// by the whole id. Versions before it refuse such a namespace, whose
+/// buckets they would not find.
+pub const GROWING_FORMAT: u32 = 4;
 /// The oldest recorded format this version opens: a compact store of
 /// format 1 is opened as it was recorded, its records out of line where
 /// they do not fit one value, as processes of an earlier version beside
@@ -56,6 +62,10 @@ pub struct StoreMeta {
     /// ([`crate::session::layout::compact::Expiry::Server`]); false for
     /// stores recorded before that existed.
     pub server_expiry: bool,
+    /// Whether the store's buckets split and merge
+    /// ([`crate::session::shape`]); `bucket_bits` then counts its groups.
+    /// False for stores recorded before that existed.
+    pub growing: bool,
 }
 
 impl fmt::Display for StoreMeta {
@@ -84,6 +94,9 @@ impl fmt::Display for StoreMeta {
         if self.server_expiry {
             write!(f, ", fields expired by the server")?;
         }
+        if self.growing {
+            write!(f, ", buckets that split and merge")?;
+        }
         Ok(())
     }
 }
@@ -94,7 +107,7 @@ impl StoreMeta {
         format!("{namespace}:meta")
     }
 
-    fn fields(&self) -> [(&'static str, String); 10] {
+    fn fields(&self) -> [(&'static str, String); 11] {
         [
             ("layout", self.layout.clone()),
             ("bucket_bits", self.bucket_bits.to_string()),
@@ -106,6 +119,7 @@ impl StoreMeta {
             ("viewed_keep", self.viewed_keep.to_string()),
             ("viewed_item_bytes", self.viewed_item_bytes.to_string()),
             ("server_expiry", u8::from(self.server_expiry).to_string()),
+            ("growing", u8::from(self.growing).to_string()),
         ]
     }
 
@@ -145,6 +159,12 @@ impl StoreMeta {
                 0 => false,
                 1 => true,
                 _ => return Err(bad("server_expiry")),
+            },
+            // Absent from stores recorded before buckets could split.
+            growing: match optional("growing")? {
+                0 => false,
+                1 => true,
+                _ => return Err(bad("growing")),
             },
         })
     }

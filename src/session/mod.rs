@@ -3,7 +3,8 @@
 //! what expired.
 //!
 //! Within this floor: [`id`], [`record`] and [`dictionary`] at the bottom, then
-//! [`buckets`] (id to bucket and key names) and [`meta`] (what a namespace
+//! [`buckets`] (id to bucket and key names) and [`shape`] (the same
+//! for a store that grows) and [`meta`] (what a namespace
 //! was opened with), then [`layout`], then [`store`] and [`sweep`].
 
 pub mod buckets;
@@ -12,5 +13,6 @@ pub mod id;
 pub mod layout;
 pub mod meta;
 pub mod record;
+pub mod shape;
 pub mod store;
 pub mod sweep;

@@ -9,6 +9,7 @@ use sessionpack::session::layout::LayoutKind;
 mod acl;
 mod advise;
 mod bench_churn;
+mod bench_growth;
 mod bench_locks;
 mod bench_memory;
 mod bench_migrate;
@@ -103,6 +104,11 @@ pub enum Bench {
     /// Memory after rounds of sessions expiring, swept and replaced, beside
     /// memory after the load.
     Churn(bench_churn::ChurnArgs),
+    /// A store that splits and merges its buckets, grown from thousands of
+    /// sessions to a hundred million and shrunk back, beside fixed bucket
+    /// counts: bytes per session at each size, and the server CPU
+    /// splitting cost.
+    Growth(bench_growth::GrowthArgs),
     /// sessionpack's tower-sessions store beside the peer crate, profile by
     /// profile: bytes, server CPU per call, calls per second.
     Tower(bench_tower::TowerArgs),
@@ -163,6 +169,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Throughput(args)) => bench_throughput::run(args).await,
         Command::Bench(Bench::Sweep(args)) => bench_sweep::run(args).await,
         Command::Bench(Bench::Churn(args)) => bench_churn::run(args).await,
+        Command::Bench(Bench::Growth(args)) => bench_growth::run(args).await,
         Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
         Command::Bench(Bench::Migrate(args)) => bench_migrate::run(args).await,
         Command::Bench(Bench::Tokens(args)) => bench_tokens::run(args).await,

@@ -2,6 +2,7 @@
 //! dedicated server layout by layout and records what they cost.
 
 pub mod churn;
+pub mod growth;
 pub mod info;
 pub mod locks;
 pub mod memory;

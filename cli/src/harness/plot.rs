@@ -188,3 +188,131 @@ where
     area.present().map_err(plot_err)?;
     Ok(())
 }
+
+/// Writes `growth.{png,svg}`: bytes per session against sessions (log
+/// scale) for the growing store, the fixed counts `fixed`, and the best
+/// fixed count at each size; the growing store's shrink point as a ring.
+pub fn write_growth(
+    runs: &[super::growth::GrowthRun],
+    server: &str,
+    fixed: &[u8],
+    dir: &Path,
+) -> Result<()> {
+    register_font()?;
+    let png = dir.join("growth.png");
+    let svg = dir.join("growth.svg");
+    draw_growth(
+        runs,
+        server,
+        fixed,
+        BitMapBackend::new(&png, (1100, 700)).into_drawing_area(),
+    )?;
+    draw_growth(
+        runs,
+        server,
+        fixed,
+        SVGBackend::new(&svg, (1100, 700)).into_drawing_area(),
+    )
+}
+
+fn draw_growth<DB: DrawingBackend>(
+    runs: &[super::growth::GrowthRun],
+    server: &str,
+    fixed: &[u8],
+    area: DrawingArea<DB, Shift>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    use super::growth::{Store, best_fixed};
+    area.fill(&WHITE).map_err(plot_err)?;
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut shrunk: Vec<(f64, f64)> = Vec::new();
+    let stores = std::iter::once(Store::Growing).chain(fixed.iter().map(|&b| Store::Fixed(b)));
+    for store in stores {
+        let mut points: Vec<(f64, f64)> = Vec::new();
+        for run in runs.iter().filter(|r| r.store == store) {
+            for p in &run.points {
+                let xy = (p.size.sessions as f64, p.bytes_per_session);
+                if p.shrunk {
+                    if store == Store::Growing {
+                        shrunk.push(xy);
+                    }
+                } else {
+                    points.push(xy);
+                }
+            }
+        }
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        lines.push((store.label(), points));
+    }
+    let best: Vec<(f64, f64)> = best_fixed(runs)
+        .into_iter()
+        .map(|(s, (_, b))| (s as f64, b))
+        .collect();
+    lines.push(("best fixed count at each size".into(), best));
+    let all = lines.iter().flat_map(|(_, p)| p.iter()).chain(&shrunk);
+    let (min_x, max_x, max_y) = all.fold((f64::MAX, 1.0f64, 1.0f64), |(a, b, c), &(x, y)| {
+        (a.min(x), b.max(x), c.max(y))
+    });
+    // Fixed counts far from their size go off the chart's top; the
+    // growing store and the best fixed count set its height.
+    let top = lines
+        .iter()
+        .filter(|(label, _)| label == "growing" || label.starts_with("best"))
+        .flat_map(|(_, p)| p.iter().map(|&(_, y)| y))
+        .fold(max_y.min(1.0), f64::max)
+        * 2.0;
+    let mut chart = ChartBuilder::on(&area)
+        .caption(
+            format!("used_memory per session as the store grows - {server}"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            ((min_x.min(max_x) / 1.5)..(max_x * 1.5)).log_scale(),
+            0.0..top.min(max_y * 1.1),
+        )
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("sessions (log scale)")
+        .y_desc("used_memory per session (bytes)")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(plot_err)?;
+    for (i, (label, points)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
+            });
+        chart
+            .draw_series(points.iter().map(|&xy| Circle::new(xy, 3, color.filled())))
+            .map_err(plot_err)?;
+    }
+    chart
+        .draw_series(
+            shrunk
+                .iter()
+                .map(|&xy| Circle::new(xy, 8, RED.stroke_width(2))),
+        )
+        .map_err(plot_err)?
+        .label("growing, shrunk back from the largest size")
+        .legend(|(x, y)| Circle::new((x + 10, y), 6, RED.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(plot_err)?;
+    area.present().map_err(plot_err)?;
+    Ok(())
+}

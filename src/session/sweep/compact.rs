@@ -8,6 +8,8 @@ use crate::error::{Error, Result};
 use crate::scripts::{self, COMPACT_CAP, COMPACT_EVICT, COMPACT_SWEEP};
 use crate::session::layout::Compact;
 use crate::session::layout::compact::value_expiry;
+use crate::session::shape::Node;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A bucket's field and value, as `HGETALL` returns them.
 type FieldValue = (Vec<u8>, Vec<u8>);
@@ -27,6 +29,9 @@ pub(super) async fn sweep_groups<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
+    if layout.shape().is_some() {
+        return sweep_growing(layout, groups, now, full).await;
+    }
     let scheme = layout.scheme();
     let conn = layout.connection();
     let mut out = RangeOutcome::default();
@@ -87,9 +92,12 @@ where
                         inv.key(key);
                     }
                 }
-                inv.arg(layout.buckets().field_len());
+                inv.arg(members.len());
                 for &m in members {
                     inv.arg(m);
+                }
+                for _ in members {
+                    inv.arg(layout.buckets().field_len());
                 }
                 inv
             })
@@ -113,6 +121,167 @@ where
         }
     }
     Ok(out)
+}
+
+/// [`sweep_groups`] for a growing store ([`crate::session::shape`]): each
+/// group's shape read first, then the buckets its indexes name as due (or
+/// all its buckets), one script per index; then each group whose buckets
+/// call for it reshaped ([`Compact::reshape_group`]): a bucket left over
+/// the split threshold split, two siblings that emptied merged. A bucket
+/// split or merged after its shape was read is found empty, which changes
+/// nothing.
+async fn sweep_growing<C>(
+    layout: &Compact<C>,
+    groups: std::ops::Range<u32>,
+    now: u64,
+    full: bool,
+) -> Result<RangeOutcome>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let Some(shape) = layout.shape() else {
+        return Ok(RangeOutcome::default());
+    };
+    let conn = layout.connection();
+    let mut out = RangeOutcome::default();
+    let groups: Vec<u32> = groups.collect();
+    for chunk in groups.chunks(PIPELINE) {
+        let shapes = layout.fetch_shapes(chunk).await?;
+        let leaves: Vec<Vec<Node>> = chunk
+            .iter()
+            .zip(&shapes)
+            .map(|(&group, s)| {
+                s.leaves(shape.max_depth())
+                    .into_iter()
+                    .map(|node| Node { group, node })
+                    .collect()
+            })
+            .collect();
+        // The buckets to sweep, by index.
+        let mut work: BTreeMap<(u32, u32), Vec<Node>> = BTreeMap::new();
+        if full {
+            for node in leaves.iter().flatten() {
+                work.entry((node.group, node.index_node()))
+                    .or_default()
+                    .push(*node);
+            }
+        } else {
+            let indexes: BTreeSet<(u32, u32)> = leaves
+                .iter()
+                .flatten()
+                .map(|n| (n.group, n.index_node()))
+                .collect();
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for &(group, index) in &indexes {
+                pipe.cmd("ZRANGE")
+                    .arg(shape.index_key(group, index))
+                    .arg("-inf")
+                    .arg(now)
+                    .arg("BYSCORE");
+            }
+            let replies: Vec<redis::RedisResult<Vec<u32>>> =
+                pipe.query_async(&mut conn.clone()).await?;
+            for (&(group, index), reply) in indexes.iter().zip(replies) {
+                match reply {
+                    Ok(members) => {
+                        let due: Vec<Node> = members
+                            .into_iter()
+                            .filter_map(|m| Node::of_member(group, index, m))
+                            .collect();
+                        if !due.is_empty() {
+                            work.insert((group, index), due);
+                        }
+                    }
+                    Err(e) => out.bad_bucket(group, e.to_string()),
+                }
+            }
+        }
+        let work: Vec<((u32, u32), Vec<Node>)> = work.into_iter().collect();
+        let invocations: Vec<_> = work
+            .iter()
+            .map(|((group, index), nodes)| {
+                let mut inv = COMPACT_SWEEP.prepare_invoke();
+                inv.key(shape.index_key(*group, *index));
+                for &node in nodes {
+                    inv.key(shape.bucket_key(node));
+                }
+                inv.arg(nodes.len());
+                for node in nodes {
+                    inv.arg(node.index_member());
+                }
+                for &node in nodes {
+                    inv.arg(shape.field_len(node));
+                }
+                inv
+            })
+            .collect();
+        let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_SWEEP).await?;
+        for (((group, _), _), reply) in work.iter().zip(replies) {
+            let Some(parts) = group_reply(reply, *group, &mut out)? else {
+                continue;
+            };
+            let int = |i: usize| int_at(&parts, i);
+            out.reclaimed += int(0).max(0) as u64;
+            out.buckets += int(2).max(0) as u64;
+            if int(1) >= 0 {
+                let oldest = int(1) as u64;
+                out.oldest_removed = Some(out.oldest_removed.map_or(oldest, |o| o.min(oldest)));
+            }
+            for _ in parts.iter().skip(3) {
+                out.bad_bucket(*group, "a bucket of another type or value".into());
+            }
+        }
+        reshape_where_due(layout, &leaves, &mut out).await?;
+    }
+    Ok(out)
+}
+
+/// Reshapes the groups among `leaves` (each group's buckets) that hold a
+/// bucket over the split threshold or two siblings under the merge one,
+/// by their field counts read now.
+async fn reshape_where_due<C>(
+    layout: &Compact<C>,
+    leaves: &[Vec<Node>],
+    out: &mut RangeOutcome,
+) -> Result<()>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let (Some(shape), Some((split_above, merge_at_most))) =
+        (layout.shape(), layout.reshape_thresholds())
+    else {
+        return Ok(());
+    };
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for node in leaves.iter().flatten() {
+        pipe.hlen(shape.bucket_key(*node));
+    }
+    let counts: Vec<redis::RedisResult<u64>> =
+        pipe.query_async(&mut layout.connection().clone()).await?;
+    let mut counts = counts.into_iter();
+    for group in leaves {
+        let count: BTreeMap<u32, u64> = group
+            .iter()
+            .map(|n| (n.node, counts.next().and_then(|c| c.ok()).unwrap_or(0)))
+            .collect();
+        // Counts include each bucket's marker.
+        let due = count.iter().any(|(&node, &n)| {
+            n > split_above + 1
+                || (node % 2 == 0
+                    && node > 1
+                    && count
+                        .get(&(node + 1))
+                        .is_some_and(|&m| n + m <= merge_at_most + 2))
+        });
+        if let (true, Some(first)) = (due, group.first()) {
+            let done = layout.reshape_group(first.group).await?;
+            out.splits += done.splits;
+            out.merges += done.merges;
+        }
+    }
+    Ok(())
 }
 
 /// Fields held in all buckets (`HLEN`): sessions, sessions expired but not

@@ -150,6 +150,12 @@ pub struct PassReport {
     pub index_checked: u64,
     /// User index entries removed: their sessions were gone.
     pub index_dropped: u64,
+    /// Buckets of a growing store split, left full by a write whose own
+    /// split failed.
+    pub splits: u64,
+    /// Pairs of a growing store's buckets merged, their sessions having
+    /// fallen.
+    pub merges: u64,
     /// The cap was not enforced because another sweeper was enforcing it.
     pub cap_deferred: bool,
     /// Lease keys that hold another program's value of another type; their
@@ -179,6 +185,8 @@ impl PassReport {
             repaired: other.repaired,
             bad_buckets: other.bad_buckets,
             bad: other.bad,
+            splits: other.splits,
+            merges: other.merges,
             lag_secs: other
                 .oldest_removed
                 .map_or(0, |oldest| now.saturating_sub(oldest)),
@@ -194,6 +202,8 @@ impl PassReport {
         self.bad_buckets += other.bad_buckets;
         self.index_checked += other.index_checked;
         self.index_dropped += other.index_dropped;
+        self.splits += other.splits;
+        self.merges += other.merges;
         self.cap_deferred |= other.cap_deferred;
         for e in other.lease_errors {
             if self.lease_errors.len() < step::BAD_BUCKETS_LISTED {
@@ -309,7 +319,10 @@ where
     pub fn units(&self) -> u32 {
         match &self.target {
             SweepTarget::Bucketed(l) => l.buckets().count(),
-            SweepTarget::Compact(l) => l.scheme().groups(),
+            SweepTarget::Compact(l) => match l.shape() {
+                Some(shape) => shape.group_count(),
+                None => l.scheme().groups(),
+            },
         }
     }
 
@@ -535,6 +548,13 @@ where
     }
 
     async fn cap_under_lease(&self, max: u64, report: &mut PassReport) -> Result<()> {
+        if let SweepTarget::Compact(l) = &self.target
+            && l.shape().is_some()
+        {
+            return Err(Error::Config(
+                "a growing store keeps no session cap: open it with fixed buckets".into(),
+            ));
+        }
         let now = server_time(self.conn()).await?;
         let outcome = match &self.target {
             SweepTarget::Bucketed(layout) => {

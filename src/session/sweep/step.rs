@@ -79,6 +79,8 @@ pub(super) struct RangeOutcome {
     pub oldest_removed: Option<u64>,
     pub bad_buckets: u64,
     pub bad: Vec<BadBucket>,
+    pub splits: u64,
+    pub merges: u64,
 }
 
 impl RangeOutcome {

@@ -49,28 +49,38 @@ use crate::scripts::{
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
 use crate::session::id::{IdWidth, InvalidIdExt, SessionId};
-use crate::session::meta::{FORMAT_VERSION, StoreMeta};
+use crate::session::meta::{FORMAT_VERSION, GROWING_FORMAT, StoreMeta};
 use crate::session::record;
+use crate::session::shape::Shape;
 use crate::ttl::{Deadline, check_ttl};
 use user_index::{UserIndex, UserIndexConfig};
 use viewed::ViewedConfig;
 
+mod growth;
 mod health;
 mod take;
 pub(crate) mod user_index;
 mod users;
 pub(crate) mod viewed;
 
+pub use growth::Reshaping;
+use growth::{Growth, REROUTES, Route};
 pub use health::Health;
 pub use users::NO_OWNER;
 
 /// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
 pub const DEFAULT_BUCKET_BITS: u8 = 14;
+/// Default bucket bits of a growing store ([`CompactConfig::growing`]):
+/// 16 groups, each one bucket at first.
+pub const DEFAULT_GROWING_BITS: u8 = 4;
 /// `log2` of the buckets that share one hash tag and one index ZSET: 128,
 /// the ZSET's listpack entry limit.
 pub const GROUP_BITS: u8 = 7;
 /// The byte a value holds after its expiry when the record is out of line.
 const OUT_OF_LINE: u8 = 0xc1;
+/// The field every bucket of a growing store's current shape holds
+/// ([`crate::session::shape`]).
+const MARKER: &str = "";
 /// The byte a value holds after its expiry when the record is in pieces
 /// (MessagePack's `true`, which begins no record this crate writes; a
 /// record that does is kept in the pieced form with no pieces).
@@ -123,6 +133,11 @@ pub struct CompactConfig {
     /// `compression`); off by default. A store given a trained dictionary
     /// instead uses [`Compact::with_dictionary`].
     pub learn_dictionary: Option<Learning>,
+    /// Splits a bucket in two when it fills and merges two back when they
+    /// empty, under traffic ([`CompactConfig::growing`]); `bucket_bits`
+    /// is then the fewest buckets the store has, and names its hash tags.
+    /// Off by default.
+    pub growing: bool,
 }
 
 /// Who removes a compact store's expired sessions from their buckets.
@@ -168,6 +183,7 @@ impl Default for CompactConfig {
             expiry: Expiry::Swept,
             allow_converted_buckets: false,
             learn_dictionary: None,
+            growing: false,
         }
     }
 }
@@ -179,6 +195,28 @@ impl CompactConfig {
             bucket_bits,
             ..Self::default()
         }
+    }
+
+    /// A store that needs no bucket count: it starts with
+    /// [`DEFAULT_GROWING_BITS`] buckets, one per group of keys, and splits
+    /// each bucket in two as it fills and merges them back as they empty,
+    /// online, so its buckets stay near the fill the listpack limits allow
+    /// however many sessions it holds ([`crate::session::shape`]). Each
+    /// group is one hash tag, so the store spreads over a Redis Cluster's
+    /// slots by its `2^bucket_bits` groups: on a cluster of many primaries
+    /// give it more ([`CompactConfig::with_growth`]). The store's record
+    /// format is then [`GROWING_FORMAT`], which earlier versions refuse to
+    /// open. It keeps no user index and no viewed items, and needs a
+    /// sweeper ([`Expiry::Swept`]).
+    pub fn growing() -> Self {
+        Self::new(DEFAULT_GROWING_BITS).with_growth()
+    }
+
+    /// The same store growing from its `2^bucket_bits` buckets, which are
+    /// also the fewest it shrinks back to ([`CompactConfig::growing`]).
+    pub fn with_growth(mut self) -> Self {
+        self.growing = true;
+        self
     }
 
     /// Packs record data with a dictionary learned from the store's first
@@ -298,6 +336,12 @@ impl Form {
 /// A record cut for the pieced form with pieces of `size` bytes: the part
 /// its value holds, and the pieces, as `split_record` in
 /// `compact_pieces.lua` cuts it.
+/// Whether a growing store's script found its bucket split or merged away
+/// (`compact_route.lua`).
+fn is_reshaped(e: &redis::RedisError) -> bool {
+    e.code() == Some("RESHAPED")
+}
+
 fn split(record: &[u8], size: usize) -> (&[u8], Vec<&[u8]>) {
     let first = (size - PIECED_HEAD).min(record.len());
     let (head, rest) = record.split_at(first);
@@ -597,6 +641,8 @@ pub struct Compact<C> {
     /// Packs record data with the store's dictionary, if it has one, and
     /// unpacks what the namespace's processes packed.
     packer: Arc<Packer>,
+    /// The shape of a growing store; none for fixed buckets.
+    growth: Option<Arc<Growth>>,
 }
 
 impl<C> std::fmt::Debug for Compact<C> {
@@ -615,6 +661,10 @@ pub(crate) struct Keys {
     pub(crate) member: u32,
     pub(crate) field: Vec<u8>,
     pub(crate) bucket_no: u32,
+    /// Where the session's record goes when it is out of line.
+    pub(crate) out_of_line: String,
+    /// In a growing store, the bucket and the shape it was chosen by.
+    pub(crate) route: Option<Route>,
 }
 
 impl<C> Compact<C>
@@ -625,8 +675,8 @@ where
     /// it if the store is new) and reads the server's listpack limits and
     /// eviction policy, as [`crate::Bucketed::new`] does.
     pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
-        let buckets =
-            Buckets::new(config.namespace, config.bucket_bits)?.with_id_width(config.id_width);
+        let buckets = Buckets::new(config.namespace.clone(), config.bucket_bits)?
+            .with_id_width(config.id_width);
         let users = config
             .user_index
             .map(|c| UserIndex::new(buckets.namespace(), c))
@@ -643,6 +693,11 @@ where
             meta.viewed_item_bytes = viewed.item_bytes;
         }
         meta.server_expiry = config.expiry == Expiry::Server;
+        if config.growing {
+            Self::check_growing(&config, &users)?;
+            meta.growing = true;
+            meta.format = GROWING_FORMAT;
+        }
         if meta.server_expiry {
             check_field_ttls(&conn, &buckets, config.allow_converted_buckets).await?;
         }
@@ -653,6 +708,19 @@ where
             .with_viewed(config.viewed)?
             .with_expiry(config.expiry)
             .with_pieces(recorded.format >= PIECES_FORMAT);
+        if config.growing {
+            if let Some(policy) = policy
+                .as_deref()
+                .filter(|p| crate::limits::evicts_persistent_keys(p))
+            {
+                return Err(Error::Config(format!(
+                    "maxmemory-policy {policy} may evict the keys that record a growing \
+                     store's shape, and its buckets would be lost with them: a growing \
+                     store needs noeviction or a volatile-* policy"
+                )));
+            }
+            layout = layout.with_growth(true);
+        }
         layout.eviction_policy = policy;
         layout.format = recorded.format;
         if let Some(learning) = config.learn_dictionary {
@@ -707,6 +775,36 @@ where
             )));
         }
         Ok(())
+    }
+
+    /// What a growing store does not keep: a user index, viewed items,
+    /// fields the server expires.
+    fn check_growing(config: &CompactConfig, users: &Option<UserIndex>) -> Result<()> {
+        let refused = if users.is_some() {
+            Some("a user index")
+        } else if config.viewed.is_some() {
+            Some("viewed items")
+        } else if config.expiry == Expiry::Server {
+            Some("fields the server expires")
+        } else {
+            None
+        };
+        match refused {
+            Some(what) => Err(Error::Config(format!(
+                "a growing store keeps no {what}: open it with fixed buckets"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The same layout with buckets that split and merge as it grows and
+    /// shrinks ([`CompactConfig::growing`]), or fixed ones, with no
+    /// metadata check (the benchmarks use it on servers they flush;
+    /// [`Compact::new`] follows the namespace's record).
+    pub fn with_growth(mut self, growing: bool) -> Self {
+        self.growth =
+            growing.then(|| Arc::new(Growth::new(Shape::new(self.buckets().clone()), self.limits)));
+        self
     }
 
     /// The same layout with expired sessions removed by a sweeper or by
@@ -769,6 +867,9 @@ where
 
     /// A script that writes fields, in the form for this store's expiry.
     fn script(&self, script: &'static ByExpiry) -> &'static Script {
+        if self.growth.is_some() {
+            return script.growing();
+        }
         script.get(self.server_expiry)
     }
 
@@ -820,6 +921,7 @@ where
             format: FORMAT_VERSION,
             piece_guess: Default::default(),
             packer,
+            growth: None,
         }
     }
 
@@ -849,13 +951,19 @@ where
     }
 
     pub(crate) fn keys(&self, id: &SessionId) -> Keys {
+        if let Some(growth) = &self.growth {
+            return growth.keys(id);
+        }
         let bucket = self.buckets().bucket_of(id);
+        let field = self.buckets().field(id);
         Keys {
             bucket: self.scheme.bucket_key(bucket),
             index: self.scheme.index_key(self.scheme.group_of(bucket)),
             member: self.scheme.member(bucket),
-            field: self.buckets().field(id),
+            out_of_line: self.scheme.out_of_line_key(bucket, &field),
+            field,
             bucket_no: bucket,
+            route: None,
         }
     }
 
@@ -961,12 +1069,9 @@ where
     /// A script call on `id`'s bucket: bucket, index and out-of-line keys,
     /// then the viewed chunk keys (a script removing the session removes
     /// its chunk fields); field and member.
-    fn invocation<'a>(&self, script: &'a Script, id: &SessionId) -> ScriptInvocation<'a> {
-        let k = self.keys(id);
+    fn invocation<'a>(&self, script: &'a Script, k: &Keys) -> ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
-        inv.key(&k.bucket)
-            .key(&k.index)
-            .key(self.scheme.out_of_line_key(k.bucket_no, &k.field));
+        inv.key(&k.bucket).key(&k.index).key(&k.out_of_line);
         for key in self.viewed_keys(k.bucket_no) {
             inv.key(key);
         }
@@ -989,20 +1094,19 @@ where
 
     /// An insert script call; `indexed_at`, for a store with a user index,
     /// is when the session's entry was written.
-    fn insert_invocation<'a>(
+    fn insert_invocation(
         &self,
-        id: &SessionId,
+        k: &Keys,
         record: &[u8],
         expiry: Deadline,
         indexed_at: Option<u64>,
-    ) -> ScriptInvocation<'a> {
-        let k = self.keys(id);
+    ) -> ScriptInvocation<'static> {
         let form = self.form(record);
         let mut inv = self.script(&COMPACT_INSERT).prepare_invoke();
         inv.key(&k.bucket).key(&k.index);
         // The out-of-line key is named only when it will be written.
         if form == Form::OutOfLine {
-            inv.key(self.scheme.out_of_line_key(k.bucket_no, &k.field));
+            inv.key(&k.out_of_line);
         }
         let (mode, secs) = match expiry {
             Deadline::In(secs) => ("in", secs),
@@ -1031,7 +1135,44 @@ where
         }
     }
 
+    /// A script call on `id`'s bucket, `build` making it for the keys the
+    /// id is routed to. In a growing store the call follows a bucket split
+    /// or merged under it, and a write that fills its bucket splits it
+    /// before this returns ([`growth`]).
     async fn call<T: redis::FromRedisValue>(
+        &self,
+        id: &SessionId,
+        build: impl Fn(&Keys) -> ScriptInvocation<'static>,
+    ) -> Result<T> {
+        if self.growth.is_none() {
+            return build(&self.keys(id))
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(self.error(id));
+        }
+        for _ in 0..REROUTES {
+            let k = self.keys(id);
+            match build(&k)
+                .invoke_async::<(T, u64)>(&mut self.conn.clone())
+                .await
+            {
+                Ok((reply, fields)) => {
+                    self.split_if_full(&k, fields).await;
+                    return Ok(reply);
+                }
+                Err(e) if is_reshaped(&e) => {
+                    self.reroute(id, &k, true).await?;
+                }
+                Err(e) => return Err(self.error(id)(e)),
+            }
+        }
+        Err(self.reshaped(id))
+    }
+
+    /// A script call made ready, on a store of fixed buckets: the user
+    /// index's and viewed items' scripts, which a growing store does not
+    /// run.
+    async fn call_fixed<T: redis::FromRedisValue>(
         &self,
         id: &SessionId,
         inv: &ScriptInvocation<'_>,
@@ -1039,6 +1180,13 @@ where
         inv.invoke_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))
+    }
+
+    fn reshaped(&self, id: &SessionId) -> Error {
+        Error::Reshaped {
+            location: self.location(id),
+            attempts: REROUTES,
+        }
     }
 
     /// The server's time in whole seconds, read now.
@@ -1228,7 +1376,8 @@ where
                 .await;
         }
         let form = self.form_of(record);
-        if form != Form::OutOfLine {
+        // A growing store writes only by script, which checks the route.
+        if form != Form::OutOfLine && self.growth.is_none() {
             match self.decide_expiry(expiry).await? {
                 Some(Ok(at)) => {
                     self.note(form, record);
@@ -1239,7 +1388,7 @@ where
             }
         }
         let code = self
-            .call(id, &self.insert_invocation(id, record, expiry, None))
+            .call(id, |k| self.insert_invocation(k, record, expiry, None))
             .await?;
         Ok(Inserted::from_code(code))
     }
@@ -1257,27 +1406,46 @@ where
 
     /// Adds the read of `id`'s value and its first `guess` pieces to
     /// `pipe`: an `HGET`, or an `HMGET` where there are pieces to ask for.
-    fn ask_value(&self, pipe: &mut redis::Pipeline, id: &SessionId, guess: usize) {
-        let k = self.keys(id);
-        if guess == 0 {
+    /// In a growing store the bucket's marker is asked for last, so a
+    /// miss tells a bucket of the current shape from one split or merged
+    /// away ([`crate::session::shape`]).
+    fn ask_value(&self, pipe: &mut redis::Pipeline, k: &Keys, guess: usize) {
+        if guess == 0 && k.route.is_none() {
             pipe.hget(&k.bucket, &k.field);
         } else {
             let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
             for i in 1..=guess {
                 cmd.arg(piece_field(&k.field, i));
             }
+            if k.route.is_some() {
+                cmd.arg(MARKER);
+            }
         }
     }
 
     /// The value and pieces a read [`Compact::ask_value`] added returned.
     /// A value of one record makes later reads ask for no pieces.
-    fn value_read(&self, id: &SessionId, reply: redis::Value, guess: usize) -> Result<ValueRead> {
-        let (bytes, pieces): (Option<Vec<u8>>, _) = if guess == 0 {
+    /// In a growing store, a miss in a bucket without its marker is
+    /// `Err(Error::Reshaped)`: the caller reads the shape.
+    fn value_read(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        reply: redis::Value,
+        guess: usize,
+    ) -> Result<ValueRead> {
+        let (bytes, pieces): (Option<Vec<u8>>, _) = if guess == 0 && k.route.is_none() {
             (redis::from_redis_value(reply)?, Vec::new())
         } else {
             let mut read: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
             if read.is_empty() {
                 return Err(self.corrupt(id));
+            }
+            if k.route.is_some() {
+                let marked = read.pop().flatten().is_some();
+                if !marked && read.first().is_some_and(Option::is_none) {
+                    return Err(self.reshaped(id));
+                }
             }
             let pieces = read.split_off(1);
             (read.pop().flatten(), pieces)
@@ -1318,16 +1486,20 @@ where
         let (_, latest) = self.time_bounds().await?;
         let latest = (latest + MARGIN).ceil() as u64;
         let form = self.form(record);
-        let mut inv = self.invocation(self.script(&COMPACT_SAVE), id);
         let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
-        inv.arg(form.value(record, expires_at))
-            .arg(expires_at)
-            .arg(side)
-            .arg(latest);
-        for piece in form.pieces(record) {
-            inv.arg(piece);
-        }
-        Ok(Written::from_code(self.call(id, &inv).await?))
+        let value = form.value(record, expires_at);
+        let pieces = form.pieces(record);
+        let code = self
+            .call(id, |k| {
+                let mut inv = self.invocation(self.script(&COMPACT_SAVE), k);
+                inv.arg(&value).arg(expires_at).arg(side).arg(latest);
+                for piece in &pieces {
+                    inv.arg(*piece);
+                }
+                inv
+            })
+            .await?;
+        Ok(Written::from_code(code))
     }
 
     /// Removes a session, live or expired, with plain commands, as a
@@ -1344,7 +1516,26 @@ where
     /// sweeper rescores it. Returns whether there was a field to remove.
     pub async fn delete(&self, id: &SessionId, seen_len: Option<usize>) -> Result<bool> {
         id.check_width(self.buckets().id_width())?;
-        let k = self.keys(id);
+        for _ in 0..REROUTES {
+            let k = self.keys(id);
+            match self.delete_at(id, &k, seen_len).await? {
+                Some(removed) => return Ok(removed),
+                None if self.reroute(id, &k, false).await? => {}
+                None => return Ok(false),
+            }
+        }
+        Err(self.reshaped(id))
+    }
+
+    /// [`Compact::delete`] from the bucket `k` names; `None` where nothing
+    /// was removed from a growing store's bucket that lacks its marker,
+    /// which may have been split or merged away.
+    async fn delete_at(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        seen_len: Option<usize>,
+    ) -> Result<Option<bool>> {
         let mut conn = self.conn.clone();
         let viewed = self.viewed_keys(k.bucket_no);
         let seen = seen_len.filter(|&len| self.fits(len));
@@ -1357,29 +1548,58 @@ where
             }
             None => {}
         }
-        let removed: i64 = if seen.is_some() && viewed.is_empty() {
+        let routed = k.route.is_some();
+        let (removed, marked): (i64, bool) = if seen.is_some() && viewed.is_empty() && !routed {
             redis::cmd("HDEL")
                 .arg(&k.bucket)
                 .arg(&fields)
                 .query_async(&mut conn)
                 .await
+                .map(|n| (n, true))
         } else {
             let mut pipe = redis::pipe();
-            if !viewed.is_empty() {
+            if !viewed.is_empty() || routed {
                 pipe.atomic();
+            }
+            // The marker is read with the delete: a bucket that has it is
+            // the session's, and its HDEL the whole answer. HDEL creates
+            // nothing, so one sent to a bucket split away is harmless.
+            if routed {
+                pipe.cmd("HEXISTS").arg(&k.bucket).arg(MARKER);
             }
             pipe.hdel(&k.bucket, &fields);
             if seen.is_none() {
-                pipe.del(self.scheme.out_of_line_key(k.bucket_no, &k.field))
-                    .ignore();
+                pipe.del(&k.out_of_line).ignore();
             }
             for key in &viewed {
                 pipe.hdel(key, &k.field).ignore();
             }
-            pipe.query_async::<(i64,)>(&mut conn).await.map(|(n,)| n)
+            if routed {
+                pipe.query_async::<(bool, i64)>(&mut conn)
+                    .await
+                    .map(|(m, n)| (n, m))
+            } else {
+                pipe.query_async::<(i64,)>(&mut conn)
+                    .await
+                    .map(|(n,)| (n, true))
+            }
         }
         .map_err(self.error(id))?;
-        Ok(removed > 0)
+        Ok((removed > 0 || marked).then_some(removed > 0))
+    }
+
+    /// [`Layout::load`] from the bucket `k` names; in a growing store
+    /// `Err(Error::Reshaped)` where that bucket lacks its marker.
+    async fn load_at(&self, id: &SessionId, k: &Keys) -> Result<Option<Stored>> {
+        let guess = self.pieces_to_ask();
+        let mut pipe = redis::pipe();
+        self.ask_value(&mut pipe, k, guess);
+        let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
+            .await
+            .map_err(self.error(id))?;
+        let reply = replies.pop().unwrap_or(redis::Value::Nil);
+        let (bytes, pieces) = self.value_read(id, k, reply, guess)?;
+        self.live_with(id, k, bytes, pieces, None).await
     }
 
     /// The session a value read for `id` holds, if it is live at `now`
@@ -1390,7 +1610,8 @@ where
         bytes: Option<Vec<u8>>,
         now: Option<u64>,
     ) -> Result<Option<Stored>> {
-        self.live_with(id, bytes, Vec::new(), now).await
+        let k = self.keys(id);
+        self.live_with(id, &k, bytes, Vec::new(), now).await
     }
 
     /// As [`Compact::live`], with the pieces read beside the value (the
@@ -1399,6 +1620,7 @@ where
     async fn live_with(
         &self,
         id: &SessionId,
+        k: &Keys,
         bytes: Option<Vec<u8>>,
         pieces: Vec<Option<Vec<u8>>>,
         now: Option<u64>,
@@ -1420,7 +1642,7 @@ where
             return Ok(None);
         }
         let need = self.assemble(id, value, pieces)?;
-        self.read_rest(id, need).await
+        self.read_rest(id, k, need).await
     }
 
     /// The session a parsed value and the pieces read with it (in order)
@@ -1470,21 +1692,36 @@ where
     /// again should the value read now need something else. The expiry
     /// only moves forward while an id lives, so a session judged live
     /// before is live at this reading.
-    async fn read_rest(&self, id: &SessionId, mut need: Assembled) -> Result<Option<Stored>> {
-        let k = self.keys(id);
+    /// In a growing store the marker is read too: a bucket split or merged
+    /// away since is `Err(Error::Reshaped)`.
+    async fn read_rest(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        mut need: Assembled,
+    ) -> Result<Option<Stored>> {
+        let routed = k.route.is_some();
         for attempt in 0..3 {
             let (bytes, pieces) = match need {
                 Assembled::Done(stored) => return Ok(stored),
                 Assembled::OutOfLine => {
-                    let (bytes, side): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
-                        .atomic()
+                    let mut pipe = redis::pipe();
+                    pipe.atomic()
                         .hget(&k.bucket, &k.field)
-                        .get(self.scheme.out_of_line_key(k.bucket_no, &k.field))
+                        .get(&k.out_of_line)
+                        .cmd("HEXISTS")
+                        .arg(&k.bucket)
+                        .arg(MARKER);
+                    let (bytes, side, marked): (Option<Vec<u8>>, Option<Vec<u8>>, bool) = pipe
                         .query_async(&mut self.conn.clone())
                         .await
                         .map_err(self.error(id))?;
                     let Some(bytes) = bytes else {
-                        return Ok(None);
+                        return if routed && !marked {
+                            Err(self.reshaped(id))
+                        } else {
+                            Ok(None)
+                        };
                     };
                     if let Some(Value::OutOfLine { expires_at }) = parse_value(&bytes) {
                         return Ok(side.map(|record| Stored { record, expires_at }));
@@ -1500,12 +1737,20 @@ where
                     for i in 1..=want {
                         cmd.arg(piece_field(&k.field, i));
                     }
+                    if routed {
+                        cmd.arg(MARKER);
+                    }
                     let mut replies: Vec<Option<Vec<u8>>> = cmd
                         .query_async(&mut self.conn.clone())
                         .await
                         .map_err(self.error(id))?;
+                    let marked = !routed || replies.pop().flatten().is_some();
                     let Some(bytes) = replies.first_mut().and_then(Option::take) else {
-                        return Ok(None);
+                        return if marked {
+                            Ok(None)
+                        } else {
+                            Err(self.reshaped(id))
+                        };
                     };
                     (bytes, replies.split_off(1))
                 }
@@ -1515,6 +1760,25 @@ where
         }
         // Its record changed form three times while it was read.
         Err(Error::Contended { attempts: 3 })
+    }
+}
+
+impl<C> Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// [`Compact::read_rest`] for a batch: where a growing store's bucket
+    /// moved since the value was read, the session is loaded again alone.
+    async fn read_rest_or_load(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        need: Assembled,
+    ) -> Result<Option<Stored>> {
+        match self.read_rest(id, k, need).await {
+            Err(Error::Reshaped { .. }) => self.load(id).await,
+            done => done,
+        }
     }
 }
 
@@ -1607,21 +1871,25 @@ where
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
-        let guess = self.pieces_to_ask();
-        let mut pipe = redis::pipe();
-        self.ask_value(&mut pipe, id, guess);
-        let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
-            .await
-            .map_err(self.error(id))?;
-        let reply = replies.pop().unwrap_or(redis::Value::Nil);
-        let (bytes, pieces) = self.value_read(id, reply, guess)?;
-        self.live_with(id, bytes, pieces, None).await
+        for _ in 0..REROUTES {
+            let k = self.keys(id);
+            match self.load_at(id, &k).await {
+                Err(Error::Reshaped { .. }) if self.reroute(id, &k, false).await? => {}
+                Err(Error::Reshaped { .. }) => return Ok(None),
+                done => return done,
+            }
+        }
+        Err(self.reshaped(id))
     }
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
-        let mut inv = self.invocation(self.script(&COMPACT_TOUCH), id);
-        inv.arg(check_ttl(ttl_secs)?);
-        self.call(id, &inv).await
+        let ttl = check_ttl(ttl_secs)?;
+        self.call(id, |k| {
+            let mut inv = self.invocation(self.script(&COMPACT_TOUCH), k);
+            inv.arg(ttl);
+            inv
+        })
+        .await
     }
 
     async fn replace(
@@ -1632,8 +1900,8 @@ where
     ) -> Result<Written> {
         let form = self.form(record);
         let payload = Self::payload(form, record);
-        let invocation = |owner: Option<&[u8]>| {
-            let mut inv = self.invocation(self.script(&COMPACT_REPLACE), id);
+        let invocation = |k: &Keys, owner: Option<&[u8]>| {
+            let mut inv = self.invocation(self.script(&COMPACT_REPLACE), k);
             inv.arg(form.code()).arg(&*payload);
             Self::expected_args(&mut inv, expected);
             if let Some(head) = owner {
@@ -1650,20 +1918,27 @@ where
             None => None,
         };
         if let Some(head) = owner {
-            let code: i64 = self.call(id, &invocation(Some(head))).await?;
+            let code: i64 = self.call(id, |k| invocation(k, Some(head))).await?;
             if code != -3 {
                 return Ok(Written::from_code(code));
             }
             self.ensure_entry(head, id).await?;
         }
-        Ok(Written::from_code(self.call(id, &invocation(None)).await?))
+        Ok(Written::from_code(
+            self.call(id, |k| invocation(k, None)).await?,
+        ))
     }
 
     async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {
-        let mut inv = self.invocation(&COMPACT_REMOVE, id);
-        Self::expected_args(&mut inv, expected.map(|e| e.record.as_slice()));
-        inv.arg(expected.map_or(0, |e| e.expires_at));
-        Ok(Written::from_code(self.call(id, &inv).await?))
+        let code = self
+            .call(id, |k| {
+                let mut inv = self.invocation(self.script(&COMPACT_REMOVE), k);
+                Self::expected_args(&mut inv, expected.map(|e| e.record.as_slice()));
+                inv.arg(expected.map_or(0, |e| e.expires_at));
+                inv
+            })
+            .await?;
+        Ok(Written::from_code(code))
     }
 
     async fn insert_many(
@@ -1672,6 +1947,9 @@ where
         ttl_secs: u64,
     ) -> Result<Vec<Inserted>> {
         check_batch(items, ttl_secs, self.buckets().id_width())?;
+        if self.growth.is_some() {
+            return self.insert_many_growing(items, ttl_secs).await;
+        }
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(PIPELINE_CHUNK) {
             // Index entries first, as for one insert.
@@ -1679,7 +1957,12 @@ where
             let invocations: Vec<_> = chunk
                 .iter()
                 .map(|(id, record)| {
-                    self.insert_invocation(id, record, Deadline::In(ttl_secs), indexed_at)
+                    self.insert_invocation(
+                        &self.keys(id),
+                        record,
+                        Deadline::In(ttl_secs),
+                        indexed_at,
+                    )
                 })
                 .collect();
             let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
@@ -1705,8 +1988,9 @@ where
         for chunk in ids.chunks(PIPELINE_CHUNK) {
             let guess = self.pieces_to_ask();
             let mut pipe = redis::pipe();
-            for id in chunk {
-                self.ask_value(&mut pipe, id, guess);
+            let keys: Vec<Keys> = chunk.iter().map(|id| self.keys(id)).collect();
+            for k in &keys {
+                self.ask_value(&mut pipe, k, guess);
             }
             pipe.cmd("TIME");
             let sent = Instant::now();
@@ -1720,8 +2004,18 @@ where
             // Records with more pieces than guessed: read again, value and
             // all, in one more round trip for the chunk.
             let mut more: Vec<(usize, usize)> = Vec::new();
-            for (n, (id, reply)) in chunk.iter().zip(replies).enumerate() {
-                let (bytes, pieces) = self.value_read(id, reply, guess)?;
+            // Misses in a growing store's buckets that lack their marker:
+            // loaded again one by one, each following its bucket.
+            let mut moved: Vec<usize> = Vec::new();
+            for (n, ((id, k), reply)) in chunk.iter().zip(&keys).zip(replies).enumerate() {
+                let (bytes, pieces) = match self.value_read(id, k, reply, guess) {
+                    Err(Error::Reshaped { .. }) => {
+                        moved.push(n);
+                        out.push(None);
+                        continue;
+                    }
+                    read => read?,
+                };
                 let Some(bytes) = bytes else {
                     out.push(None);
                     continue;
@@ -1738,32 +2032,42 @@ where
                         more.push((n, want));
                         out.push(None);
                     }
-                    need => out.push(self.read_rest(id, need).await?),
+                    need => out.push(self.read_rest_or_load(id, k, need).await?),
                 }
+            }
+            let first = out.len() - chunk.len();
+            for n in moved {
+                out[first + n] = self.load(&chunk[n]).await?;
             }
             if more.is_empty() {
                 continue;
             }
-            let first = out.len() - chunk.len();
             let again: Vec<SessionId> = more.iter().map(|&(n, _)| chunk[n]).collect();
             let mut pipe = redis::pipe();
-            for (id, &(_, want)) in again.iter().zip(&more) {
-                self.ask_value(&mut pipe, id, want);
+            for &(n, want) in &more {
+                self.ask_value(&mut pipe, &keys[n], want);
             }
-            let replies: Vec<Vec<Option<Vec<u8>>>> =
+            let replies: Vec<redis::Value> =
                 pipe.query_async(&mut self.conn.clone()).await.map_err(
                     crate::session::layout::pipeline::pipeline_error(self, &again, 1),
                 )?;
-            for (&(n, _), mut read) in more.iter().zip(replies) {
-                let id = &chunk[n];
+            for (&(n, want), reply) in more.iter().zip(replies) {
+                let (id, k) = (&chunk[n], &keys[n]);
                 // Judged live above, and an expiry only moves forward
                 // while an id lives; gone now if deleted meanwhile.
-                let Some(bytes) = read.first_mut().and_then(Option::take) else {
+                let (bytes, pieces) = match self.value_read(id, k, reply, want) {
+                    Err(Error::Reshaped { .. }) => {
+                        out[first + n] = self.load(id).await?;
+                        continue;
+                    }
+                    read => read?,
+                };
+                let Some(bytes) = bytes else {
                     continue;
                 };
                 let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;
-                let need = self.assemble(id, value, read.split_off(1))?;
-                out[first + n] = self.read_rest(id, need).await?;
+                let need = self.assemble(id, value, pieces)?;
+                out[first + n] = self.read_rest_or_load(id, k, need).await?;
             }
         }
         Ok(out)

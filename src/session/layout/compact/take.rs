@@ -17,8 +17,9 @@ where
     /// expired one is left for the sweeper).
     pub async fn take(&self, id: &SessionId) -> Result<Option<Stored>> {
         id.check_width(self.id_width())?;
-        let inv = self.invocation(&COMPACT_TAKE, id);
-        let reply: Option<(Vec<u8>, Vec<u8>)> = self.call(id, &inv).await?;
+        let reply: Option<(Vec<u8>, Vec<u8>)> = self
+            .call(id, |k| self.invocation(self.script(&COMPACT_TAKE), k))
+            .await?;
         let Some((bytes, side)) = reply else {
             return Ok(None);
         };

@@ -161,12 +161,12 @@ where
         prev: Option<&SessionId>,
         to: &SessionId,
     ) -> Result<bool> {
-        let mut inv = self.invocation(self.script(&COMPACT_FORWARD), from);
+        let mut inv = self.invocation(self.script(&COMPACT_FORWARD), &self.keys(from));
         inv.arg(to.as_bytes())
             .arg(prev.map_or(&[][..], |p| p.as_bytes()))
             .arg(users.config().hold_secs())
             .arg(self.id_width().bytes());
-        match self.call::<i64>(from, &inv).await? {
+        match self.call_fixed::<i64>(from, &inv).await? {
             1 => Ok(true),
             0 => Ok(false),
             _ => Err(Error::Contended { attempts: 3 }),
@@ -186,8 +186,8 @@ where
         indexed_at: u64,
     ) -> Result<Inserted> {
         self.users()?;
-        let inv = self.insert_invocation(id, record, expiry, Some(indexed_at));
-        Ok(Inserted::from_code(self.call(id, &inv).await?))
+        let inv = self.insert_invocation(&self.keys(id), record, expiry, Some(indexed_at));
+        Ok(Inserted::from_code(self.call_fixed(id, &inv).await?))
     }
 
     /// The index entries of a batch about to be inserted, in one pipeline;
@@ -364,7 +364,7 @@ where
         let invocations: Vec<_> = ids
             .iter()
             .map(|id| {
-                let mut inv = self.invocation(self.script(&COMPACT_REVOKE), id);
+                let mut inv = self.invocation(self.script(&COMPACT_REVOKE), &self.keys(id));
                 inv.arg(ident).arg(head).arg(config.hold_secs());
                 if let Some(at) = read_at {
                     inv.arg(at).arg(config.grace_secs).arg(width.bytes());

@@ -237,7 +237,7 @@ where
             Some(secs) => check_ttl(secs)?.to_string(),
             None => String::new(),
         };
-        let mut inv = self.invocation(self.script(&VIEWED_ADD), id);
+        let mut inv = self.invocation(self.script(&VIEWED_ADD), &self.keys(id));
         inv.arg(ttl)
             .arg(config.keep)
             .arg(CHUNK_BYTES)
@@ -256,7 +256,7 @@ where
         for item in newest.iter().rev() {
             inv.arg(entry(kind, item));
         }
-        self.call(id, &inv).await
+        self.call_fixed(id, &inv).await
     }
 
     /// The items the live session `id` viewed, newest first, as stored;

@@ -1,0 +1,43 @@
+-- Splits a growing store's bucket in two (shape_common.lua gives KEYS and
+-- ARGV): each field goes to the child its next bit names, rewritten for
+-- the child's level; the bucket's index entry, a lower bound of its
+-- earliest expiry, becomes each child's; the bucket's key goes, marker and
+-- all, so a caller routing by the old shape finds no marker there.
+-- ARGV[4]: split only a bucket holding more fields than this (0: any),
+--          so callers that all saw the bucket full split it once
+-- Returns {1, epoch} when split (epoch the new shape's), {0, epoch} when
+-- not: the shape is another, or the bucket is not that full.
+local epoch, trie, same = current_shape()
+if not same or fields_in(KEYS[2]) <= tonumber(ARGV[4]) then
+  return {0, epoch}
+end
+check_free(KEYS[3])
+check_free(KEYS[4])
+local place = tonumber(ARGV[3])
+local bit = 2 ^ (7 - place)
+local halves = {{}, {}}
+local pairs = redis.call('HGETALL', KEYS[2])
+for i = 1, #pairs, 2 do
+  local field = pairs[i]
+  if field ~= MARKER then
+    local first = string.byte(field, 1)
+    local half = halves[math.floor(first / bit) % 2 + 1]
+    if place == 7 then
+      field = string.sub(field, 2)
+    else
+      field = string.char(first % bit) .. string.sub(field, 2)
+    end
+    half[#half + 1] = field
+    half[#half + 1] = pairs[i + 1]
+  end
+end
+fill(KEYS[3], halves[1])
+fill(KEYS[4], halves[2])
+redis.call('DEL', KEYS[2])
+local score = redis.call('ZSCORE', KEYS[5], ARGV[5])
+if score then
+  redis.call('ZREM', KEYS[5], ARGV[5])
+  redis.call('ZADD', KEYS[6], score, ARGV[6], score, ARGV[7])
+end
+redis.call('HSET', KEYS[1], 'epoch', epoch + 1, 'trie', with_bit(trie, tonumber(ARGV[2]), true))
+return {1, epoch + 1}

@@ -1,0 +1,69 @@
+-- Shared by the scripts that split and merge a growing store's buckets
+-- (src/session/shape.rs). Every key comes in KEYS, all of one group:
+-- KEYS[1]: the group's shape HASH: `epoch`, and `trie`, the bitmap of split
+--          nodes (bit n, most significant bit first, is node n)
+-- KEYS[2]: the parent's bucket; KEYS[3], KEYS[4]: its children's, the ids
+--          whose next bit is 0, then 1
+-- KEYS[5]: the parent's index ZSET; KEYS[6]: the children's (the same key
+--          within a band)
+-- ARGV[1]: the shape's epoch the caller acts on: a script finding another
+--          changes nothing, and returns {0, epoch}
+-- ARGV[2]: the parent's node
+-- ARGV[3]: the place, 0 (top) to 7, of the bit that chooses the child in
+--          the first byte of the parent's fields; at 7 the children's
+--          fields are one byte shorter
+-- ARGV[4]: the limit on the fields moved (see each script)
+-- ARGV[5]: the parent's member in its index; ARGV[6], ARGV[7]: the
+--          children's
+-- A field begins with the session's field whatever it holds (a value, a
+-- piece, a marker of the user index), so the same rewrite moves them all;
+-- the marker '' is each bucket's own. Values move as they are.
+
+local MARKER = ''
+
+-- The shape's epoch and trie, or nil after replying that the caller's
+-- epoch is not the current one.
+local function current_shape()
+  local shape = redis.call('HMGET', KEYS[1], 'epoch', 'trie')
+  local epoch = tonumber(shape[1] or '0')
+  return epoch, shape[2] or '', epoch == tonumber(ARGV[1])
+end
+
+-- `trie` with bit `n` set to `on`.
+local function with_bit(trie, n, on)
+  local at = math.floor(n / 8) + 1
+  if #trie < at then
+    trie = trie .. string.rep('\0', at - #trie)
+  end
+  local byte = string.byte(trie, at)
+  local mask = 2 ^ (7 - n % 8)
+  local set = math.floor(byte / mask) % 2 == 1
+  if on and not set then
+    byte = byte + mask
+  elseif set and not on then
+    byte = byte - mask
+  end
+  return string.sub(trie, 1, at - 1) .. string.char(byte) .. string.sub(trie, at + 1)
+end
+
+-- Writes `pairs` (field, value, ...) into a new bucket `key`, the marker
+-- first, so a read finds it at once.
+local function fill(key, pairs)
+  redis.call('HSET', key, MARKER, '1')
+  for j = 1, #pairs, 1000 do
+    redis.call('HSET', key, unpack(pairs, j, math.min(j + 999, #pairs)))
+  end
+end
+
+-- The fields a bucket holds besides its marker.
+local function fields_in(key)
+  return redis.call('HLEN', key) - redis.call('HEXISTS', key, MARKER)
+end
+
+-- Refuses to write where a key already is: no script writes a bucket of
+-- another shape, so one there is not the store's.
+local function check_free(key)
+  if redis.call('EXISTS', key) == 1 then
+    error({err = 'CORRUPT a key is already where a split or merge writes a bucket: ' .. key})
+  end
+end

@@ -1,0 +1,431 @@
+//! A compact store that grows and shrinks ([`CompactConfig::growing`]):
+//! routing by the group shapes this process keeps
+//! ([`crate::session::shape`]), following a bucket that was split or
+//! merged under a call, and the splits and merges themselves.
+//!
+//! A bucket splits when a write leaves it holding more than three quarters
+//! of `hash-max-listpack-entries` fields: the write's own script replies
+//! with the bucket's field count, and the writer splits it before its call
+//! returns. Each child then holds about half, so a bucket never nears the
+//! limit at which Redis would convert it, whatever the store has grown to.
+//! Two sibling buckets merge back when together they hold at most half
+//! the split threshold ([`Compact::reshape_group`], which the sweeper runs
+//! on the groups it sweeps), so a merged bucket has room to grow before it
+//! splits again.
+//!
+//! [`CompactConfig::growing`]: super::CompactConfig::growing
+
+use std::sync::Arc;
+
+use super::{Compact, Keys};
+use crate::error::{Error, Result};
+use crate::limits::ListpackLimits;
+use crate::scripts::{COMPACT_CLAIM, COMPACT_MERGE, COMPACT_SPLIT};
+use crate::session::id::SessionId;
+use crate::session::shape::{GroupShape, Node, Shape, ShapeCache};
+
+/// How many times one call follows its bucket to where a split or merge
+/// moved it before it gives up with [`Error::Reshaped`].
+pub(crate) const REROUTES: u32 = 8;
+
+/// What a growing store knows of its shape, and when it reshapes.
+#[derive(Debug)]
+pub(crate) struct Growth {
+    pub(crate) shape: Shape,
+    pub(crate) cache: ShapeCache,
+    /// A bucket holding more fields than this splits.
+    pub(crate) split_above: u64,
+    /// Two sibling buckets holding at most this many fields together merge.
+    pub(crate) merge_at_most: u64,
+}
+
+/// The bucket a call was routed to, and the epoch of the shape it was
+/// routed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Route {
+    pub(crate) node: Node,
+    pub(crate) epoch: u64,
+}
+
+impl Growth {
+    /// Growth for buckets of `shape`, splitting at three quarters of the
+    /// server's entry limit.
+    pub(crate) fn new(shape: Shape, limits: ListpackLimits) -> Self {
+        let split_above = (limits.hash_entries * 3 / 4).max(2);
+        Self {
+            shape,
+            cache: ShapeCache::default(),
+            split_above,
+            merge_at_most: split_above / 2,
+        }
+    }
+
+    /// The names a call on `id` needs, routed by this process's copy of
+    /// its group's shape.
+    pub(crate) fn keys(&self, id: &SessionId) -> Keys {
+        let group = self.shape.group_of(id);
+        let shape = self.cache.get(group);
+        let node = self.shape.leaf(&shape, id);
+        Keys {
+            bucket: self.shape.bucket_key(node),
+            index: self.shape.index_of(node),
+            member: node.index_member(),
+            field: self.shape.field(node, id),
+            bucket_no: group,
+            out_of_line: self.shape.out_of_line_key(id),
+            route: Some(Route {
+                node,
+                epoch: shape.epoch(),
+            }),
+        }
+    }
+}
+
+/// What [`Compact::reshape_group`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reshaping {
+    /// Buckets split.
+    pub splits: u64,
+    /// Pairs of buckets merged.
+    pub merges: u64,
+    /// Buckets in the group afterwards.
+    pub buckets: u64,
+}
+
+impl<C> Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// The store's shape, if it grows.
+    pub fn shape(&self) -> Option<&Shape> {
+        self.growth.as_deref().map(|g| &g.shape)
+    }
+
+    pub(crate) fn growth(&self) -> Option<&Growth> {
+        self.growth.as_deref()
+    }
+
+    /// Reads `group`'s shape from the server and keeps it.
+    pub async fn fetch_shape(&self, group: u32) -> Result<Arc<GroupShape>> {
+        let growth = self.growing()?;
+        let key = growth.shape.shape_key(group);
+        let (epoch, trie): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
+            .arg(&key)
+            .arg("epoch")
+            .arg("trie")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        let shape = GroupShape::new(epoch.unwrap_or(0), trie.unwrap_or_default());
+        Ok(growth.cache.set(group, shape))
+    }
+
+    /// Reads the shapes of `groups` from the server in one pipeline, and
+    /// keeps them.
+    pub async fn fetch_shapes(&self, groups: &[u32]) -> Result<Vec<Arc<GroupShape>>> {
+        let growth = self.growing()?;
+        let mut pipe = redis::pipe();
+        for &group in groups {
+            pipe.cmd("HMGET")
+                .arg(growth.shape.shape_key(group))
+                .arg("epoch")
+                .arg("trie");
+        }
+        let replies: Vec<(Option<u64>, Option<Vec<u8>>)> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || format!("{}:meta", self.buckets().namespace())))?;
+        Ok(groups
+            .iter()
+            .zip(replies)
+            .map(|(&group, (epoch, trie))| {
+                let shape = GroupShape::new(epoch.unwrap_or(0), trie.unwrap_or_default());
+                growth.cache.set(group, shape)
+            })
+            .collect())
+    }
+
+    /// The split and merge thresholds, in fields, of a growing store.
+    pub fn reshape_thresholds(&self) -> Option<(u64, u64)> {
+        self.growth().map(|g| (g.split_above, g.merge_at_most))
+    }
+
+    fn growing(&self) -> Result<&Growth> {
+        self.growth.as_deref().ok_or_else(|| {
+            Error::Config(format!(
+                "namespace {:?} is a store of fixed buckets, which has no shape",
+                self.buckets().namespace()
+            ))
+        })
+    }
+
+    /// After a call on `id` found the bucket `k` names without its marker:
+    /// whether the call should go again, the shape having moved on (now
+    /// read). Where it has not, the bucket is a current one that holds
+    /// nothing yet: a write (`claim`) gives it its marker and goes again; a
+    /// read has its answer, none.
+    pub(crate) async fn reroute(&self, id: &SessionId, k: &Keys, claim: bool) -> Result<bool> {
+        let (Some(growth), Some(route)) = (self.growth(), k.route) else {
+            return Ok(false);
+        };
+        let group = route.node.group;
+        let shape = self.fetch_shape(group).await?;
+        if shape.epoch() != route.epoch || growth.shape.leaf(&shape, id) != route.node {
+            return Ok(true);
+        }
+        if !claim {
+            return Ok(false);
+        }
+        let epoch: u64 = COMPACT_CLAIM
+            .key(growth.shape.shape_key(group))
+            .key(&k.bucket)
+            .arg(route.epoch)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        if epoch != route.epoch {
+            self.fetch_shape(group).await?;
+        }
+        Ok(true)
+    }
+
+    /// After a write left `fields` fields in the bucket `k` names: splits
+    /// it if that is over the threshold. A split that fails is logged and
+    /// left to the next write or the sweeper: the write itself is done.
+    pub(crate) async fn split_if_full(&self, k: &Keys, fields: u64) {
+        let (Some(growth), Some(route)) = (self.growth(), k.route) else {
+            return;
+        };
+        // The marker is a field too.
+        if fields <= growth.split_above + 1 {
+            return;
+        }
+        if let Err(e) = self.split(route.node, route.epoch).await {
+            tracing::warn!(
+                bucket = k.bucket,
+                error = %e,
+                "could not split a full bucket; the next write to it or the sweeper will"
+            );
+        }
+    }
+
+    /// Splits bucket `node` of the shape of epoch `epoch` if it holds more
+    /// fields than the threshold. Returns whether it was split; where the
+    /// shape has moved on, the new one is read.
+    pub async fn split(&self, node: Node, epoch: u64) -> Result<bool> {
+        let growth = self.growing()?;
+        if node.depth() >= growth.shape.max_depth() {
+            return Ok(false);
+        }
+        let (c0, c1) = node.children();
+        let done = self
+            .reshape(
+                &COMPACT_SPLIT,
+                [node, c0, c1],
+                epoch,
+                growth.shape.split_bit(node),
+                growth.split_above,
+            )
+            .await?;
+        Ok(done)
+    }
+
+    /// Merges the children of `parent` (both buckets) of the shape of
+    /// epoch `epoch` if together they hold at most the merge threshold.
+    /// Returns whether they were merged.
+    pub async fn merge(&self, parent: Node, epoch: u64) -> Result<bool> {
+        let growth = self.growing()?;
+        let (c0, c1) = parent.children();
+        self.reshape(
+            &COMPACT_MERGE,
+            [parent, c0, c1],
+            epoch,
+            growth.shape.split_bit(parent),
+            growth.merge_at_most,
+        )
+        .await
+    }
+
+    /// A split or merge script on a parent and its children.
+    async fn reshape(
+        &self,
+        script: &redis::Script,
+        [parent, c0, c1]: [Node; 3],
+        epoch: u64,
+        bit: u8,
+        limit: u64,
+    ) -> Result<bool> {
+        let growth = self.growing()?;
+        let s = &growth.shape;
+        let key = s.bucket_key(parent);
+        let (done, now): (u8, u64) = script
+            .key(s.shape_key(parent.group))
+            .key(&key)
+            .key(s.bucket_key(c0))
+            .key(s.bucket_key(c1))
+            .key(s.index_of(parent))
+            .key(s.index_of(c0))
+            .arg(epoch)
+            .arg(parent.node)
+            .arg(bit)
+            .arg(limit)
+            .arg(parent.index_member())
+            .arg(c0.index_member())
+            .arg(c1.index_member())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        if now != epoch || done == 1 {
+            self.fetch_shape(parent.group).await?;
+        }
+        Ok(done == 1)
+    }
+
+    /// The buckets of `group`, by its shape read now.
+    pub async fn group_buckets(&self, group: u32) -> Result<Vec<Node>> {
+        let growth = self.growing()?;
+        let shape = self.fetch_shape(group).await?;
+        Ok(shape
+            .leaves(growth.shape.max_depth())
+            .into_iter()
+            .map(|node| Node { group, node })
+            .collect())
+    }
+
+    /// Brings `group` to the shape its sessions call for: splits each
+    /// bucket over the split threshold (a write's split that failed), and
+    /// merges each pair of sibling buckets that together hold at most the
+    /// merge threshold, repeatedly, so a group that emptied folds back to
+    /// its root. One script per split or merge; reads each bucket's field
+    /// count once per round.
+    pub async fn reshape_group(&self, group: u32) -> Result<Reshaping> {
+        let growth = self.growing()?;
+        let s = &growth.shape;
+        let mut out = Reshaping::default();
+        // Each round reads the counts once; a group that shrank a lot
+        // folds one level per round.
+        for _ in 0..=s.max_depth() {
+            let shape = self.fetch_shape(group).await?;
+            let leaves = shape.leaves(s.max_depth());
+            let mut pipe = redis::pipe();
+            for &node in &leaves {
+                pipe.hlen(s.bucket_key(Node { group, node }));
+            }
+            let counts: Vec<u64> = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| Error::from_redis(e, || s.tag(group)))?;
+            let count: std::collections::HashMap<u32, u64> =
+                leaves.iter().copied().zip(counts).collect();
+            let mut epoch = shape.epoch();
+            let mut changed = false;
+            for &node in &leaves {
+                let node = Node { group, node };
+                if count[&node.node] > growth.split_above + 1 && self.split(node, epoch).await? {
+                    out.splits += 1;
+                    epoch += 1;
+                    changed = true;
+                }
+            }
+            // Sibling leaves, each pair once: from the left child.
+            for &node in &leaves {
+                if node % 2 != 0 || node == 1 || !count.contains_key(&(node + 1)) {
+                    continue;
+                }
+                let both = count[&node] + count[&(node + 1)];
+                if both <= growth.merge_at_most + 2 {
+                    let parent = Node {
+                        group,
+                        node: node / 2,
+                    };
+                    if self.merge(parent, epoch).await? {
+                        out.merges += 1;
+                        epoch += 1;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                out.buckets = leaves.len() as u64;
+                break;
+            }
+        }
+        if out.buckets == 0 {
+            out.buckets = self.group_buckets(group).await?.len() as u64;
+        }
+        Ok(out)
+    }
+}
+
+impl<C> Compact<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    /// [`crate::session::layout::Layout::insert_many`] for a growing
+    /// store: pipelines of insert scripts, each pipeline adding at most a
+    /// quarter of the room a bucket has above the split threshold to any
+    /// one bucket, then the buckets the pipeline filled split before the
+    /// next. A call that found its bucket split away goes again alone.
+    pub(super) async fn insert_many_growing(
+        &self,
+        items: &[(SessionId, Vec<u8>)],
+        ttl_secs: u64,
+    ) -> Result<Vec<crate::session::layout::Inserted>> {
+        use crate::session::layout::{Inserted, Layout};
+        use crate::ttl::Deadline;
+        let growth = self.growing()?;
+        let room = (self.limits.hash_entries.saturating_sub(growth.split_above) / 4).max(1);
+        let script = self.script(&crate::scripts::COMPACT_INSERT);
+        let mut out = Vec::with_capacity(items.len());
+        let mut rest = items;
+        while !rest.is_empty() {
+            // Take items until one would add too much to its bucket.
+            let mut added: std::collections::HashMap<String, u64> = Default::default();
+            let mut keys = Vec::new();
+            for (id, record) in rest.iter().take(crate::scripts::PIPELINE_CHUNK) {
+                let k = self.keys(id);
+                let entries = 1 + self.piece_fields(&k.field, record.len()).len() as u64;
+                let total = added.entry(k.bucket.clone()).or_default();
+                if *total + entries > room && !keys.is_empty() {
+                    break;
+                }
+                *total += entries;
+                keys.push(k);
+            }
+            let (chunk, later) = rest.split_at(keys.len());
+            rest = later;
+            let invocations: Vec<_> = chunk
+                .iter()
+                .zip(&keys)
+                .map(|((_, record), k)| {
+                    self.insert_invocation(k, record, Deadline::In(ttl_secs), None)
+                })
+                .collect();
+            let replies = crate::scripts::pipelined_each(&self.conn, &invocations, script).await?;
+            let mut full: Vec<(u64, usize)> = Vec::new();
+            for (n, reply) in replies.into_iter().enumerate() {
+                let (id, record) = &chunk[n];
+                match reply {
+                    Ok(value) => {
+                        let (code, fields): (i64, u64) = redis::from_redis_value(value)?;
+                        out.push(Inserted::from_code(code));
+                        full.push((fields, n));
+                    }
+                    Err(e) if super::is_reshaped(&e) => {
+                        out.push(self.insert(id, record, Deadline::In(ttl_secs)).await?);
+                    }
+                    Err(e) => return Err(self.error(id)(e)),
+                }
+            }
+            // The fullest count each bucket reported: the last.
+            let mut split: std::collections::HashMap<&str, (u64, usize)> = Default::default();
+            for (fields, n) in full {
+                split.insert(&keys[n].bucket, (fields, n));
+            }
+            for (fields, n) in split.into_values() {
+                self.split_if_full(&keys[n], fields).await;
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,391 @@
+//! A growing compact store (`CompactConfig::growing`): buckets split as
+//! they fill and merge as they empty, under traffic from processes whose
+//! copy of the shape is stale, and nothing is lost, revived, or missed by
+//! a load on the way. The server runs with a small
+//! `hash-max-listpack-entries`, so a few thousand sessions make hundreds
+//! of splits.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use redis::AsyncCommands;
+use sessionpack::session::layout::compact::DEFAULT_GROWING_BITS;
+use sessionpack::session::record;
+use sessionpack::session::shape::Node;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
+use sessionpack::{Compact, CompactConfig, Deadline, Error, Inserted, Layout, SessionId};
+use sessionpack_testkit::LocalServer;
+
+type Conn = redis::aio::ConnectionManager;
+
+/// Entries a bucket may hold before Redis converts it, on these servers.
+const ENTRIES: u64 = 32;
+
+fn server() -> LocalServer {
+    let server = common::server();
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-entries")
+            .arg(ENTRIES),
+    );
+    server
+}
+
+/// A process opening the store: its own connection and its own copy of
+/// the shape.
+async fn open(server: &LocalServer) -> Compact<Conn> {
+    Compact::new(common::manager(server).await, CompactConfig::growing())
+        .await
+        .expect("growing store")
+}
+
+/// A record of each form by `n`: identity only (the integer form), a short
+/// one, one in pieces, one out of line.
+fn record_for(n: usize) -> Vec<u8> {
+    match n % 4 {
+        0 => record::encode(&(70_000u64 + n as u64), &()).unwrap(),
+        1 => record::encode(&5u64, &format!("note {n}")).unwrap(),
+        2 => record::encode(&5u64, &format!("{n:>120}")).unwrap(),
+        _ => record::encode(&5u64, &format!("{n:>700}")).unwrap(),
+    }
+}
+
+async fn insert_all(layout: &Compact<Conn>, n: usize) -> Vec<SessionId> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = layout.new_id().await.unwrap();
+        let inserted = layout
+            .insert_new(&id, &record_for(i), Deadline::In(3600))
+            .await
+            .unwrap();
+        assert!(matches!(inserted, Inserted::Created { .. }), "{inserted:?}");
+        ids.push(id);
+    }
+    ids
+}
+
+/// Every bucket of the current shape, and what the keyspace holds besides:
+/// buckets of no shape would be sessions no one finds.
+struct Layouted {
+    buckets: Vec<Node>,
+    sessions: u64,
+    converted: u64,
+    fullest: u64,
+    strays: Vec<String>,
+}
+
+async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Conn>) -> Layouted {
+    let shape = layout.shape().unwrap();
+    let mut buckets = Vec::new();
+    for group in 0..shape.group_count() {
+        buckets.extend(layout.group_buckets(group).await.unwrap());
+    }
+    let names: HashSet<String> = buckets.iter().map(|&b| shape.bucket_key(b)).collect();
+    let mut out = Layouted {
+        buckets,
+        sessions: 0,
+        converted: 0,
+        fullest: 0,
+        strays: Vec::new(),
+    };
+    for node in &out.buckets {
+        let key = shape.bucket_key(*node);
+        let pairs: HashMap<Vec<u8>, Vec<u8>> = raw.hgetall(&key).await.unwrap();
+        out.fullest = out.fullest.max(pairs.len() as u64);
+        out.sessions += pairs
+            .keys()
+            .filter(|f| f.len() == shape.field_len(*node))
+            .count() as u64;
+        if !pairs.is_empty() {
+            let encoding: String = redis::cmd("OBJECT")
+                .arg("ENCODING")
+                .arg(&key)
+                .query_async(raw)
+                .await
+                .unwrap();
+            if encoding != "listpack" {
+                out.converted += 1;
+            }
+        }
+    }
+    let keys: Vec<String> = raw.keys("sp:{*").await.unwrap();
+    for key in keys {
+        let kind = key.rsplit(':').next().unwrap_or_default();
+        // Bucket keys are the only ones named by hex digits alone.
+        if kind.bytes().all(|b| b.is_ascii_hexdigit())
+            && !key.contains(":o:")
+            && !names.contains(&key)
+        {
+            out.strays.push(key);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_store_grows_and_a_process_with_a_stale_shape_finds_every_session() {
+    let server = server();
+    let writer = open(&server).await;
+    // Opened before any split: its copy of every group is one bucket.
+    let stale = open(&server).await;
+    let ids = insert_all(&writer, 3000).await;
+
+    let mut raw = common::raw(&server).await;
+    let survey = survey(&mut raw, &writer).await;
+    assert!(
+        survey.buckets.len() > 4 * (1 << DEFAULT_GROWING_BITS),
+        "only {} buckets for 3000 sessions",
+        survey.buckets.len()
+    );
+    // Some buckets are deep enough that their fields lost a byte.
+    let shape = writer.shape().unwrap();
+    assert!(survey.buckets.iter().any(|&b| shape.level(b) >= 8));
+    assert_eq!(survey.sessions, 3000);
+    assert_eq!(survey.converted, 0);
+    assert!(
+        survey.fullest <= ENTRIES,
+        "a bucket holds {}",
+        survey.fullest
+    );
+    assert!(survey.strays.is_empty(), "{:?}", survey.strays);
+
+    for (i, id) in ids.iter().enumerate() {
+        let stored = stale
+            .load(id)
+            .await
+            .unwrap()
+            .expect("a session the stale process must find");
+        assert_eq!(stored.record, record_for(i), "session {i}");
+    }
+    let batch = writer.load_many(&ids).await.unwrap();
+    let fresh_stale = open(&server).await;
+    let batch_stale = fresh_stale.load_many(&ids).await.unwrap();
+    for (i, (a, b)) in batch.iter().zip(&batch_stale).enumerate() {
+        assert_eq!(a.as_ref().map(|s| &s.record), Some(&record_for(i)));
+        assert_eq!(b.as_ref().map(|s| &s.record), Some(&record_for(i)));
+    }
+}
+
+#[tokio::test]
+async fn writes_through_a_stale_shape_land_in_the_current_buckets() {
+    let server = server();
+    let writer = open(&server).await;
+    let stale = open(&server).await;
+    let ids = insert_all(&writer, 1500).await;
+    let (saved, rest) = ids.split_at(500);
+    let (deleted, rest) = rest.split_at(300);
+    let (removed, touched) = rest.split_at(200);
+
+    for id in saved {
+        let written = stale
+            .save(id, b"saved by the stale process", u64::from(u32::MAX) - 1)
+            .await
+            .unwrap();
+        assert_eq!(written, sessionpack::Written::Done);
+    }
+    for id in deleted {
+        assert!(stale.delete(id, None).await.unwrap());
+    }
+    for id in removed {
+        let written = stale.remove(id, None).await.unwrap();
+        assert_eq!(written, sessionpack::Written::Done);
+    }
+    for id in touched {
+        assert!(stale.touch(id, 7200).await.unwrap().is_some());
+    }
+    // A second stale process creates sessions of its own among the
+    // splits: each lands where the current shape puts it.
+    let other = open(&server).await;
+    let late = insert_all(&other, 500).await;
+
+    let reader = open(&server).await;
+    for id in saved {
+        let stored = reader.load(id).await.unwrap().unwrap();
+        assert_eq!(stored.record, b"saved by the stale process");
+    }
+    for id in deleted.iter().chain(removed) {
+        assert_eq!(
+            reader.load(id).await.unwrap(),
+            None,
+            "a deleted session came back"
+        );
+    }
+    for id in touched.iter().chain(&late) {
+        assert!(reader.load(id).await.unwrap().is_some());
+    }
+    let mut raw = common::raw(&server).await;
+    let survey = survey(&mut raw, &reader).await;
+    assert_eq!(survey.sessions as usize, 500 + 500 + 500);
+    assert!(survey.strays.is_empty(), "{:?}", survey.strays);
+    assert_eq!(survey.converted, 0);
+}
+
+#[tokio::test]
+async fn loads_racing_splits_never_miss_a_session() {
+    let server = server();
+    let writer = Arc::new(open(&server).await);
+    let first = insert_all(&writer, 200).await;
+    let known = Arc::new(std::sync::Mutex::new(first));
+    let done = Arc::new(AtomicBool::new(false));
+    let loads = Arc::new(AtomicUsize::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let reader = open(&server).await;
+        let (known, done, loads) = (known.clone(), done.clone(), loads.clone());
+        readers.push(tokio::spawn(async move {
+            let mut n = 0usize;
+            while !done.load(Ordering::Relaxed) {
+                let ids: Vec<SessionId> = known.lock().unwrap().clone();
+                let id = ids[n % ids.len()];
+                n = n.wrapping_mul(31).wrapping_add(7);
+                let found = reader.load(&id).await.unwrap();
+                assert!(
+                    found.is_some(),
+                    "a load missed a live session during a split"
+                );
+                loads.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for i in 0..2500 {
+        let id = writer.new_id().await.unwrap();
+        writer
+            .insert_new(&id, &record_for(i), Deadline::In(3600))
+            .await
+            .unwrap();
+        known.lock().unwrap().push(id);
+    }
+    done.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    assert!(loads.load(Ordering::Relaxed) > 0);
+}
+
+#[tokio::test]
+async fn a_batch_insert_grows_the_store_without_converting_a_bucket() {
+    let server = server();
+    let layout = open(&server).await;
+    let items: Vec<(SessionId, Vec<u8>)> = (0..4000)
+        .map(|i| (SessionId::generate().unwrap(), record_for(i)))
+        .collect();
+    let inserted = layout.insert_many(&items, 3600).await.unwrap();
+    assert!(
+        inserted
+            .iter()
+            .all(|i| matches!(i, Inserted::Created { .. }))
+    );
+    let mut raw = common::raw(&server).await;
+    let survey = survey(&mut raw, &layout).await;
+    assert_eq!(survey.sessions, 4000);
+    assert_eq!(survey.converted, 0);
+    assert!(survey.fullest <= ENTRIES);
+    let stale = open(&server).await;
+    let ids: Vec<SessionId> = items.iter().map(|(id, _)| *id).collect();
+    let loaded = stale.load_many(&ids).await.unwrap();
+    assert!(
+        loaded
+            .iter()
+            .zip(&items)
+            .all(|(l, (_, r))| l.as_ref().map(|s| &s.record) == Some(r))
+    );
+}
+
+#[tokio::test]
+async fn the_sweeper_reclaims_expired_sessions_and_merges_the_buckets_back() {
+    let server = server();
+    let layout = open(&server).await;
+    let mut raw = common::raw(&server).await;
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let expiry = now + 2;
+    let mut short = Vec::new();
+    for i in 0..2000 {
+        let id = layout.new_id().await.unwrap();
+        layout
+            .insert_new(&id, &record_for(i), Deadline::At(expiry))
+            .await
+            .unwrap();
+        short.push(id);
+    }
+    let kept = insert_all(&layout, 40).await;
+    let grown = survey(&mut raw, &layout).await.buckets.len();
+    assert!(grown > 2 * (1 << DEFAULT_GROWING_BITS));
+    // Wait for the server's clock to pass the expiry (an event, not a
+    // guess at how long that takes).
+    loop {
+        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+        if t > expiry {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Processes loading the live sessions while the sweeper merges.
+    let done = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let reader = open(&server).await;
+        let (kept, done) = (kept.clone(), done.clone());
+        readers.push(tokio::spawn(async move {
+            let mut loads = 0u64;
+            while !done.load(Ordering::Relaxed) || loads == 0 {
+                for id in &kept {
+                    let found = reader.load(id).await.unwrap();
+                    assert!(
+                        found.is_some(),
+                        "a load missed a live session during a merge"
+                    );
+                    loads += 1;
+                }
+            }
+        }));
+    }
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let units = sweeper.units();
+    assert_eq!(units, 1 << DEFAULT_GROWING_BITS);
+    let report = sweeper.sweep_range(0..units).await.unwrap();
+    done.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    assert_eq!(report.reclaimed, 2000);
+    assert!(report.merges > 0);
+    let after = survey(&mut raw, &layout).await;
+    assert!(
+        after.buckets.len() < grown / 2,
+        "{} buckets left of {grown}",
+        after.buckets.len()
+    );
+    assert_eq!(after.sessions, 40);
+    assert!(after.strays.is_empty(), "{:?}", after.strays);
+    let stale = open(&server).await;
+    for id in &short {
+        assert_eq!(stale.load(id).await.unwrap(), None);
+    }
+    for id in &kept {
+        assert!(stale.load(id).await.unwrap().is_some());
+    }
+}
+
+#[tokio::test]
+async fn a_growing_namespace_refuses_what_it_does_not_keep() {
+    let server = server();
+    let _layout = open(&server).await;
+    let conn = common::manager(&server).await;
+    let fixed = Compact::new(conn.clone(), CompactConfig::new(DEFAULT_GROWING_BITS)).await;
+    assert!(matches!(fixed, Err(Error::Config(_))), "{fixed:?}");
+    let users = CompactConfig::growing()
+        .with_namespace("other")
+        .with_user_index(Default::default());
+    assert!(matches!(
+        Compact::new(conn.clone(), users).await,
+        Err(Error::Config(_))
+    ));
+    common::set_eviction_policy(&server, "allkeys-lru");
+    let evicting = Compact::new(conn, CompactConfig::growing().with_namespace("third")).await;
+    assert!(matches!(evicting, Err(Error::Config(_))), "{evicting:?}");
+}
