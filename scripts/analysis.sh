@@ -8,6 +8,8 @@
 # `fill` what fuller compact buckets cost in speed and server CPU;
 # `throughput-typed` the generic Store with the app's session shapes as
 # typed attributes beside packed-setex, every operation's server CPU;
+# `growth` a store whose buckets split and merge, grown from 10k
+# sessions to 100M and back to 1M, beside fixed bucket counts;
 # `churn` the memory after sessions come and go (Redis 7.0, and 7.4.1 with
 # activedefrag). `tower` the tower-sessions store beside the peer crate
 # (tower-sessions-redis-store) per session profile; `tower-servers` the
@@ -57,6 +59,13 @@ for part in "${parts[@]}"; do
       $sp bench throughput --layouts packed-setex,compact --compact-bits 11,9 \
         --out analysis/runs/throughput-fill ;;
     sweep) $sp bench sweep --out analysis/runs/sweep ;;
+    growth)
+      # A growing store from 10k sessions to 100M (emulated above 1M, one
+      # session in 32) and back to 1M, beside fixed 2^13 and 2^20 and the
+      # best fixed count at each size: identity-only sessions, and the
+      # app's 132-byte one (three listpack entries).
+      $sp bench growth --factor 32 --out analysis/growth/identity
+      $sp bench growth --factor 128 --data-bytes 120 --out analysis/growth/app-session ;;
     migrate) $sp bench migrate --sessions 1000000 --out analysis/runs/migrate ;;
     cluster)
       # Every layout on a local Redis Cluster of three primaries (summed).

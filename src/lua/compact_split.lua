@@ -3,17 +3,17 @@
 -- the child's level; the bucket's index entry, a lower bound of its
 -- earliest expiry, becomes each child's; the bucket's key goes, marker and
 -- all, so a caller routing by the old shape finds no marker there.
--- ARGV[4]: split only a bucket holding more fields than this (0: any),
+-- ARGV[3]: split only a bucket holding more fields than this (0: any),
 --          so callers that all saw the bucket full split it once
 -- Returns {1, epoch} when split (epoch the new shape's), {0, epoch} when
--- not: the shape is another, or the bucket is not that full.
-local epoch, trie, same = current_shape()
-if not same or fields_in(KEYS[2]) <= tonumber(ARGV[4]) then
+-- not: the bucket is not one of the current shape, or not that full.
+local epoch, trie = current_shape()
+if not is_leaf(trie, tonumber(ARGV[1])) or fields_in(KEYS[2]) <= tonumber(ARGV[3]) then
   return {0, epoch}
 end
 check_free(KEYS[3])
 check_free(KEYS[4])
-local place = tonumber(ARGV[3])
+local place = tonumber(ARGV[2])
 local bit = 2 ^ (7 - place)
 local halves = {{}, {}}
 local pairs = redis.call('HGETALL', KEYS[2])
@@ -34,10 +34,10 @@ end
 fill(KEYS[3], halves[1])
 fill(KEYS[4], halves[2])
 redis.call('DEL', KEYS[2])
-local score = redis.call('ZSCORE', KEYS[5], ARGV[5])
+local score = redis.call('ZSCORE', KEYS[5], ARGV[4])
 if score then
-  redis.call('ZREM', KEYS[5], ARGV[5])
-  redis.call('ZADD', KEYS[6], score, ARGV[6], score, ARGV[7])
+  redis.call('ZREM', KEYS[5], ARGV[4])
+  redis.call('ZADD', KEYS[6], score, ARGV[5], score, ARGV[6])
 end
-redis.call('HSET', KEYS[1], 'epoch', epoch + 1, 'trie', with_bit(trie, tonumber(ARGV[2]), true))
+redis.call('HSET', KEYS[1], 'epoch', epoch + 1, 'trie', with_bit(trie, tonumber(ARGV[1]), true))
 return {1, epoch + 1}

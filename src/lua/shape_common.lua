@@ -6,27 +6,50 @@
 --          whose next bit is 0, then 1
 -- KEYS[5]: the parent's index ZSET; KEYS[6]: the children's (the same key
 --          within a band)
--- ARGV[1]: the shape's epoch the caller acts on: a script finding another
---          changes nothing, and returns {0, epoch}
--- ARGV[2]: the parent's node
--- ARGV[3]: the place, 0 (top) to 7, of the bit that chooses the child in
+-- ARGV[1]: the parent's node
+-- ARGV[2]: the place, 0 (top) to 7, of the bit that chooses the child in
 --          the first byte of the parent's fields; at 7 the children's
 --          fields are one byte shorter
--- ARGV[4]: the limit on the fields moved (see each script)
--- ARGV[5]: the parent's member in its index; ARGV[6], ARGV[7]: the
+-- ARGV[3]: the limit on the fields moved (see each script)
+-- ARGV[4]: the parent's member in its index; ARGV[5], ARGV[6]: the
 --          children's
+-- Each script checks the nodes against the shape it finds (not the epoch
+-- the caller read): a split of another bucket of the group meanwhile
+-- changes nothing for these.
 -- A field begins with the session's field whatever it holds (a value, a
 -- piece, a marker of the user index), so the same rewrite moves them all;
 -- the marker '' is each bucket's own. Values move as they are.
 
 local MARKER = ''
 
--- The shape's epoch and trie, or nil after replying that the caller's
--- epoch is not the current one.
+-- The shape's epoch and trie.
 local function current_shape()
   local shape = redis.call('HMGET', KEYS[1], 'epoch', 'trie')
-  local epoch = tonumber(shape[1] or '0')
-  return epoch, shape[2] or '', epoch == tonumber(ARGV[1])
+  return tonumber(shape[1] or '0'), shape[2] or ''
+end
+
+-- Whether node `n` is split in `trie`.
+local function is_split(trie, n)
+  local at = math.floor(n / 8) + 1
+  if at > #trie then
+    return false
+  end
+  return math.floor(string.byte(trie, at) / 2 ^ (7 - n % 8)) % 2 == 1
+end
+
+-- Whether node `n` is a bucket of `trie`: every ancestor split, itself not.
+local function is_leaf(trie, n)
+  if is_split(trie, n) then
+    return false
+  end
+  n = math.floor(n / 2)
+  while n >= 1 do
+    if not is_split(trie, n) then
+      return false
+    end
+    n = math.floor(n / 2)
+  end
+  return true
 end
 
 -- `trie` with bit `n` set to `on`.

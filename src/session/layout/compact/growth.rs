@@ -3,15 +3,18 @@
 //! ([`crate::session::shape`]), following a bucket that was split or
 //! merged under a call, and the splits and merges themselves.
 //!
-//! A bucket splits when a write leaves it holding more than three quarters
-//! of `hash-max-listpack-entries` fields: the write's own script replies
-//! with the bucket's field count, and the writer splits it before its call
-//! returns. Each child then holds about half, so a bucket never nears the
-//! limit at which Redis would convert it, whatever the store has grown to.
-//! Two sibling buckets merge back when together they hold at most half
-//! the split threshold ([`Compact::reshape_group`], which the sweeper runs
-//! on the groups it sweeps), so a merged bucket has room to grow before it
-//! splits again.
+//! A bucket splits when a write leaves it holding more than half of
+//! `hash-max-listpack-entries` fields: the write's own script replies with
+//! the bucket's field count, and the writer splits it before its call
+//! returns. Each child then holds about a quarter of the limit, so a
+//! bucket never nears the limit at which Redis would convert it, whatever
+//! the store has grown to, and buckets hold 128 to 256 entries at the
+//! default limit: fuller would save under a byte a session and cost every
+//! lookup a longer scan (a listpack lookup reads the entries before the
+//! one it finds). Two sibling buckets merge back when together they hold
+//! at most two thirds of the split threshold ([`Compact::reshape_group`],
+//! which the sweeper runs on the groups it sweeps), so a merged bucket has
+//! room to grow before it splits again.
 //!
 //! [`CompactConfig::growing`]: super::CompactConfig::growing
 
@@ -48,15 +51,15 @@ pub(crate) struct Route {
 }
 
 impl Growth {
-    /// Growth for buckets of `shape`, splitting at three quarters of the
-    /// server's entry limit.
+    /// Growth for buckets of `shape`, splitting at half the server's entry
+    /// limit and merging two buckets at a third of it.
     pub(crate) fn new(shape: Shape, limits: ListpackLimits) -> Self {
-        let split_above = (limits.hash_entries * 3 / 4).max(2);
+        let split_above = (limits.hash_entries / 2).max(2);
         Self {
             shape,
             cache: ShapeCache::default(),
             split_above,
-            merge_at_most: split_above / 2,
+            merge_at_most: split_above * 2 / 3,
         }
     }
 
@@ -209,9 +212,10 @@ where
         }
     }
 
-    /// Splits bucket `node` of the shape of epoch `epoch` if it holds more
-    /// fields than the threshold. Returns whether it was split; where the
-    /// shape has moved on, the new one is read.
+    /// Splits bucket `node` if it is one of the current shape and holds
+    /// more fields than the threshold. Returns whether it was split; the
+    /// shape is read again where it changed since `epoch`, the epoch of
+    /// the shape this process routed by.
     pub async fn split(&self, node: Node, epoch: u64) -> Result<bool> {
         let growth = self.growing()?;
         if node.depth() >= growth.shape.max_depth() {
@@ -230,9 +234,9 @@ where
         Ok(done)
     }
 
-    /// Merges the children of `parent` (both buckets) of the shape of
-    /// epoch `epoch` if together they hold at most the merge threshold.
-    /// Returns whether they were merged.
+    /// Merges the children of `parent` if both are buckets of the current
+    /// shape and together hold at most the merge threshold. Returns
+    /// whether they were merged.
     pub async fn merge(&self, parent: Node, epoch: u64) -> Result<bool> {
         let growth = self.growing()?;
         let (c0, c1) = parent.children();
@@ -265,7 +269,6 @@ where
             .key(s.bucket_key(c1))
             .key(s.index_of(parent))
             .key(s.index_of(c0))
-            .arg(epoch)
             .arg(parent.node)
             .arg(bit)
             .arg(limit)
@@ -365,67 +368,79 @@ where
     /// store: pipelines of insert scripts, each pipeline adding at most a
     /// quarter of the room a bucket has above the split threshold to any
     /// one bucket, then the buckets the pipeline filled split before the
-    /// next. A call that found its bucket split away goes again alone.
+    /// next. Calls that found their bucket split away (or not yet marked:
+    /// a group's first bucket) go again in a later pipeline, routed anew.
     pub(super) async fn insert_many_growing(
         &self,
         items: &[(SessionId, Vec<u8>)],
         ttl_secs: u64,
     ) -> Result<Vec<crate::session::layout::Inserted>> {
-        use crate::session::layout::{Inserted, Layout};
+        use crate::session::layout::Inserted;
         use crate::ttl::Deadline;
+        use std::collections::HashMap;
         let growth = self.growing()?;
         let room = (self.limits.hash_entries.saturating_sub(growth.split_above) / 4).max(1);
         let script = self.script(&crate::scripts::COMPACT_INSERT);
-        let mut out = Vec::with_capacity(items.len());
-        let mut rest = items;
-        while !rest.is_empty() {
+        let mut out: Vec<Option<Inserted>> = vec![None; items.len()];
+        // Items still to insert, and how many times each went back.
+        let mut pending: std::collections::VecDeque<(usize, u32)> =
+            (0..items.len()).map(|i| (i, 0)).collect();
+        while !pending.is_empty() {
             // Take items until one would add too much to its bucket.
-            let mut added: std::collections::HashMap<String, u64> = Default::default();
-            let mut keys = Vec::new();
-            for (id, record) in rest.iter().take(crate::scripts::PIPELINE_CHUNK) {
+            let mut added: HashMap<String, u64> = HashMap::new();
+            let mut chunk: Vec<(usize, u32, Keys)> = Vec::new();
+            while let Some(&(i, tries)) = pending.front() {
+                if chunk.len() == crate::scripts::PIPELINE_CHUNK {
+                    break;
+                }
+                let (id, record) = &items[i];
                 let k = self.keys(id);
                 let entries = 1 + self.piece_fields(&k.field, record.len()).len() as u64;
                 let total = added.entry(k.bucket.clone()).or_default();
-                if *total + entries > room && !keys.is_empty() {
+                if *total + entries > room && !chunk.is_empty() {
                     break;
                 }
                 *total += entries;
-                keys.push(k);
+                pending.pop_front();
+                chunk.push((i, tries, k));
             }
-            let (chunk, later) = rest.split_at(keys.len());
-            rest = later;
             let invocations: Vec<_> = chunk
                 .iter()
-                .zip(&keys)
-                .map(|((_, record), k)| {
-                    self.insert_invocation(k, record, Deadline::In(ttl_secs), None)
+                .map(|(i, _, k)| {
+                    self.insert_invocation(k, &items[*i].1, Deadline::In(ttl_secs), None)
                 })
                 .collect();
             let replies = crate::scripts::pipelined_each(&self.conn, &invocations, script).await?;
-            let mut full: Vec<(u64, usize)> = Vec::new();
+            // The fullest count each bucket reported, and the buckets to
+            // follow.
+            let mut full: HashMap<&str, (u64, usize)> = HashMap::new();
+            let mut moved: HashMap<&str, usize> = HashMap::new();
             for (n, reply) in replies.into_iter().enumerate() {
-                let (id, record) = &chunk[n];
+                let (i, tries, k) = &chunk[n];
+                let id = &items[*i].0;
                 match reply {
                     Ok(value) => {
                         let (code, fields): (i64, u64) = redis::from_redis_value(value)?;
-                        out.push(Inserted::from_code(code));
-                        full.push((fields, n));
+                        out[*i] = Some(Inserted::from_code(code));
+                        full.insert(&k.bucket, (fields, n));
                     }
-                    Err(e) if super::is_reshaped(&e) => {
-                        out.push(self.insert(id, record, Deadline::In(ttl_secs)).await?);
+                    Err(e) if super::is_reshaped(&e) && *tries < REROUTES => {
+                        moved.entry(&k.bucket).or_insert(n);
+                        pending.push_back((*i, tries + 1));
                     }
+                    Err(e) if super::is_reshaped(&e) => return Err(self.reshaped(id)),
                     Err(e) => return Err(self.error(id)(e)),
                 }
             }
-            // The fullest count each bucket reported: the last.
-            let mut split: std::collections::HashMap<&str, (u64, usize)> = Default::default();
-            for (fields, n) in full {
-                split.insert(&keys[n].bucket, (fields, n));
+            for (fields, n) in full.into_values() {
+                self.split_if_full(&chunk[n].2, fields).await;
             }
-            for (fields, n) in split.into_values() {
-                self.split_if_full(&keys[n], fields).await;
+            // Once per bucket: read its group's shape, or mark it.
+            for n in moved.into_values() {
+                let (i, _, k) = &chunk[n];
+                self.reroute(&items[*i].0, k, true).await?;
             }
         }
-        Ok(out)
+        Ok(out.into_iter().flatten().collect())
     }
 }
