@@ -528,3 +528,79 @@ async fn a_primary_that_lost_its_scripts_gets_only_its_own_calls_again() {
     let found = layout.load_many(&ids).await.unwrap();
     assert!(found.iter().all(Option::is_some));
 }
+
+suite_on_cluster!(growing_compact_layout_behaves_on_a_cluster, |conn, ns| {
+    Compact::new(conn, CompactConfig::growing().with_namespace(ns))
+        .await
+        .unwrap()
+});
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_growing_store_splits_and_merges_within_its_groups_slots() {
+    use sessionpack::{Deadline, Layout};
+    let c = start();
+    for node in c.nodes() {
+        common::raw_command(
+            node,
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("hash-max-listpack-entries")
+                .arg(16),
+        );
+    }
+    let open = || async {
+        Compact::new(conn(&c).await, CompactConfig::growing())
+            .await
+            .unwrap()
+    };
+    let layout = open().await;
+    let stale = open().await;
+    let mut short = Vec::new();
+    let mut kept = Vec::new();
+    let mut raw = conn(&c).await;
+    for n in 0..1200u64 {
+        let id = layout.new_id().await.unwrap();
+        let record = sessionpack::session::record::encode(&(70_000 + n), &()).unwrap();
+        layout
+            .insert_new(&id, &record, Deadline::In(3600))
+            .await
+            .unwrap();
+        if n % 10 == 0 {
+            kept.push(id);
+        } else {
+            short.push((id, record));
+        }
+    }
+    let shape = layout.shape().unwrap();
+    let mut grown = 0;
+    for group in 0..shape.group_count() {
+        grown += layout.group_buckets(group).await.unwrap().len();
+    }
+    assert!(grown > 64, "{grown} buckets");
+    // Splits are scripts over a parent and its children: on a cluster they
+    // run only because every key of a group shares its slot.
+    for id in kept.iter().chain(short.iter().map(|(id, _)| id)) {
+        assert!(stale.load(id).await.unwrap().is_some());
+    }
+    // Nine in ten lives cut short by a save from the stale process.
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    for (id, record) in &short {
+        stale.save(id, record, now + 2).await.unwrap();
+    }
+    loop {
+        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+        if t > now + 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let report = sweeper.sweep_range(0..sweeper.units()).await.unwrap();
+    assert!(report.merges > 0);
+    for id in &kept {
+        assert!(stale.load(id).await.unwrap().is_some());
+    }
+    for (id, _) in &short {
+        assert!(layout.load(id).await.unwrap().is_none());
+    }
+}

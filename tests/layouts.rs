@@ -2,7 +2,7 @@
 
 mod common;
 
-use sessionpack::session::layout::compact::GroupedBuckets;
+use sessionpack::session::layout::compact::{DEFAULT_GROWING_BITS, GroupedBuckets};
 use sessionpack::session::layout::{BookLoginHash, Encoding, KeyPerSession};
 use sessionpack::users::UserIndexConfig;
 use sessionpack::{
@@ -79,6 +79,44 @@ fn corrupt_compact_8(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
 
 fn corrupt_compact_narrow(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
     corrupt_compact(10, IdWidth::Bits128, server, id, garbage);
+}
+
+/// A growing store on a server whose buckets hold 8 entries: the suite's
+/// sessions split its buckets again and again under every case.
+async fn compact_growing(server: &LocalServer) -> impl Layout + 'static {
+    common::raw_command(
+        server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-entries")
+            .arg(8),
+    );
+    Compact::new(common::manager(server).await, CompactConfig::growing())
+        .await
+        .unwrap()
+}
+
+fn corrupt_growing(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
+    use redis::Commands;
+    use sessionpack::session::shape::{GroupShape, Shape};
+    let shape = Shape::new(Buckets::new("sp", DEFAULT_GROWING_BITS).unwrap());
+    let mut conn = server.client().unwrap().get_connection().unwrap();
+    let group = shape.group_of(id);
+    let (epoch, trie): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
+        .arg(shape.shape_key(group))
+        .arg("epoch")
+        .arg("trie")
+        .query(&mut conn)
+        .unwrap();
+    let node = shape.leaf(
+        &GroupShape::new(epoch.unwrap_or(0), trie.unwrap_or_default()),
+        id,
+    );
+    let mut value = (u32::MAX - 1).to_be_bytes().to_vec();
+    value.extend_from_slice(garbage);
+    let _: () = conn
+        .hset(shape.bucket_key(node), shape.field(node, id), value)
+        .unwrap();
 }
 
 fn corrupt_bucketed(bits: u8, server: &LocalServer, id: &SessionId, garbage: &[u8]) {
@@ -167,3 +205,4 @@ layout_suite!(
     compact_indexed,
     corrupt_compact_8
 );
+layout_suite!(compact_growing_buckets, compact_growing, corrupt_growing);
