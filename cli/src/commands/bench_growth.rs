@@ -173,7 +173,10 @@ fn report(args: &GrowthArgs, info: &ServerInfo, runs: &[GrowthRun], entries: u64
         "# Growing buckets\n\nProduced by `{command}` ({}, {}). Sessions of {} listpack \
          entr{} each ({} bytes of data). Sizes above {} are emulated: one session in {} \
          is loaded, its id confined to that share of the id space. Bytes per session are \
-         `used_memory` above the empty store per loaded session. \"Best fixed\" is the \
+         `used_memory` less client buffers (`mem_clients_normal`) above the empty store's, \
+         per loaded session; each sample follows `CONFIG RESETSTAT` (Redis 7 keeps a latency \
+         histogram per command called, whatever the keys) and a warm-up of 20,000 sessions \
+         in another namespace, flushed (buffers kept at the largest size a command needed). \"Best fixed\" is the \
          fixed bucket count (log2 in brackets) of least bytes per session with no bucket \
          converted, of those measured at that size.\n\n",
         info.name(),

@@ -71,7 +71,8 @@ pub struct GrowthPoint {
     pub size: Size,
     /// Whether the store had grown larger and shrunk back to this size.
     pub shrunk: bool,
-    /// `used_memory` above the empty store, per loaded session.
+    /// `used_memory` less client buffers (`mem_clients_normal`), above the
+    /// empty store's, per loaded session.
     pub bytes_per_session: f64,
     /// Bucket keys holding sessions.
     pub buckets: u64,
@@ -296,7 +297,10 @@ async fn measure(
         }
         None => 0,
     };
-    let delta = sample.used_memory.saturating_sub(empty.used_memory);
+    // Client buffers are the connections', not the sessions': a burst of
+    // deletes leaves a query buffer Redis shrinks only later.
+    let held = |s: &MemorySample| s.used_memory.saturating_sub(s.mem_clients_normal);
+    let delta = held(&sample).saturating_sub(held(empty));
     Ok(GrowthPoint {
         size,
         shrunk,
