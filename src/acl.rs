@@ -91,18 +91,20 @@ const CLUSTER: [&str; 3] = ["cluster|slots", "cluster|nodes", "asking"];
 
 /// The app: every compact-store script an app path runs, the reads
 /// (`HGET`, `HMGET` of a value and its pieces, `HGETALL`), the
-/// transactions of bulk writes, and the user index's direct writes.
+/// transactions of bulk writes, the user index's direct writes, and a
+/// growing store's splits (`HLEN`, `ZSCORE`, `ZREM`).
 const STORE: &[&str] = &[
     "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hmget",
-    "hgetall", "hset", "hsetnx", "hdel", "hexists", "zadd",
+    "hgetall", "hset", "hsetnx", "hdel", "hexists", "hlen", "zadd", "zscore", "zrem",
 ];
 
 /// The sweeper: its scripts (sweep, cap, evict), the cap's reads of the
-/// expiry order, its segment leases (`SET NX PX`, `PEXPIRE`, `PTTL`) and
-/// the metadata claim a store makes when opened on an empty namespace.
+/// expiry order, its segment leases (`SET NX PX`, `PEXPIRE`, `PTTL`), the
+/// metadata claim a store makes when opened on an empty namespace, and a
+/// growing store's merges (`HEXISTS`, `ZSCORE`).
 const SWEEPER: &[&str] = &[
-    "get", "set", "del", "exists", "pexpire", "pttl", "hget", "hmget", "hgetall", "hlen", "hset",
-    "hdel", "zadd", "zcard", "zcount", "zrange", "zrem",
+    "get", "set", "del", "exists", "pexpire", "pttl", "hget", "hmget", "hgetall", "hexists",
+    "hlen", "hset", "hdel", "zadd", "zcard", "zcount", "zrange", "zrem", "zscore",
 ];
 
 /// The users command: it opens the store as the app does, reads a

@@ -279,3 +279,49 @@ fn the_readme_shows_each_rule() {
         );
     }
 }
+
+/// A growing store's splits run under the store's rule and its merges
+/// under the sweeper's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_growing_store_splits_and_merges_within_the_rules() {
+    let server = common::server();
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-entries")
+            .arg(8),
+    );
+    let config = || CompactConfig::growing().with_namespace(NAMESPACE);
+    let store_url = user(&server, "app", &[Role::Store]).await;
+    let sweeper_url = user(&server, "sweeper", &[Role::Sweeper]).await;
+    let conn = sessionpack::connect(&store_url).await.unwrap();
+    let layout = Compact::new(conn, config()).await.unwrap();
+    let store: Store<_, String> = Store::new(layout.clone());
+    let mut brief = Vec::new();
+    for n in 0..300u64 {
+        let s = store
+            .create_with_ttl(n, "x".into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        brief.push(s.id);
+    }
+    let kept = store.create(1, "kept".into()).await.unwrap();
+    let shape = layout.shape().unwrap();
+    let mut buckets = 0;
+    for group in 0..shape.group_count() {
+        buckets += layout.group_buckets(group).await.unwrap().len();
+    }
+    assert!(buckets > 2 * shape.group_count() as usize, "{buckets}");
+    while store.load(&brief[brief.len() - 1]).await.unwrap().is_some() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let conn = sessionpack::connect(&sweeper_url).await.unwrap();
+    let sweeper = Sweeper::new(
+        Compact::new(conn, config()).await.unwrap(),
+        SweepConfig::default(),
+    );
+    let report = sweeper.sweep_range(0..sweeper.units()).await.unwrap();
+    assert!(report.merges > 0);
+    assert!(store.load(&kept.id).await.unwrap().is_some());
+}
