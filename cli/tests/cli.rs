@@ -973,3 +973,52 @@ fn bench_migrate_copies_and_closes() {
         "{run}"
     );
 }
+
+/// The daemon sweeps a growing store by its metadata, and merges the
+/// buckets its sessions no longer fill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_daemon_sweeps_and_merges_a_growing_store() {
+    let server = common::server();
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-entries")
+            .arg(16),
+    );
+    let layout = sessionpack::Compact::new(
+        common::manager(&server).await,
+        sessionpack::CompactConfig::growing(),
+    )
+    .await
+    .unwrap();
+    let long: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let batch: Vec<(u64, ())> = (0..700).map(|i| (i, ())).collect();
+    let ids = long.create_many(&batch).await.unwrap();
+    for id in &ids {
+        short.touch(id).await.unwrap().unwrap();
+    }
+    while common::found(&short, &ids).await > 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = stdout(&sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &server.url(),
+        "--passes",
+        "1",
+    ]));
+    assert!(
+        text.contains("sweeping the 16 groups of a growing store"),
+        "{text}"
+    );
+    assert!(text.contains("700 reclaimed"), "{text}");
+    let merged: u64 = text
+        .split(" merged")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(merged > 0, "{text}");
+}

@@ -51,6 +51,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
             config.user_index = UserIndexConfig::from_meta(&meta);
             config.viewed = ViewedConfig::from_meta(&meta);
             config.expiry = Expiry::from_meta(&meta);
+            config.growing = meta.growing;
             let layout = Compact::new(conn, config).await?;
             let count = layout.buckets().count();
             (layout.into(), count)
@@ -75,9 +76,14 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
         .with_segments(args.segments)
         .with_run_at_start(true);
     config.max_sessions = args.max_sessions;
+    let what = if meta.growing {
+        format!("the {buckets} groups of a growing store")
+    } else {
+        format!("{buckets} buckets")
+    };
     println!(
-        "sweeping {} buckets of {}{} every {:?} in {} segments{}",
-        buckets,
+        "sweeping {} of {}{} every {:?} in {} segments{}",
+        what,
         namespace,
         if args.store.endpoint().is_cluster() {
             format!(
@@ -111,7 +117,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
                 let s = stats.borrow_and_update().clone();
                 let last = s.last.unwrap_or_default();
                 println!(
-                    "pass {}: {} buckets in {} segments ({} held by others), {} reclaimed, {} evicted, {} repaired, {} bad buckets{}, lag {}s, {:.1} ms | totals: {} reclaimed, {} evicted, {} failed passes{}",
+                    "pass {}: {} buckets in {} segments ({} held by others), {} reclaimed, {} evicted, {} repaired, {} bad buckets{}{}, lag {}s, {:.1} ms | totals: {} reclaimed, {} evicted, {} failed passes{}",
                     s.passes,
                     last.buckets,
                     last.segments_swept,
@@ -121,6 +127,11 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
                     last.repaired,
                     last.bad_buckets,
                     last.bad.first().map(|b| format!(" (bucket {}: {})", b.bucket, b.error)).unwrap_or_default(),
+                    if meta.growing {
+                        format!(", {} merged, {} split", last.merges, last.splits)
+                    } else {
+                        String::new()
+                    },
                     last.lag_secs,
                     last.took.as_secs_f64() * 1e3,
                     s.reclaimed,
