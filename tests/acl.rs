@@ -285,13 +285,7 @@ fn the_readme_shows_each_rule() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_growing_store_splits_and_merges_within_the_rules() {
     let server = common::server();
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("hash-max-listpack-entries")
-            .arg(8),
-    );
+    common::set_hash_entries(&server, 8);
     let config = || CompactConfig::growing().with_namespace(NAMESPACE);
     let store_url = user(&server, "app", &[Role::Store]).await;
     let sweeper_url = user(&server, "sweeper", &[Role::Sweeper]).await;

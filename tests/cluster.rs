@@ -540,13 +540,7 @@ async fn a_growing_store_splits_and_merges_within_its_groups_slots() {
     use sessionpack::{Deadline, Layout};
     let c = start();
     for node in c.nodes() {
-        common::raw_command(
-            node,
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("hash-max-listpack-entries")
-                .arg(16),
-        );
+        common::set_hash_entries(node, 16);
     }
     let open = || async {
         Compact::new(conn(&c).await, CompactConfig::growing())

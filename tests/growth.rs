@@ -26,13 +26,7 @@ const ENTRIES: u64 = 32;
 
 fn server() -> LocalServer {
     let server = common::server();
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("hash-max-listpack-entries")
-            .arg(ENTRIES),
-    );
+    common::set_hash_entries(&server, ENTRIES);
     server
 }
 

@@ -84,13 +84,7 @@ fn corrupt_compact_narrow(server: &LocalServer, id: &SessionId, garbage: &[u8]) 
 /// A growing store on a server whose buckets hold 8 entries: the suite's
 /// sessions split its buckets again and again under every case.
 async fn compact_growing(server: &LocalServer) -> impl Layout + 'static {
-    common::raw_command(
-        server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("hash-max-listpack-entries")
-            .arg(8),
-    );
+    common::set_hash_entries(server, 8);
     Compact::new(common::manager(server).await, CompactConfig::growing())
         .await
         .unwrap()

@@ -541,13 +541,7 @@ async fn an_expiry_after_2106_is_kept_as_the_last_second_the_store_holds() {
 #[tokio::test]
 async fn a_growing_store_serves_tower_sessions_through_its_splits() {
     let server = common::server();
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("hash-max-listpack-entries")
-            .arg(32),
-    );
+    common::set_hash_entries(&server, 32);
     let open = || async {
         TowerStore::new(common::manager(&server).await, CompactConfig::growing())
             .await

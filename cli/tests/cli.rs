@@ -979,13 +979,7 @@ fn bench_migrate_copies_and_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_daemon_sweeps_and_merges_a_growing_store() {
     let server = common::server();
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("hash-max-listpack-entries")
-            .arg(16),
-    );
+    common::set_hash_entries(&server, 16);
     let layout = sessionpack::Compact::new(
         common::manager(&server).await,
         sessionpack::CompactConfig::growing(),

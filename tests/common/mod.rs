@@ -193,6 +193,18 @@ pub fn raw_command(server: &LocalServer, cmd: &redis::Cmd) {
 }
 
 /// Sets the server's `maxmemory-policy`.
+/// Sets `hash-max-listpack-entries`: a growing store splits its buckets
+/// at half of it, so a small limit makes many splits of few sessions.
+pub fn set_hash_entries(server: &LocalServer, entries: u64) {
+    raw_command(
+        server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-entries")
+            .arg(entries),
+    );
+}
+
 pub fn set_eviction_policy(server: &LocalServer, policy: &str) {
     raw_command(
         server,

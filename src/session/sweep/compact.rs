@@ -108,14 +108,7 @@ where
             let Some(parts) = group_reply(reply, base, &mut out)? else {
                 continue;
             };
-            let int = |i: usize| int_at(&parts, i);
-            out.reclaimed += int(0).max(0) as u64;
-            out.buckets += int(2).max(0) as u64;
-            if int(1) >= 0 {
-                let oldest = int(1) as u64;
-                out.oldest_removed = Some(out.oldest_removed.map_or(oldest, |o| o.min(oldest)));
-            }
-            for member in parts.iter().skip(3) {
+            for member in add_swept(&parts, &mut out) {
                 bad_member(member, base, &mut out);
             }
         }
@@ -221,14 +214,7 @@ where
             let Some(parts) = group_reply(reply, *group, &mut out)? else {
                 continue;
             };
-            let int = |i: usize| int_at(&parts, i);
-            out.reclaimed += int(0).max(0) as u64;
-            out.buckets += int(2).max(0) as u64;
-            if int(1) >= 0 {
-                let oldest = int(1) as u64;
-                out.oldest_removed = Some(out.oldest_removed.map_or(oldest, |o| o.min(oldest)));
-            }
-            for _ in parts.iter().skip(3) {
+            for _ in add_swept(&parts, &mut out) {
                 out.bad_bucket(*group, "a bucket of another type or value".into());
             }
         }
@@ -461,6 +447,19 @@ fn group_reply(
             Ok(None)
         }
     }
+}
+
+/// Adds a sweep script's counts to `out`; returns the members of the
+/// buckets it skipped.
+fn add_swept<'a>(parts: &'a [redis::Value], out: &mut RangeOutcome) -> &'a [redis::Value] {
+    let int = |i: usize| int_at(parts, i);
+    out.reclaimed += int(0).max(0) as u64;
+    out.buckets += int(2).max(0) as u64;
+    if int(1) >= 0 {
+        let oldest = int(1) as u64;
+        out.oldest_removed = Some(out.oldest_removed.map_or(oldest, |o| o.min(oldest)));
+    }
+    parts.get(3..).unwrap_or_default()
 }
 
 /// Reports a bucket a group script skipped: its member for a key of
