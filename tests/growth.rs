@@ -71,6 +71,11 @@ struct Layouted {
     converted: u64,
     fullest: u64,
     strays: Vec<String>,
+    /// Buckets holding sessions with no index entry: the sweeper's passes
+    /// between full ones would miss them.
+    unindexed: u64,
+    /// Index entries of no current bucket: never swept away.
+    stale_entries: Vec<String>,
 }
 
 async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Conn>) -> Layouted {
@@ -86,6 +91,8 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
         converted: 0,
         fullest: 0,
         strays: Vec::new(),
+        unindexed: 0,
+        stale_entries: Vec::new(),
     };
     for node in &out.buckets {
         let key = shape.bucket_key(*node);
@@ -95,6 +102,13 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
             .keys()
             .filter(|f| f.len() == shape.field_len(*node))
             .count() as u64;
+        let indexed: Option<f64> = raw
+            .zscore(shape.index_of(*node), node.index_member())
+            .await
+            .unwrap();
+        if pairs.len() > 1 && indexed.is_none() {
+            out.unindexed += 1;
+        }
         if !pairs.is_empty() {
             let encoding: String = redis::cmd("OBJECT")
                 .arg("ENCODING")
@@ -104,6 +118,21 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
                 .unwrap();
             if encoding != "listpack" {
                 out.converted += 1;
+            }
+        }
+    }
+    let leaves: HashSet<Node> = out.buckets.iter().copied().collect();
+    for group in 0..shape.group_count() {
+        let prefix = format!("sp:{}:i", shape.tag(group));
+        let indexes: Vec<String> = raw.keys(format!("{prefix}*")).await.unwrap();
+        for key in indexes {
+            let index = u32::from_str_radix(&key[prefix.len()..], 16).unwrap();
+            let members: Vec<u32> = raw.zrange(&key, 0, -1).await.unwrap();
+            for m in members {
+                match Node::of_member(group, index, m) {
+                    Some(node) if leaves.contains(&node) => {}
+                    _ => out.stale_entries.push(format!("{key} {m}")),
+                }
             }
         }
     }
@@ -353,6 +382,8 @@ async fn the_sweeper_reclaims_expired_sessions_and_merges_the_buckets_back() {
     );
     assert_eq!(after.sessions, 40);
     assert!(after.strays.is_empty(), "{:?}", after.strays);
+    assert_eq!(after.unindexed, 0);
+    assert!(after.stale_entries.is_empty(), "{:?}", after.stale_entries);
     let stale = open(&server).await;
     for id in &short {
         assert_eq!(stale.load(id).await.unwrap(), None);
@@ -425,6 +456,12 @@ async fn check_whole(server: &LocalServer, acked: &[SessionId]) {
     let mut raw = common::raw(server).await;
     let survey = survey(&mut raw, &reader).await;
     assert!(survey.strays.is_empty(), "{:?}", survey.strays);
+    assert_eq!(survey.unindexed, 0);
+    assert!(
+        survey.stale_entries.is_empty(),
+        "{:?}",
+        survey.stale_entries
+    );
     assert_eq!(survey.converted, 0);
     assert!(survey.fullest <= ENTRIES);
     // Writers stopped mid-call may have stored a session they never
@@ -472,4 +509,66 @@ async fn a_redis_killed_and_restarted_from_its_aof_mid_growth_keeps_every_sessio
     let acked = acked.lock().unwrap().clone();
     assert_eq!(acked.len(), 3000);
     check_whole(&server, &acked).await;
+}
+
+#[tokio::test]
+async fn index_entries_follow_buckets_across_an_index_band_and_back() {
+    // Sessions of one group only, in buckets of 8 entries: the group's
+    // trie grows past depth 7, where each bucket starts an index of its
+    // own, and folds back.
+    let server = common::server();
+    common::set_hash_entries(&server, 8);
+    let layout = open(&server).await;
+    let mut raw = common::raw(&server).await;
+    let mut ids = Vec::new();
+    for n in 0..1500u64 {
+        let mut bytes = SessionId::generate().unwrap().as_bytes().to_vec();
+        bytes[0] &= 0x0f;
+        let id = SessionId::from_slice(&bytes).unwrap();
+        let record = record::encode(&(70_000 + n), &()).unwrap();
+        layout
+            .insert_new(&id, &record, Deadline::In(3600))
+            .await
+            .unwrap();
+        ids.push((id, record));
+    }
+    let grown = survey(&mut raw, &layout).await;
+    assert!(grown.buckets.iter().any(|b| b.depth() >= 8));
+    assert_eq!(grown.unindexed, 0);
+    assert!(grown.stale_entries.is_empty(), "{:?}", grown.stale_entries);
+    // Splits with no insert after them: a process that reads a lower
+    // limit splits every bucket over it, and each child's index entry is
+    // the split's alone.
+    common::set_hash_entries(&server, 4);
+    let splits = open(&server).await.reshape_group(0).await.unwrap().splits;
+    common::set_hash_entries(&server, 8);
+    assert!(splits > 0);
+    let split = survey(&mut raw, &layout).await;
+    assert_eq!(split.unindexed, 0);
+    assert!(split.stale_entries.is_empty(), "{:?}", split.stale_entries);
+    // All but 20 cut short, then swept and merged.
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    for (id, record) in &ids[20..] {
+        layout.save(id, record, now + 2).await.unwrap();
+    }
+    loop {
+        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+        if t > now + 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    while sweeper
+        .sweep_range(0..sweeper.units())
+        .await
+        .unwrap()
+        .merges
+        > 0
+    {}
+    let after = survey(&mut raw, &layout).await;
+    assert_eq!(after.sessions, 20);
+    assert!(after.buckets.iter().all(|b| b.depth() < 7));
+    assert_eq!(after.unindexed, 0);
+    assert!(after.stale_entries.is_empty(), "{:?}", after.stale_entries);
 }

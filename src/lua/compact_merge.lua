@@ -33,8 +33,9 @@ end
 fill(KEYS[2], merged)
 redis.call('DEL', KEYS[3], KEYS[4])
 local first = redis.call('ZSCORE', KEYS[6], ARGV[5])
-local second = redis.call('ZSCORE', KEYS[6], ARGV[6])
-redis.call('ZREM', KEYS[6], ARGV[5], ARGV[6])
+local second = redis.call('ZSCORE', KEYS[7], ARGV[6])
+redis.call('ZREM', KEYS[6], ARGV[5])
+redis.call('ZREM', KEYS[7], ARGV[6])
 if first and second then
   first = math.min(tonumber(first), tonumber(second))
 end

@@ -37,7 +37,8 @@ redis.call('DEL', KEYS[2])
 local score = redis.call('ZSCORE', KEYS[5], ARGV[4])
 if score then
   redis.call('ZREM', KEYS[5], ARGV[4])
-  redis.call('ZADD', KEYS[6], score, ARGV[5], score, ARGV[6])
+  redis.call('ZADD', KEYS[6], score, ARGV[5])
+  redis.call('ZADD', KEYS[7], score, ARGV[6])
 end
 redis.call('HSET', KEYS[1], 'epoch', epoch + 1, 'trie', with_bit(trie, tonumber(ARGV[1]), true))
 return {1, epoch + 1}

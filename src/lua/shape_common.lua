@@ -4,8 +4,9 @@
 --          nodes (bit n, most significant bit first, is node n)
 -- KEYS[2]: the parent's bucket; KEYS[3], KEYS[4]: its children's, the ids
 --          whose next bit is 0, then 1
--- KEYS[5]: the parent's index ZSET; KEYS[6]: the children's (the same key
---          within a band)
+-- KEYS[5]: the parent's index ZSET; KEYS[6], KEYS[7]: the children's (all
+--          one key within a band; at a band's first depth each child is
+--          its own index node)
 -- ARGV[1]: the parent's node
 -- ARGV[2]: the place, 0 (top) to 7, of the bit that chooses the child in
 --          the first byte of the parent's fields; at 7 the children's

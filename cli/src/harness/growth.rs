@@ -245,11 +245,63 @@ async fn warm_up(conn: &Connection, store: Store, sessions: Sessions) -> Result<
 /// A server that refuses `CONFIG` is sampled as it is.
 async fn sample(conn: &mut Connection) -> Result<MemorySample> {
     wait_for_rehash(conn, Duration::from_secs(120)).await?;
+    settle_key_table(conn).await?;
+    wait_for_rehash(conn, Duration::from_secs(120)).await?;
     let _: redis::RedisResult<()> = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(conn)
         .await;
     MemorySample::read(conn).await
+}
+
+/// Waits, up to ten seconds, until the key table's size (`MEMORY STATS`
+/// `overhead.hashtable.main`) has held for three reads 100 ms apart. A
+/// store that shrank from many keys to few leaves a table sized for the
+/// many (half a megabyte for 33k keys) until the server's cron shrinks it,
+/// which a sample taken at once would count as the sessions'.
+async fn settle_key_table(conn: &mut Connection) -> Result<()> {
+    let mut last = None;
+    let mut same = 0;
+    for _ in 0..100 {
+        // A server that refuses MEMORY STATS is sampled as it is.
+        let Ok(stats) = redis::cmd("MEMORY")
+            .arg("STATS")
+            .query_async::<Vec<redis::Value>>(conn)
+            .await
+        else {
+            return Ok(());
+        };
+        let table = stats
+            .chunks(2)
+            .find_map(|pair| match pair {
+                [name, value]
+                    if redis::from_redis_value_ref::<String>(name).ok().as_deref()
+                        == Some("db.0") =>
+                {
+                    Some(value.clone())
+                }
+                _ => None,
+            })
+            .and_then(|db| redis::from_redis_value::<Vec<redis::Value>>(db).ok())
+            .and_then(|db| {
+                db.chunks(2).find_map(|pair| match pair {
+                    [name, value]
+                        if redis::from_redis_value_ref::<String>(name).ok().as_deref()
+                            == Some("overhead.hashtable.main") =>
+                    {
+                        redis::from_redis_value_ref::<u64>(value).ok()
+                    }
+                    _ => None,
+                })
+            });
+        same = if table == last { same + 1 } else { 0 };
+        if same >= 3 {
+            break;
+        }
+        last = table;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 /// `id` with its top `bits` bits cleared.

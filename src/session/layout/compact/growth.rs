@@ -3,18 +3,18 @@
 //! ([`crate::session::shape`]), following a bucket that was split or
 //! merged under a call, and the splits and merges themselves.
 //!
-//! A bucket splits when a write leaves it holding more than half of
-//! `hash-max-listpack-entries` fields: the write's own script replies with
-//! the bucket's field count, and the writer splits it before its call
-//! returns. Each child then holds about a quarter of the limit, so a
-//! bucket never nears the limit at which Redis would convert it, whatever
-//! the store has grown to, and buckets hold 128 to 256 entries at the
-//! default limit: fuller would save under a byte a session and cost every
-//! lookup a longer scan (a listpack lookup reads the entries before the
-//! one it finds). Two sibling buckets merge back when together they hold
-//! at most two thirds of the split threshold ([`Compact::reshape_group`],
-//! which the sweeper runs on the groups it sweeps), so a merged bucket has
-//! room to grow before it splits again.
+//! A bucket splits when a write leaves it holding more than three
+//! quarters of `hash-max-listpack-entries` fields: the write's own script
+//! replies with the bucket's field count, and the writer splits it before
+//! its call returns. Each child then holds about half of that, so buckets
+//! hold 192 to 384 entries at the default limit, never near the 512 at
+//! which Redis would convert one, whatever the store has grown to; as full
+//! as the best fixed bucket count for the size is, within a few percent
+//! of its bytes (`sessionpack bench growth`). Two sibling buckets merge
+//! back when together they hold at most four fifths of the split
+//! threshold ([`Compact::reshape_group`], which the sweeper runs on the
+//! groups it sweeps), so a merged bucket has room to grow before it
+//! splits again.
 //!
 //! [`CompactConfig::growing`]: super::CompactConfig::growing
 
@@ -51,15 +51,15 @@ pub(crate) struct Route {
 }
 
 impl Growth {
-    /// Growth for buckets of `shape`, splitting at half the server's entry
-    /// limit and merging two buckets at a third of it.
+    /// Growth for buckets of `shape`, splitting at three quarters of the
+    /// server's entry limit and merging two buckets at three fifths of it.
     pub(crate) fn new(shape: Shape, limits: ListpackLimits) -> Self {
-        let split_above = (limits.hash_entries / 2).max(2);
+        let split_above = (limits.hash_entries * 3 / 4).max(2);
         Self {
             shape,
             cache: ShapeCache::default(),
             split_above,
-            merge_at_most: split_above * 2 / 3,
+            merge_at_most: split_above * 4 / 5,
         }
     }
 
@@ -269,6 +269,7 @@ where
             .key(s.bucket_key(c1))
             .key(s.index_of(parent))
             .key(s.index_of(c0))
+            .key(s.index_of(c1))
             .arg(parent.node)
             .arg(bit)
             .arg(limit)
