@@ -333,15 +333,15 @@ impl Form {
     }
 }
 
-/// A record cut for the pieced form with pieces of `size` bytes: the part
-/// its value holds, and the pieces, as `split_record` in
-/// `compact_pieces.lua` cuts it.
 /// Whether a growing store's script found its bucket split or merged away
 /// (`compact_route.lua`).
 fn is_reshaped(e: &redis::RedisError) -> bool {
     e.code() == Some("RESHAPED")
 }
 
+/// A record cut for the pieced form with pieces of `size` bytes: the part
+/// its value holds, and the pieces, as `split_record` in
+/// `compact_pieces.lua` cuts it.
 fn split(record: &[u8], size: usize) -> (&[u8], Vec<&[u8]>) {
     let first = (size - PIECED_HEAD).min(record.len());
     let (head, rest) = record.split_at(first);
