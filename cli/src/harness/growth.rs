@@ -178,11 +178,15 @@ pub async fn run(
     if let Some(size) = shrink {
         let keep = (size.real as usize).min(ids.len());
         let gone: Vec<SessionId> = ids.split_off(keep);
+        // Deleted as an app logs out a session it has loaded: knowing the
+        // record's length, so its pieces go with it (every record here
+        // has the same length).
+        let len = sessions.record(sessionpack::identity::FIRST_INT)?.len();
         for chunk in gone.chunks(DELETES_IN_FLIGHT) {
             let mut tasks = tokio::task::JoinSet::new();
             for id in chunk {
                 let (layout, id) = (layout.clone(), *id);
-                tasks.spawn(async move { layout.delete(&id, None).await });
+                tasks.spawn(async move { layout.delete(&id, Some(len)).await });
             }
             while let Some(done) = tasks.join_next().await {
                 done.map_err(|e| Error::Config(format!("a delete task failed: {e}")))??;
