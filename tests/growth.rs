@@ -262,7 +262,8 @@ async fn loads_racing_splits_never_miss_a_session() {
         let (known, done, loads) = (known.clone(), done.clone(), loads.clone());
         readers.push(tokio::spawn(async move {
             let mut n = 0usize;
-            while !done.load(Ordering::Relaxed) {
+            // At least one load, however fast the writer.
+            while !done.load(Ordering::Relaxed) || loads.load(Ordering::Relaxed) == 0 {
                 let ids: Vec<SessionId> = known.lock().unwrap().clone();
                 let id = ids[n % ids.len()];
                 n = n.wrapping_mul(31).wrapping_add(7);
