@@ -74,6 +74,7 @@ impl Growth {
             index: self.shape.index_of(node),
             member: node.index_member(),
             field: self.shape.field(node, id),
+            // Names viewed chunks, which a growing store does not keep.
             bucket_no: group,
             out_of_line: self.shape.out_of_line_key(id),
             route: Some(Route {
