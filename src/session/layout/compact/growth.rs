@@ -111,34 +111,25 @@ where
 
     /// Reads `group`'s shape from the server and keeps it.
     pub async fn fetch_shape(&self, group: u32) -> Result<Arc<GroupShape>> {
-        let growth = self.growing()?;
-        let key = growth.shape.shape_key(group);
-        let (epoch, trie): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
-            .arg(&key)
-            .arg("epoch")
-            .arg("trie")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| Error::from_redis(e, || key.clone()))?;
-        let shape = GroupShape::new(epoch.unwrap_or(0), trie.unwrap_or_default());
-        Ok(growth.cache.set(group, shape))
+        let mut shapes = self.fetch_shapes(&[group]).await?;
+        shapes
+            .pop()
+            .ok_or_else(|| Error::Config("no reply for a group's shape".into()))
     }
 
     /// Reads the shapes of `groups` from the server in one pipeline, and
     /// keeps them.
     pub async fn fetch_shapes(&self, groups: &[u32]) -> Result<Vec<Arc<GroupShape>>> {
         let growth = self.growing()?;
+        let keys: Vec<String> = groups.iter().map(|&g| growth.shape.shape_key(g)).collect();
         let mut pipe = redis::pipe();
-        for &group in groups {
-            pipe.cmd("HMGET")
-                .arg(growth.shape.shape_key(group))
-                .arg("epoch")
-                .arg("trie");
+        for key in &keys {
+            pipe.cmd("HMGET").arg(key).arg("epoch").arg("trie");
         }
         let replies: Vec<(Option<u64>, Option<Vec<u8>>)> = pipe
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| Error::from_redis(e, || format!("{}:meta", self.buckets().namespace())))?;
+            .map_err(|e| Error::from_redis(e, || keys.join(", ")))?;
         Ok(groups
             .iter()
             .zip(replies)
