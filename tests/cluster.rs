@@ -391,9 +391,13 @@ async fn waiting_for_replicas_asks_only_the_primary_that_wrote() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_user_index_holds_on_a_cluster() {
     let c = start();
-    common::users::list_label_and_revoke(conn(&c).await).await;
-    common::users::creates_in_flight_are_blocked_and_leftovers_swept(conn(&c).await).await;
-    common::users::revoke_all_races_traffic(conn(&c).await, "race").await;
+    common::users::list_label_and_revoke(conn(&c).await, common::users::fixed()).await;
+    common::users::creates_in_flight_are_blocked_and_leftovers_swept(
+        conn(&c).await,
+        common::users::fixed(),
+    )
+    .await;
+    common::users::revoke_all_races_traffic(conn(&c).await, common::users::fixed(), "race").await;
 }
 
 /// Recently viewed items on a cluster: a bucket's chunk keys share its
@@ -527,6 +531,24 @@ async fn a_primary_that_lost_its_scripts_gets_only_its_own_calls_again() {
     let ids: Vec<_> = items.iter().map(|(id, _)| *id).collect();
     let found = layout.load_many(&ids).await.unwrap();
     assert!(found.iter().all(Option::is_some));
+}
+
+/// The user index on a growing store on a cluster, its buckets holding 16
+/// entries: revoke-all racing creates, touches, rotations and sweepers
+/// while buckets split and merge, each group's keys in its own slot and
+/// each user's index bucket in another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_index_holds_on_a_growing_store_on_a_cluster() {
+    let c = start();
+    for node in c.nodes() {
+        common::set_hash_entries(node, 16);
+    }
+    let base = CompactConfig::new(2).with_growth();
+    common::users::revoke_all_races_traffic(conn(&c).await, base.clone(), "race").await;
+    let layout = common::users::layout(conn(&c).await, base, "race").await;
+    let shapes = layout.fetch_shapes(&[0, 1, 2, 3]).await.unwrap();
+    let reshapes: u64 = shapes.iter().map(|s| s.epoch()).sum();
+    assert!(reshapes >= 4, "only {reshapes} splits and merges");
 }
 
 suite_on_cluster!(growing_compact_layout_behaves_on_a_cluster, |conn, ns| {

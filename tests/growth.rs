@@ -401,11 +401,11 @@ async fn a_growing_namespace_refuses_what_it_does_not_keep() {
     let conn = common::manager(&server).await;
     let fixed = Compact::new(conn.clone(), CompactConfig::new(DEFAULT_GROWING_BITS)).await;
     assert!(matches!(fixed, Err(Error::Config(_))), "{fixed:?}");
-    let users = CompactConfig::growing()
+    let viewed = CompactConfig::growing()
         .with_namespace("other")
-        .with_user_index(Default::default());
+        .with_viewed(Default::default());
     assert!(matches!(
-        Compact::new(conn.clone(), users).await,
+        Compact::new(conn.clone(), viewed).await,
         Err(Error::Config(_))
     ));
     common::set_eviction_policy(&server, "allkeys-lru");
@@ -572,4 +572,178 @@ async fn index_entries_follow_buckets_across_an_index_band_and_back() {
     assert!(after.buckets.iter().all(|b| b.depth() < 7));
     assert_eq!(after.unindexed, 0);
     assert!(after.stale_entries.is_empty(), "{:?}", after.stale_entries);
+}
+
+/// Two groups, so the user index scenarios' few hundred sessions make
+/// splits; revocations and the sweepers' merges fold them back.
+fn two_groups() -> CompactConfig {
+    CompactConfig::new(1).with_growth()
+}
+
+/// Splits and merges so far: the sum of the groups' epochs.
+async fn reshapes(server: &LocalServer, namespace: &str) -> u64 {
+    let layout =
+        common::users::layout(common::manager(server).await, two_groups(), namespace).await;
+    let shapes = layout.fetch_shapes(&[0, 1]).await.unwrap();
+    shapes.iter().map(|s| s.epoch()).sum()
+}
+
+/// The user index on a growing store: listings, labels and revocations;
+/// creates in flight refused by tombstones, which splits and merges carry
+/// to the bucket their session's field moves to; revoke-all racing
+/// creates, touches, rotations and sweepers while buckets split and
+/// merge; and rotations racing revocations. Each scenario's own checks
+/// hold as on fixed buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_index_and_revocations_hold_through_splits_and_merges() {
+    let server = server();
+    let conn = common::manager(&server).await;
+    common::users::list_label_and_revoke(conn.clone(), two_groups()).await;
+    common::users::creates_in_flight_are_blocked_and_leftovers_swept(conn.clone(), two_groups())
+        .await;
+    common::users::revoke_all_races_traffic(conn.clone(), two_groups(), "race").await;
+    let raced = reshapes(&server, "race").await;
+    eprintln!("{raced} splits and merges in the race");
+    assert!(raced >= 4, "only {raced} splits and merges in the race");
+    common::users::rotations_never_outlive_a_revocation(conn, two_groups(), "rot").await;
+}
+
+/// Whether `id`'s bucket, by the shape read now, holds the field of `id`
+/// followed by `suffix`; and that bucket's depth.
+async fn holds_mark(
+    raw: &mut redis::aio::MultiplexedConnection,
+    layout: &Compact<Conn>,
+    id: &SessionId,
+    suffix: u8,
+) -> (bool, u8) {
+    let shape = layout.shape().unwrap();
+    let group = layout.fetch_shape(shape.group_of(id)).await.unwrap();
+    let leaf = shape.leaf(&group, id);
+    let mut field = shape.field(leaf, id);
+    field.push(suffix);
+    let held: bool = raw.hexists(shape.bucket_key(leaf), field).await.unwrap();
+    (held, leaf.depth())
+}
+
+/// A revocation's tombstone (which refuses a create still in flight) and
+/// a rotation's forward record (which leads a revocation to the copy) are
+/// fields of their session's bucket: splits carry them down to the bucket
+/// the session's field moves to, and merges back up, where each still
+/// does its work.
+#[tokio::test]
+async fn tombstones_and_forward_records_move_with_their_bucket() {
+    const TOMBSTONE: u8 = 0xc0;
+    const FORWARD: u8 = 0xc2;
+    let server = server();
+    let mut raw = common::raw(&server).await;
+    let layout = common::users::layout(common::manager(&server).await, two_groups(), "marks").await;
+    let user = record::encode(&7u64, &()).unwrap();
+    // A create in flight: its entry written, its session not yet, when
+    // the user is revoked.
+    let late = layout.new_id().await.unwrap();
+    layout.ensure_entry(&user, &late).await.unwrap();
+    let revoked = layout.revoke_user(&user, None).await.unwrap();
+    assert_eq!(revoked.absent, 1, "{revoked:?}");
+    // A rotation's copy, recorded beside the session it copies.
+    let from = layout.new_id().await.unwrap();
+    let to = layout.new_id().await.unwrap();
+    let ttl = Deadline::In(3600);
+    assert!(matches!(
+        layout.insert_new(&from, &user, ttl).await.unwrap(),
+        Inserted::Created { .. }
+    ));
+    assert!(matches!(
+        layout
+            .insert_successor(&from, None, &to, &user, ttl)
+            .await
+            .unwrap(),
+        Inserted::Created { .. }
+    ));
+    assert_eq!(
+        holds_mark(&mut raw, &layout, &late, TOMBSTONE).await,
+        (true, 0)
+    );
+    assert_eq!(
+        holds_mark(&mut raw, &layout, &from, FORWARD).await,
+        (true, 0)
+    );
+
+    let other = record::encode(&9u64, &()).unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..400 {
+        let id = layout.new_id().await.unwrap();
+        layout.insert_new(&id, &other, ttl).await.unwrap();
+        fillers.push(id);
+    }
+    let (stamp, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    for (id, suffix) in [(&late, TOMBSTONE), (&from, FORWARD)] {
+        let (held, depth) = holds_mark(&mut raw, &layout, id, suffix).await;
+        assert!(held && depth >= 2, "split to depth {depth}: held {held}");
+    }
+    let refused = layout.insert_after_entry(&late, &user, ttl, stamp).await;
+    assert_eq!(refused.unwrap(), Inserted::IdTaken);
+
+    for id in &fillers {
+        assert!(layout.delete(id, None).await.unwrap());
+    }
+    for group in 0..2 {
+        while layout.reshape_group(group).await.unwrap().merges > 0 {}
+    }
+    for (id, suffix) in [(&late, TOMBSTONE), (&from, FORWARD)] {
+        assert_eq!(holds_mark(&mut raw, &layout, id, suffix).await, (true, 0));
+    }
+    let refused = layout.insert_after_entry(&late, &user, ttl, stamp).await;
+    assert_eq!(refused.unwrap(), Inserted::IdTaken);
+    // The forward record still leads a revocation from the old id to the
+    // copy: with the copy's own index entry gone, both go.
+    let index = layout.user_index().unwrap();
+    let entries = index.key(index.place(&user).0);
+    let _: i64 = raw.hdel(&entries, to.as_bytes()).await.unwrap();
+    let revoked = layout.revoke_user(&user, None).await.unwrap();
+    assert_eq!(revoked.removed, 2, "{revoked:?}");
+    let loaded = layout.load_many(&[from, to]).await.unwrap();
+    assert_eq!(loaded, vec![None, None]);
+}
+
+/// A bucket the sweeper empties keeps its marker: a write routed there
+/// must not take it for a bucket split away, which in a busy group, whose
+/// epoch moves between any two reads, could send it round until it gave
+/// up.
+#[tokio::test]
+async fn a_bucket_the_sweeper_empties_keeps_its_marker() {
+    let server = server();
+    let mut raw = common::raw(&server).await;
+    let layout = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    let ids = insert_all(&layout, 8).await;
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        layout.save(id, &record_for(i), now + 1).await.unwrap();
+    }
+    loop {
+        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+        if t > now + 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let report = sweeper.sweep_range_full(0..sweeper.units()).await.unwrap();
+    assert_eq!(report.reclaimed, 8);
+    let shape = layout.shape().unwrap();
+    for group in 0..2 {
+        let key = shape.bucket_key(Node::root(group));
+        let fields: HashMap<Vec<u8>, Vec<u8>> = raw.hgetall(&key).await.unwrap();
+        assert_eq!(
+            fields.into_keys().collect::<Vec<_>>(),
+            vec![Vec::<u8>::new()],
+            "{key}"
+        );
+        let indexed: Option<f64> = raw
+            .zscore(shape.index_of(Node::root(group)), 1)
+            .await
+            .unwrap();
+        assert_eq!(indexed, None, "an empty bucket keeps no index entry");
+    }
 }

@@ -9,25 +9,34 @@ use common::users;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_sessions_are_listed_labelled_and_revoked() {
     let server = common::server();
-    users::list_label_and_revoke(common::manager(&server).await).await;
+    users::list_label_and_revoke(common::manager(&server).await, users::fixed()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creates_in_flight_are_blocked_and_leftovers_swept() {
     let server = common::server();
-    users::creates_in_flight_are_blocked_and_leftovers_swept(common::manager(&server).await).await;
+    users::creates_in_flight_are_blocked_and_leftovers_swept(
+        common::manager(&server).await,
+        users::fixed(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoke_all_races_creates_touches_rotations_and_sweepers() {
     let server = common::server();
-    users::revoke_all_races_traffic(common::manager(&server).await, "race").await;
+    users::revoke_all_races_traffic(common::manager(&server).await, users::fixed(), "race").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotations_never_outlive_a_revocation() {
     let server = common::server();
-    users::rotations_never_outlive_a_revocation(common::manager(&server).await, "rot").await;
+    users::rotations_never_outlive_a_revocation(
+        common::manager(&server).await,
+        users::fixed(),
+        "rot",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,7 +102,7 @@ async fn empty_and_overlong_names_are_refused_and_write_nothing() {
     use sessionpack::{Error, Store};
     assert!(Name::new("").is_err());
     let server = common::server();
-    let layout = users::layout(common::manager(&server).await, "names").await;
+    let layout = users::layout(common::manager(&server).await, users::fixed(), "names").await;
     let store: Store<_, (), Identity> = Store::for_identities(layout);
     for name in [String::new(), "x".repeat(65), "x".repeat(1 << 20)] {
         let refused = store.create(Identity::Name(name), ()).await.unwrap_err();

@@ -4,9 +4,11 @@
 -- chunk keys `viewed`, and their records' pieces `pieces` from the bucket,
 -- and sets its entry in the group's index (KEYS[1]) to `earliest`, the
 -- earliest expiry left; nil means the bucket is empty, and its key, its
--- chunk keys and its entry go.
+-- chunk keys and its entry go. A growing store's bucket keeps its key and
+-- its marker field '' (src/session/shape.rs): without it, writes routed
+-- there would take it for a bucket split away.
 local function settle(key, member, gone, earliest, viewed, pieces)
-  if earliest == nil then
+  if earliest == nil and redis.call('HEXISTS', key, '') == 0 then
     redis.call('DEL', key)
     for _, chunk in ipairs(viewed) do
       redis.call('DEL', chunk)
@@ -25,7 +27,11 @@ local function settle(key, member, gone, earliest, viewed, pieces)
   for j = 1, #pieces, 1000 do
     redis.call('HDEL', key, unpack(pieces, j, math.min(j + 999, #pieces)))
   end
-  redis.call('ZADD', KEYS[1], earliest, member)
+  if earliest == nil then
+    redis.call('ZREM', KEYS[1], member)
+  else
+    redis.call('ZADD', KEYS[1], earliest, member)
+  end
 end
 
 -- The pieces among a bucket's HGETALL reply `pairs`, as a set of fields:

@@ -9,7 +9,8 @@
 -- ARGV[1 + n + i]: the length of a session's field in bucket i (see
 --                  pieces_among)
 -- A growing store's buckets hold a marker field '' (src/session/shape.rs),
--- which is no session: it goes with the key when nothing else is left.
+-- which is no session: a bucket left with only its marker keeps its key,
+-- and merges fold it into its sibling.
 -- Out-of-line records carry their session's expiry as EXAT on their own key,
 -- so Redis reclaims an expired one itself.
 -- A bucket key of another type, or a bucket holding a value in neither form

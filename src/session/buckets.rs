@@ -113,21 +113,10 @@ impl Buckets {
     /// Rebuilds an id from its bucket and field, or `None` if the field is
     /// not one this scheme produces.
     pub fn id_of(&self, bucket: u32, field: &[u8]) -> Option<SessionId> {
-        if field.len() != self.field_len() || bucket >= self.count() {
+        if bucket >= self.count() {
             return None;
         }
-        let len = self.width.bytes();
-        let skip = len - field.len();
-        if field[0] & !(0xff >> (self.bits % 8)) != 0 {
-            return None;
-        }
-        let mut bytes = vec![0u8; len];
-        bytes[skip..].copy_from_slice(field);
-        let prefix = (u64::from(bucket) << (64 - u32::from(self.bits))).to_be_bytes();
-        for (byte, p) in bytes.iter_mut().zip(prefix.iter()).take(skip + 1) {
-            *byte |= p;
-        }
-        SessionId::from_slice(&bytes)
+        id_from(u64::from(bucket), self.bits, field, self.width)
     }
 
     /// The hash tag shared by a bucket's keys, braces included.
@@ -166,6 +155,28 @@ impl Buckets {
             id.redacted()
         )
     }
+}
+
+/// Rebuilds an id of `width` from the `bits`-bit `prefix` that names its
+/// bucket and the field it is stored under there, or `None` if the field
+/// is not one that bucket's fields can be (its length, or bits of the
+/// prefix set in its first byte).
+pub(crate) fn id_from(prefix: u64, bits: u8, field: &[u8], width: IdWidth) -> Option<SessionId> {
+    let len = width.bytes();
+    if bits == 0 || bits > 32 || field.len() != len - usize::from(bits / 8) {
+        return None;
+    }
+    let skip = len - field.len();
+    if field[0] & !(0xff >> (bits % 8)) != 0 {
+        return None;
+    }
+    let mut bytes = vec![0u8; len];
+    bytes[skip..].copy_from_slice(field);
+    let prefix = (prefix << (64 - u32::from(bits))).to_be_bytes();
+    for (byte, p) in bytes.iter_mut().zip(prefix.iter()).take(skip + 1) {
+        *byte |= p;
+    }
+    SessionId::from_slice(&bytes)
 }
 
 #[cfg(test)]

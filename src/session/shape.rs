@@ -40,7 +40,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use crate::session::buckets::{Buckets, MAX_BUCKET_BITS};
+use crate::session::buckets::{Buckets, MAX_BUCKET_BITS, id_from};
 use crate::session::id::SessionId;
 
 /// Depths a group's index bands span: a bucket's index entry lives with
@@ -241,6 +241,15 @@ impl Shape {
         field
     }
 
+    /// Rebuilds an id from bucket `node` and a field of it, or `None` if
+    /// the field is not one that bucket's ids have.
+    pub fn id_of(&self, node: Node, field: &[u8]) -> Option<SessionId> {
+        let depth = node.depth();
+        // The group's bits, then the path from its root to the node.
+        let prefix = (u64::from(node.group) << depth) | u64::from(node.node - (1 << depth));
+        id_from(prefix, self.level(node), field, self.groups.id_width())
+    }
+
     /// The length of every field of bucket `node`.
     pub fn field_len(&self, node: Node) -> usize {
         self.groups.id_width().bytes() - usize::from(self.level(node) / 8)
@@ -427,6 +436,32 @@ mod tests {
         );
         assert_eq!(Node::of_member(0, 1, 0), None);
         assert_eq!(Node::of_member(0, 1, 128), None);
+    }
+
+    #[test]
+    fn an_id_is_rebuilt_from_its_bucket_and_field_at_every_depth() {
+        // Every node split: an id's leaf is as deep as a trie goes.
+        let all = GroupShape::new(1, vec![0xff; 1 << 21]);
+        for bits in [1, 4, 7, 8, 13] {
+            let s = shape(bits);
+            for _ in 0..100 {
+                let id = SessionId::generate().unwrap();
+                let leaf = s.leaf(&all, &id);
+                assert_eq!(leaf.depth(), s.max_depth());
+                // The leaf and each of its ancestors.
+                for up in 0..=leaf.depth() {
+                    let node = Node {
+                        group: leaf.group,
+                        node: leaf.node >> up,
+                    };
+                    let field = s.field(node, &id);
+                    assert_eq!(s.id_of(node, &field), Some(id), "{bits} bits, {node:?}");
+                }
+                let mut longer = s.field(leaf, &id);
+                longer.push(0);
+                assert_eq!(s.id_of(leaf, &longer), None);
+            }
+        }
     }
 
     #[test]

@@ -28,13 +28,17 @@ pub fn hold() -> Duration {
     Duration::from_secs(config().hold_secs() + 2)
 }
 
-pub async fn layout<C>(conn: C, namespace: &str) -> Compact<C>
+/// Fixed buckets, few enough that a user's sessions share some.
+pub fn fixed() -> CompactConfig {
+    CompactConfig::new(6)
+}
+
+/// `base`'s buckets under `namespace`, with a user index.
+pub async fn layout<C>(conn: C, base: CompactConfig, namespace: &str) -> Compact<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
-    let config = CompactConfig::new(6)
-        .with_namespace(namespace)
-        .with_user_index(config());
+    let config = base.with_namespace(namespace).with_user_index(config());
     Compact::new(conn, config).await.expect("compact layout")
 }
 
@@ -90,11 +94,11 @@ where
 /// label, whatever the record's form (integer, binary, out of line); other
 /// users' are not; revoking all but one keeps exactly that one; revoking
 /// all leaves none; other users and identity forms are untouched.
-pub async fn list_label_and_revoke<C>(conn: C)
+pub async fn list_label_and_revoke<C>(conn: C, base: CompactConfig)
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let layout = layout(conn.clone(), "listing").await;
+    let layout = layout(conn.clone(), base, "listing").await;
     let ttl = Duration::from_secs(600);
     let plain: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(ttl);
     let devices: Store<_, Device, u64> = Store::new(layout.clone()).with_ttl(ttl);
@@ -225,11 +229,11 @@ where
 /// later than the grace after its entry is refused as late; entries of
 /// sessions destroyed, expired or never written are swept; tombstones
 /// expire and go.
-pub async fn creates_in_flight_are_blocked_and_leftovers_swept<C>(conn: C)
+pub async fn creates_in_flight_are_blocked_and_leftovers_swept<C>(conn: C, base: CompactConfig)
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let layout = layout(conn.clone(), "inflight").await;
+    let layout = layout(conn.clone(), base, "inflight").await;
     let store: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
     let users = layout.user_index().unwrap().clone();
     let user = 70_001u64;
@@ -332,11 +336,11 @@ struct Made {
 /// At the end, every session id ever made either is gone or is listed
 /// for its user, no listing holds an id never made, and the index audit
 /// is clean.
-pub async fn revoke_all_races_traffic<C>(conn: C, namespace: &str)
+pub async fn revoke_all_races_traffic<C>(conn: C, base: CompactConfig, namespace: &str)
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let layout = layout(conn.clone(), namespace).await;
+    let layout = layout(conn.clone(), base, namespace).await;
     let ttl = Duration::from_secs(600);
     let plain: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(ttl);
     let devices: Store<_, Device, u64> = Store::new(layout.clone()).with_ttl(ttl);
@@ -517,11 +521,11 @@ where
 /// first and ones that found the session revoked both occur: `reach`
 /// starts at 3 ms and doubles or halves while one outcome has not, so the
 /// race is run both ways on a machine of any speed.
-pub async fn rotations_never_outlive_a_revocation<C>(conn: C, namespace: &str)
+pub async fn rotations_never_outlive_a_revocation<C>(conn: C, base: CompactConfig, namespace: &str)
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let layout = layout(conn, namespace).await;
+    let layout = layout(conn, base, namespace).await;
     let store: Store<_, Device, u64> =
         Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
     let (mut rotated, mut refused) = (0, 0);
@@ -580,8 +584,8 @@ pub async fn a_rotation_overtaking_a_slow_revocation_is_revoked<C>(near: C, far:
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let near: Store<_, (), u64> = Store::new(layout(near, "slow").await);
-    let far: Store<_, (), u64> = Store::new(layout(far, "slow").await);
+    let near: Store<_, (), u64> = Store::new(layout(near, fixed(), "slow").await);
+    let far: Store<_, (), u64> = Store::new(layout(far, fixed(), "slow").await);
     let (mut overtook, mut refused) = (0, 0);
     for trial in 0..60u64 {
         let user = 90_000 + trial;

@@ -96,10 +96,69 @@ pub struct Reshaping {
     pub buckets: u64,
 }
 
+/// A bucket of a store of either kind, for the passes that read every
+/// bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AnyBucket {
+    /// A bucket of a store of fixed buckets, by its number.
+    Fixed(u32),
+    /// A bucket of a growing store, by its node.
+    Grown(Node),
+}
+
 impl<C> Compact<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
+    /// Every bucket of the store: its fixed ones, or each group's by its
+    /// shape read now.
+    pub(crate) async fn every_bucket(&self) -> Result<Vec<AnyBucket>> {
+        let Some(growth) = self.growth() else {
+            return Ok((0..self.buckets().count()).map(AnyBucket::Fixed).collect());
+        };
+        let groups: Vec<u32> = (0..growth.shape.group_count()).collect();
+        let mut out = Vec::new();
+        for chunk in groups.chunks(1024) {
+            let shapes = self.fetch_shapes(chunk).await?;
+            for (&group, shape) in chunk.iter().zip(shapes) {
+                out.extend(
+                    shape
+                        .leaves(growth.shape.max_depth())
+                        .into_iter()
+                        .map(|node| AnyBucket::Grown(Node { group, node })),
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// The HASH of bucket `b`.
+    pub(crate) fn key_of(&self, b: AnyBucket) -> String {
+        match (b, self.shape()) {
+            (AnyBucket::Grown(node), Some(shape)) => shape.bucket_key(node),
+            (AnyBucket::Fixed(n), _) | (AnyBucket::Grown(Node { group: n, .. }), None) => {
+                self.scheme().bucket_key(n)
+            }
+        }
+    }
+
+    /// The length of a session's field in bucket `b`.
+    pub(crate) fn field_len_in(&self, b: AnyBucket) -> usize {
+        match (b, self.shape()) {
+            (AnyBucket::Grown(node), Some(shape)) => shape.field_len(node),
+            _ => self.buckets().field_len(),
+        }
+    }
+
+    /// The id a field of bucket `b` names, or `None` if it names none.
+    pub(crate) fn id_in(&self, b: AnyBucket, field: &[u8]) -> Option<SessionId> {
+        match (b, self.shape()) {
+            (AnyBucket::Grown(node), Some(shape)) => shape.id_of(node, field),
+            (AnyBucket::Fixed(n), _) => self.buckets().id_of(n, field),
+            (AnyBucket::Grown(_), None) => None,
+        }
+    }
+
     /// The store's shape, if it grows.
     pub fn shape(&self) -> Option<&Shape> {
         self.growth.as_deref().map(|g| &g.shape)
@@ -155,30 +214,35 @@ where
     }
 
     /// After a call on `id` found the bucket `k` names without its marker:
-    /// whether the call should go again, the shape having moved on (now
-    /// read). Where it has not, the bucket is a current one that holds
-    /// nothing yet: a write (`claim`) gives it its marker and goes again; a
-    /// read has its answer, none.
+    /// whether the call should go again, the shape read now routing `id`
+    /// elsewhere. Where it routes `id` to the same bucket, that is a
+    /// current one that was never marked (a group's first): a write
+    /// (`claim`) gives it its marker and goes again; a read goes again
+    /// only if the shape changed since it was routed (the bucket moved
+    /// away and back), else has its answer, none.
     pub(crate) async fn reroute(&self, id: &SessionId, k: &Keys, claim: bool) -> Result<bool> {
         let (Some(growth), Some(route)) = (self.growth(), k.route) else {
             return Ok(false);
         };
         let group = route.node.group;
         let shape = self.fetch_shape(group).await?;
-        if shape.epoch() != route.epoch || growth.shape.leaf(&shape, id) != route.node {
+        if growth.shape.leaf(&shape, id) != route.node {
             return Ok(true);
         }
         if !claim {
-            return Ok(false);
+            // Moved away and back since the read, or never marked.
+            return Ok(shape.epoch() != route.epoch);
         }
+        // Marked by the epoch read now, not the one routed by: other
+        // buckets of a busy group split and merge between any two reads.
         let epoch: u64 = COMPACT_CLAIM
             .key(growth.shape.shape_key(group))
             .key(&k.bucket)
-            .arg(route.epoch)
+            .arg(shape.epoch())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
-        if epoch != route.epoch {
+        if epoch != shape.epoch() {
             self.fetch_shape(group).await?;
         }
         Ok(true)
@@ -357,6 +421,76 @@ impl<C> Compact<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
+    /// Script calls on `ids` in one pipeline, `build` making each for the
+    /// keys its id is routed to. In a growing store a call that found its
+    /// bucket split or merged away goes again in a later pipeline, routed
+    /// anew (as [`Compact::call`] does for one), and a call that leaves its
+    /// bucket full splits it.
+    pub(super) async fn call_each<T: redis::FromRedisValue>(
+        &self,
+        ids: &[SessionId],
+        script: &redis::Script,
+        build: impl Fn(&SessionId, &Keys) -> redis::ScriptInvocation<'static>,
+    ) -> Result<Vec<T>> {
+        use std::collections::HashMap;
+        if self.growth.is_none() {
+            let invocations: Vec<_> = ids.iter().map(|id| build(id, &self.keys(id))).collect();
+            return crate::session::layout::pipeline::pipelined(
+                &self.conn,
+                self,
+                ids,
+                &invocations,
+                script,
+            )
+            .await;
+        }
+        let mut out: Vec<Option<T>> = ids.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..ids.len()).collect();
+        for _ in 0..REROUTES {
+            if pending.is_empty() {
+                break;
+            }
+            let keys: Vec<Keys> = pending.iter().map(|&i| self.keys(&ids[i])).collect();
+            let invocations: Vec<_> = pending
+                .iter()
+                .zip(&keys)
+                .map(|(&i, k)| build(&ids[i], k))
+                .collect();
+            let replies = crate::scripts::pipelined_each(&self.conn, &invocations, script).await?;
+            // The last count each bucket reported, and the buckets to
+            // follow, each once.
+            let mut full: HashMap<&str, (u64, usize)> = HashMap::new();
+            let mut moved: HashMap<&str, usize> = HashMap::new();
+            let mut again = Vec::new();
+            for (n, reply) in replies.into_iter().enumerate() {
+                let (i, k) = (pending[n], &keys[n]);
+                match reply {
+                    Ok(value) => {
+                        let (reply, fields): (T, u64) = redis::from_redis_value(value)?;
+                        out[i] = Some(reply);
+                        full.insert(&k.bucket, (fields, n));
+                    }
+                    Err(e) if super::is_reshaped(&e) => {
+                        moved.entry(&k.bucket).or_insert(n);
+                        again.push(i);
+                    }
+                    Err(e) => return Err(self.error(&ids[i])(e)),
+                }
+            }
+            for (fields, n) in full.into_values() {
+                self.split_if_full(&keys[n], fields).await;
+            }
+            for n in moved.into_values() {
+                self.reroute(&ids[pending[n]], &keys[n], true).await?;
+            }
+            pending = again;
+        }
+        if let Some(&i) = pending.first() {
+            return Err(self.reshaped(&ids[i]));
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
     /// [`crate::session::layout::Layout::insert_many`] for a growing
     /// store: pipelines of insert scripts, each pipeline adding at most a
     /// quarter of the room a bucket has above the split threshold to any
@@ -397,10 +531,15 @@ where
                 pending.pop_front();
                 chunk.push((i, tries, k));
             }
+            // Index entries first, as for one insert; again for a call
+            // that goes again, whose entry is written anew.
+            let indexed_at = self
+                .index_add_many(chunk.iter().map(|(i, _, _)| &items[*i]))
+                .await?;
             let invocations: Vec<_> = chunk
                 .iter()
                 .map(|(i, _, k)| {
-                    self.insert_invocation(k, &items[*i].1, Deadline::In(ttl_secs), None)
+                    self.insert_invocation(k, &items[*i].1, Deadline::In(ttl_secs), indexed_at)
                 })
                 .collect();
             let replies = crate::scripts::pipelined_each(&self.conn, &invocations, script).await?;

@@ -206,7 +206,7 @@ impl CompactConfig {
     /// slots by its `2^bucket_bits` groups: on a cluster of many primaries
     /// give it more ([`CompactConfig::with_growth`]). The store's record
     /// format is then [`GROWING_FORMAT`], which earlier versions refuse to
-    /// open. It keeps no user index and no viewed items, and needs a
+    /// open. It keeps no viewed items and no session cap, and needs a
     /// sweeper ([`Expiry::Swept`]).
     pub fn growing() -> Self {
         Self::new(DEFAULT_GROWING_BITS).with_growth()
@@ -694,7 +694,7 @@ where
         }
         meta.server_expiry = config.expiry == Expiry::Server;
         if config.growing {
-            Self::check_growing(&config, &users)?;
+            Self::check_growing(&config)?;
             meta.growing = true;
             meta.format = GROWING_FORMAT;
         }
@@ -777,12 +777,10 @@ where
         Ok(())
     }
 
-    /// What a growing store does not keep: a user index, viewed items,
-    /// fields the server expires.
-    fn check_growing(config: &CompactConfig, users: &Option<UserIndex>) -> Result<()> {
-        let refused = if users.is_some() {
-            Some("a user index")
-        } else if config.viewed.is_some() {
+    /// What a growing store does not keep: viewed items, fields the
+    /// server expires.
+    fn check_growing(config: &CompactConfig) -> Result<()> {
+        let refused = if config.viewed.is_some() {
             Some("viewed items")
         } else if config.expiry == Expiry::Server {
             Some("fields the server expires")

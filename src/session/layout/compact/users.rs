@@ -161,12 +161,15 @@ where
         prev: Option<&SessionId>,
         to: &SessionId,
     ) -> Result<bool> {
-        let mut inv = self.invocation(self.script(&COMPACT_FORWARD), &self.keys(from));
-        inv.arg(to.as_bytes())
-            .arg(prev.map_or(&[][..], |p| p.as_bytes()))
-            .arg(users.config().hold_secs())
-            .arg(self.id_width().bytes());
-        match self.call_fixed::<i64>(from, &inv).await? {
+        let build = |k: &_| {
+            let mut inv = self.invocation(self.script(&COMPACT_FORWARD), k);
+            inv.arg(to.as_bytes())
+                .arg(prev.map_or(&[][..], |p| p.as_bytes()))
+                .arg(users.config().hold_secs())
+                .arg(self.id_width().bytes());
+            inv
+        };
+        match self.call::<i64>(from, build).await? {
             1 => Ok(true),
             0 => Ok(false),
             _ => Err(Error::Contended { attempts: 3 }),
@@ -186,15 +189,15 @@ where
         indexed_at: u64,
     ) -> Result<Inserted> {
         self.users()?;
-        let inv = self.insert_invocation(&self.keys(id), record, expiry, Some(indexed_at));
-        Ok(Inserted::from_code(self.call_fixed(id, &inv).await?))
+        let build = |k: &_| self.insert_invocation(k, record, expiry, Some(indexed_at));
+        Ok(Inserted::from_code(self.call(id, build).await?))
     }
 
     /// The index entries of a batch about to be inserted, in one pipeline;
     /// when they were written (`None` without an index).
-    pub(super) async fn index_add_many(
+    pub(super) async fn index_add_many<'a>(
         &self,
-        items: &[(SessionId, Vec<u8>)],
+        items: impl IntoIterator<Item = &'a (SessionId, Vec<u8>)>,
     ) -> Result<Option<u64>> {
         let Some(users) = &self.users else {
             return Ok(None);
@@ -361,25 +364,17 @@ where
             return Ok(Vec::new());
         }
         let width = self.id_width();
-        let invocations: Vec<_> = ids
-            .iter()
-            .map(|id| {
-                let mut inv = self.invocation(self.script(&COMPACT_REVOKE), &self.keys(id));
+        let script = self.script(&COMPACT_REVOKE);
+        let replies: Vec<Vec<Value>> = self
+            .call_each(ids, script, |_, k| {
+                let mut inv = self.invocation(script, k);
                 inv.arg(ident).arg(head).arg(config.hold_secs());
                 if let Some(at) = read_at {
                     inv.arg(at).arg(config.grace_secs).arg(width.bytes());
                 }
                 inv
             })
-            .collect();
-        let replies: Vec<Vec<Value>> = crate::session::layout::pipeline::pipelined(
-            &self.conn,
-            self,
-            ids,
-            &invocations,
-            self.script(&COMPACT_REVOKE),
-        )
-        .await?;
+            .await?;
         Ok(replies
             .into_iter()
             .map(|reply| {
@@ -492,7 +487,9 @@ where
                     pipe.hget(&k.bucket, &k.field);
                 }
                 let values: Vec<Option<Vec<u8>>> = pipe.query_async(&mut self.conn.clone()).await?;
-                // A value in neither form is left, with its entry, for the
+                // A miss only sends the id to the revoke script, which
+                // finds a live session wherever a split moved it (a
+                // growing store) and keeps it. A value in neither form is left, with its entry, for the
                 // audit to report.
                 let gone: Vec<&(String, SessionId)> = part
                     .iter()
@@ -569,19 +566,19 @@ where
             }
         }
         audit.entries = entries.len() as u64;
-        let scheme = self.scheme();
-        let tombstone_len = self.buckets().field_len() + 1;
         let mut matched = std::collections::HashSet::new();
+        let every = self.every_bucket().await?;
         let buckets = self
-            .hgetall_each((0..self.buckets().count()).map(|b| scheme.bucket_key(b)))
+            .hgetall_each(every.iter().map(|&b| self.key_of(b)))
             .await?;
-        for (b, pairs) in (0u32..).zip(buckets) {
+        for (&b, pairs) in every.iter().zip(buckets) {
+            let tombstone_len = self.field_len_in(b) + 1;
             for (field, value) in pairs {
                 if field.len() == tombstone_len && field.last() == Some(&TOMBSTONE) {
                     audit.tombstones += 1;
                     continue;
                 }
-                let Some(id) = self.buckets().id_of(b, &field) else {
+                let Some(id) = self.id_in(b, &field) else {
                     continue;
                 };
                 let Some(stored) = self.live(&id, Some(value), Some(now)).await? else {
