@@ -747,3 +747,77 @@ async fn a_bucket_the_sweeper_empties_keeps_its_marker() {
         assert_eq!(indexed, None, "an empty bucket keeps no index entry");
     }
 }
+
+/// One-time tokens in a growing namespace: issued one at a time and in
+/// batches while three consumers race for each, through splits; each
+/// token is consumed exactly once, by one consumer, whichever bucket it
+/// had moved to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_in_a_growing_store_are_consumed_exactly_once_through_splits() {
+    use sessionpack::tokens::Tokens;
+    let server = server();
+    let open = || async {
+        Tokens::<_, u64>::with_config(
+            common::manager(&server).await,
+            two_groups().with_namespace("tok"),
+        )
+        .await
+        .unwrap()
+    };
+    let issuer = open().await;
+    let ttl = std::time::Duration::from_secs(600);
+    let mut issued = Vec::new();
+    for n in 0..300u64 {
+        issued.push((issuer.issue(&n, ttl).await.unwrap(), n));
+    }
+    let batch: Vec<u64> = (300..900).collect();
+    let tokens = issuer.issue_many(&batch, ttl).await.unwrap();
+    issued.extend(tokens.into_iter().zip(batch));
+    let layout = issuer.layout();
+    let buckets =
+        layout.group_buckets(0).await.unwrap().len() + layout.group_buckets(1).await.unwrap().len();
+    assert!(buckets > 16, "only {buckets} buckets");
+    let issued = Arc::new(issued);
+    // More issued meanwhile: buckets split under the consumers.
+    let more = {
+        let issuer = open().await;
+        tokio::spawn(async move {
+            let mut more = Vec::new();
+            for n in 900..1500u64 {
+                more.push((issuer.issue(&n, ttl).await.unwrap(), n));
+            }
+            more
+        })
+    };
+    let mut consumers = Vec::new();
+    for c in 0..3 {
+        // Each consumer its own process, whose copy of the shape (none
+        // read yet: one bucket a group) is stale from the start.
+        let consumer = open().await;
+        let issued = issued.clone();
+        consumers.push(tokio::spawn(async move {
+            let mut won = Vec::new();
+            for i in 0..issued.len() {
+                let (token, n) = issued[(i + c * 300) % issued.len()];
+                if let Some(got) = consumer.consume(&token).await.unwrap() {
+                    assert_eq!(got, n);
+                    won.push(n);
+                }
+            }
+            won
+        }));
+    }
+    let mut won = Vec::new();
+    for c in consumers {
+        won.extend(c.await.unwrap());
+    }
+    won.sort_unstable();
+    assert_eq!(
+        won,
+        (0..900).collect::<Vec<_>>(),
+        "each token consumed once"
+    );
+    for (token, n) in more.await.unwrap() {
+        assert_eq!(issuer.peek(&token).await.unwrap(), Some(n));
+    }
+}
