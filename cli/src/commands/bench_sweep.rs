@@ -1,5 +1,6 @@
-//! `sessionpack bench sweep`: reclaim rate of the bucketed sweeper against
-//! the book's cleanup, on the same server in the same run.
+//! `sessionpack bench sweep`: reclaim rate of the bucketed, compact and
+//! growing compact sweepers against the book's cleanup, on the same server
+//! in the same run.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -44,6 +45,13 @@ struct Scenario {
     compact_reclaimed: u64,
     compact_secs: f64,
     compact_cpu_us: f64,
+    growing_reclaimed: u64,
+    growing_secs: f64,
+    growing_cpu_us: f64,
+    /// Buckets the growing store held before the sweep, and the pairs of
+    /// them it merged as they emptied.
+    growing_buckets: u64,
+    growing_merges: u64,
 }
 
 impl Scenario {
@@ -57,6 +65,10 @@ impl Scenario {
 
     fn compact_rate(&self) -> f64 {
         self.compact_reclaimed as f64 / self.compact_secs
+    }
+
+    fn growing_rate(&self) -> f64 {
+        self.growing_reclaimed as f64 / self.growing_secs
     }
 }
 
@@ -110,6 +122,9 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
     )
     .await?;
     let compact_sweeper = Sweeper::new(compact.clone(), SweepConfig::default());
+    let growing =
+        Compact::new(conn.clone(), CompactConfig::growing().with_namespace("spg")).await?;
+    let growing_sweeper = Sweeper::new(growing.clone(), SweepConfig::default());
     let n = args.sessions;
     let mut scenarios = Vec::new();
     for (name, expired, live) in [("all expired", n, 0), ("half expired", n / 2, n / 2)] {
@@ -139,6 +154,22 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             .await?;
         let compact_secs = started.elapsed().as_secs_f64();
         let compact_cpu = server_cpu_secs(&mut conn).await? - cpu;
+
+        // A growing store, grown by the load; its sweep merges the
+        // buckets that empty.
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        load(&growing, expired, live).await?;
+        let mut growing_buckets = 0;
+        for group in 0..growing_sweeper.units() {
+            growing_buckets += growing.group_buckets(group).await?.len() as u64;
+        }
+        let cpu = server_cpu_secs(&mut conn).await?;
+        let started = Instant::now();
+        let growing_report = growing_sweeper
+            .sweep_range(0..growing_sweeper.units())
+            .await?;
+        let growing_secs = started.elapsed().as_secs_f64();
+        let growing_cpu = server_cpu_secs(&mut conn).await? - cpu;
         let scenario = Scenario {
             name,
             expired,
@@ -152,23 +183,32 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             compact_reclaimed: compact_report.reclaimed,
             compact_secs,
             compact_cpu_us: compact_cpu * 1e6 / compact_report.reclaimed.max(1) as f64,
+            growing_reclaimed: growing_report.reclaimed,
+            growing_secs,
+            growing_cpu_us: growing_cpu * 1e6 / growing_report.reclaimed.max(1) as f64,
+            growing_buckets,
+            growing_merges: growing_report.merges,
         };
         println!(
-            "{name}: bucketed 2^{bits} sweeper {:.0}/s, compact 2^{compact_bits} {:.0}/s, book's clean_sessions {:.0}/s: {:.1}x and {:.1}x",
+            "{name}: bucketed 2^{bits} sweeper {:.0}/s, compact 2^{compact_bits} {:.0}/s, \
+             growing {:.0}/s, book's clean_sessions {:.0}/s: {:.1}x, {:.1}x and {:.1}x",
             scenario.bucketed_rate(),
             scenario.compact_rate(),
+            scenario.growing_rate(),
             scenario.book_rate(),
             scenario.bucketed_rate() / scenario.book_rate(),
-            scenario.compact_rate() / scenario.book_rate()
+            scenario.compact_rate() / scenario.book_rate(),
+            scenario.growing_rate() / scenario.book_rate()
         );
         if report.reclaimed != expired
             || book_reclaimed != expired
             || compact_report.reclaimed != expired
+            || growing_report.reclaimed != expired
         {
             return Err(Error::Config(format!(
-                "{name}: expected {expired} reclaimed, got {} (bucketed), {} (compact) and \
-                 {book_reclaimed} (book)",
-                report.reclaimed, compact_report.reclaimed
+                "{name}: expected {expired} reclaimed, got {} (bucketed), {} (compact), {} \
+                 (growing) and {book_reclaimed} (book)",
+                report.reclaimed, compact_report.reclaimed, growing_report.reclaimed
             )));
         }
         scenarios.push(scenario);
@@ -181,12 +221,12 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
         scenarios,
     };
     let mut md = format!(
-        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the compact sweeper over 2^{} buckets, one script per group of 128 buckets its index names as due, 64 groups per pipeline; the book's `clean_sessions` removes 100 tokens per three round trips. Server CPU is the `INFO cpu` (user + sys) delta over the cleanup, per session reclaimed.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | vs book | server CPU µs/session |\n|---|---|---:|---:|---:|---:|---:|\n",
+        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the compact sweeper over 2^{} buckets, one script per group of 128 buckets its index names as due, 64 groups per pipeline; the growing compact store (`CompactConfig::growing()`, grown by the load from 16 buckets) one script per index of up to 64 buckets, then merges the buckets that emptied; the book's `clean_sessions` removes 100 tokens per three round trips. Server CPU is the `INFO cpu` (user + sys) delta over the cleanup, per session reclaimed.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | vs book | server CPU µs/session |\n|---|---|---:|---:|---:|---:|---:|\n",
         result.command, result.redis_version, bits, compact_bits
     );
     for s in &result.scenarios {
         md += &format!(
-            "| {} ({} expired, {} live) | compact sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | book's clean_sessions | {} | {:.2} | {:.0} | | {:.2} |\n",
+            "| {} ({} expired, {} live) | compact sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | growing compact sweeper ({} buckets, {} merges) | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | book's clean_sessions | {} | {:.2} | {:.0} | | {:.2} |\n",
             s.name,
             s.expired,
             s.live,
@@ -195,6 +235,13 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             s.compact_rate(),
             s.compact_rate() / s.book_rate(),
             s.compact_cpu_us,
+            s.growing_buckets,
+            s.growing_merges,
+            s.growing_reclaimed,
+            s.growing_secs,
+            s.growing_rate(),
+            s.growing_rate() / s.book_rate(),
+            s.growing_cpu_us,
             s.bucketed_reclaimed,
             s.bucketed_secs,
             s.bucketed_rate(),
