@@ -10,6 +10,8 @@
 # typed attributes beside packed-setex, every operation's server CPU;
 # `growth` a store whose buckets split and merge, grown from 10k
 # sessions to 100M and back to 1M, beside fixed bucket counts;
+# `throughput-growing` each operation's speed and server CPU on such a
+# store beside fixed buckets and packed-setex;
 # `churn` the memory after sessions come and go (Redis 7.0, and 7.4.1 with
 # activedefrag). `tower` the tower-sessions store beside the peer crate
 # (tower-sessions-redis-store) per session profile; `tower-servers` the
@@ -38,7 +40,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed fill sweep tower tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -47,6 +49,9 @@ for part in "${parts[@]}"; do
     10m-json-setex) $sp bench memory --sessions 10000000 --layouts json-setex --out analysis/runs/10m-json-setex ;;
     100m) $sp bench memory --sessions 100000000 --layouts bucketed --bucket-bits 20 --steps 20 --out analysis/runs/100m ;;
     throughput) $sp bench throughput --out analysis/runs/throughput ;;
+    throughput-growing)
+      $sp bench throughput --layouts packed-setex,compact --growing \
+        --out analysis/runs/throughput-growing ;;
     throughput-typed)
       # The generic Store with typed attributes: the app's session shapes
       # beside packed-setex (one MessagePack key per session).

@@ -45,11 +45,18 @@ local function is_integer_form(value)
   return b ~= nil and b >= 48 and b <= 57
 end
 
--- The expiry a value holds; nil for a value in neither form (another
--- program wrote it), as `parse_value` in src/session/layout/compact/mod.rs reads it.
-local function expiry_of(value)
-  if is_integer_form(value) then
-    if #value > 19 or string.find(value, '%D') then
+-- The expiry a value holds, and for a PIECED value the number of pieces
+-- its record continues in (as pieces_in reads it); nil for a value in
+-- neither form (another program wrote it), as `parse_value` in
+-- src/session/layout/compact/mod.rs reads it. One read of the value's
+-- first bytes: a sweep calls this on every value of the buckets it visits.
+local PIECED_BYTE = string.byte(PIECED)
+local function read_value(value)
+  local b1 = string.byte(value, 1)
+  if b1 ~= nil and b1 >= 48 and b1 <= 57 then
+    -- Anchored, the pattern is tried at the first character only, not
+    -- at each.
+    if #value > 19 or not string.find(value, '^%d+$') then
       return nil
     end
     return tonumber(string.sub(value, -10))
@@ -57,8 +64,17 @@ local function expiry_of(value)
   if #value < 5 then
     return nil
   end
-  local b1, b2, b3, b4 = string.byte(value, 1, 4)
-  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  local _, b2, b3, b4, b5, b6 = string.byte(value, 1, 6)
+  local expiry = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  if b5 == PIECED_BYTE and b6 then
+    return expiry, b6
+  end
+  return expiry
+end
+
+-- The expiry a value holds; nil for a value in neither form.
+local function expiry_of(value)
+  return (read_value(value))
 end
 
 -- The expiry of the session a script acts on. A value in neither form stops

@@ -4,12 +4,17 @@
 -- chunk keys `viewed`, and their records' pieces `pieces` from the bucket,
 -- and sets its entry in the group's index (KEYS[1]) to `earliest`, the
 -- earliest expiry left; nil means the bucket is empty, and its key, its
--- chunk keys and its entry go. A growing store's bucket keeps its key and
--- its marker field '' (src/session/shape.rs): without it, writes routed
--- there would take it for a bucket split away.
+-- chunk keys and its entry go. A growing store's bucket keeps its marker
+-- field '' (src/session/shape.rs), written anew in the key emptied at
+-- once: without it, writes routed there would take it for a bucket split
+-- away.
 local function settle(key, member, gone, earliest, viewed, pieces)
-  if earliest == nil and redis.call('HEXISTS', key, '') == 0 then
+  if earliest == nil then
+    local marked = redis.call('HEXISTS', key, '') == 1
     redis.call('DEL', key)
+    if marked then
+      redis.call('HSET', key, '', '1')
+    end
     for _, chunk in ipairs(viewed) do
       redis.call('DEL', chunk)
     end
@@ -27,11 +32,7 @@ local function settle(key, member, gone, earliest, viewed, pieces)
   for j = 1, #pieces, 1000 do
     redis.call('HDEL', key, unpack(pieces, j, math.min(j + 999, #pieces)))
   end
-  if earliest == nil then
-    redis.call('ZREM', KEYS[1], member)
-  else
-    redis.call('ZADD', KEYS[1], earliest, member)
-  end
+  redis.call('ZADD', KEYS[1], earliest, member)
 end
 
 -- The pieces among a bucket's HGETALL reply `pairs`, as a set of fields:

@@ -6,8 +6,8 @@
 -- KEYS[2 + n..]: where the store keeps viewed items, each bucket's viewed
 --                chunks in turn (see viewed_of)
 -- ARGV[1]: n, the number of buckets
--- ARGV[1 + n + i]: the length of a session's field in bucket i (see
---                  pieces_among)
+-- ARGV[1 + n + i]: the length of a session's field in bucket i (a
+--                  piece's is one more, and ends in a byte 1..15)
 -- A growing store's buckets hold a marker field '' (src/session/shape.rs),
 -- which is no session: a bucket left with only its marker keeps its key,
 -- and merges fold it into its sibling.
@@ -31,30 +31,40 @@ for i = 1, n do
     reply[#reply + 1] = member
   else
     local gone, gone_pieces, earliest, oldest, corrupt = {}, {}, nil, nil, false
-    local pieces = pieces_among(pairs, field_len)
+    -- One pass over the bucket: the pieces of records are gathered, and
+    -- go after it unless a value names them (its own go with it).
+    local loose, named = {}, {}
     for j = 1, #pairs, 2 do
-      local expiry = nil
-      if pairs[j] == '' then
-        -- The marker: no session.
-      elseif pieces[pairs[j]] == false then
-        gone_pieces[#gone_pieces + 1] = pairs[j]
-      elseif pieces[pairs[j]] == nil then
-        expiry = expiry_of(pairs[j + 1])
+      local field, value = pairs[j], pairs[j + 1]
+      local len = #field
+      if len == field_len + 1 and string.byte(field, len) <= 15 then
+        loose[#loose + 1] = field
+      elseif len > 0 then
+        -- (The marker '' of a growing store's bucket is no session.)
+        local expiry, count = read_value(value)
         if expiry == nil then
           corrupt = true
           break
         end
-      end
-      if expiry == nil then
-        -- A piece of a record: it goes with its session.
-      elseif expiry <= now then
-        gone[#gone + 1] = pairs[j]
-        add_pieces(gone_pieces, pairs[j], pairs[j + 1])
-        if oldest == nil or expiry < oldest then
-          oldest = expiry
+        for k = 1, count or 0 do
+          named[field .. string.char(k)] = true
         end
-      elseif earliest == nil or expiry < earliest then
-        earliest = expiry
+        if expiry <= now then
+          gone[#gone + 1] = field
+          for k = 1, count or 0 do
+            gone_pieces[#gone_pieces + 1] = field .. string.char(k)
+          end
+          if oldest == nil or expiry < oldest then
+            oldest = expiry
+          end
+        elseif earliest == nil or expiry < earliest then
+          earliest = expiry
+        end
+      end
+    end
+    for _, field in ipairs(loose) do
+      if not named[field] then
+        gone_pieces[#gone_pieces + 1] = field
       end
     end
     if corrupt then

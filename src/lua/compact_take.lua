@@ -13,7 +13,7 @@ if not value then
 end
 local expiry
 local b1, b2, b3, b4 = string.byte(value, 1, 4)
-if b1 >= 48 and b1 <= 57 and #value <= 19 and not string.find(value, '%D') then
+if b1 >= 48 and b1 <= 57 and #value <= 19 and string.find(value, '^%d+$') then
   expiry = tonumber(string.sub(value, -10))
 elseif (b1 < 48 or b1 > 57) and #value >= 5 then
   expiry = ((b1 * 256 + b2) * 256 + b3) * 256 + b4

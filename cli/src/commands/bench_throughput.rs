@@ -17,6 +17,7 @@ use crate::profile::Profile;
 use sessionpack::conn::wait::WaitForReplicas;
 use sessionpack::error::{Error, Result};
 use sessionpack::session::layout::LayoutKind;
+use sessionpack::session::layout::compact::DEFAULT_GROWING_BITS;
 use sessionpack::session::store::Store;
 use sessionpack::{IdWidth, json_map};
 
@@ -53,6 +54,11 @@ pub struct ThroughputArgs {
     /// operation.
     #[arg(long)]
     user_index: bool,
+    /// Also measure the compact layout as a growing store
+    /// (`CompactConfig::growing()`: 16 buckets at first, split as the
+    /// run fills them), to see what routing and splits add.
+    #[arg(long)]
+    growing: bool,
     /// Sessions carry this profile's data as typed attributes (a map,
     /// MessagePack-encoded by the store; `bench tower` lists the
     /// profiles). Default: identity-only sessions, with no attributes.
@@ -153,29 +159,50 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
         };
         let indexed = std::iter::once(false).chain(args.user_index.then_some(true));
         let indexed: Vec<bool> = indexed.collect();
-        let runs: Vec<(LayoutKind, u8, bool)> = layouts
+        let plain = |layout, bits, users| Run {
+            layout,
+            bits,
+            users,
+            growing: false,
+        };
+        let runs: Vec<Run> = layouts
             .iter()
             .flat_map(|&layout| match layout {
                 LayoutKind::Compact => compact_runs
                     .iter()
-                    .flat_map(|&b| indexed.iter().map(move |&i| (layout, b, i)))
+                    .flat_map(|&b| indexed.iter().map(move |&i| plain(layout, b, i)))
+                    .chain(args.growing.then_some(Run {
+                        layout,
+                        bits: DEFAULT_GROWING_BITS,
+                        users: false,
+                        growing: true,
+                    }))
                     .collect::<Vec<_>>(),
-                LayoutKind::CompactServerExpiry => {
-                    compact_runs.iter().map(|&b| (layout, b, false)).collect()
-                }
-                _ => vec![(layout, bits, false)],
+                LayoutKind::CompactServerExpiry => compact_runs
+                    .iter()
+                    .map(|&b| plain(layout, b, false))
+                    .collect(),
+                _ => vec![plain(layout, bits, false)],
             })
             .collect();
         let waits = std::iter::once(None).chain(args.wait_replicas.map(Some));
-        let runs: Vec<(LayoutKind, u8, bool, Option<u32>)> = waits
-            .flat_map(|w| runs.iter().map(move |&(l, b, i)| (l, b, i, w)))
+        let runs: Vec<(Run, Option<u32>)> = waits
+            .flat_map(|w| runs.iter().map(move |&r| (r, w)))
             .collect();
         spread.clear();
-        for &(layout, bits, users, wait) in &runs {
+        for &(how, wait) in &runs {
+            let Run {
+                layout,
+                bits,
+                users,
+                growing,
+            } = how;
             // Only what this run wrote is there: the target was checked above.
             nodes.flush().await?;
             let empty = nodes.samples().await?;
-            let mut label = if layout.is_bucketed() {
+            let mut label = if growing {
+                format!("{layout} growing")
+            } else if layout.is_bucketed() {
                 format!("{layout} 2^{bits}")
             } else {
                 layout.name().to_owned()
@@ -183,11 +210,6 @@ pub(super) async fn run(args: ThroughputArgs) -> Result<()> {
             if users {
                 label += " + user index";
             }
-            let how = Run {
-                layout,
-                bits,
-                users,
-            };
             let measured = match wait {
                 None => measure(conn.clone(), how, &label, &args, &mut nodes).await?,
                 Some(n) => {
@@ -298,6 +320,8 @@ struct Run {
     bits: u8,
     /// A compact layout with a user index of as many buckets.
     users: bool,
+    /// A growing compact layout, `bits` its group bits.
+    growing: bool,
 }
 
 /// Opens a layout over `conn` and measures every operation on it.
@@ -316,6 +340,10 @@ where
         let config = sessionpack::users::UserIndexConfig::new(run.bits);
         let index = sessionpack::users::UserIndex::new(c.buckets().namespace(), config)?;
         *c = c.clone().with_users(Some(index));
+    }
+    if let (true, sessionpack::session::layout::AnyLayout::Compact(c)) = (run.growing, &mut opened)
+    {
+        *c = c.clone().with_growth(true);
     }
     match args.profile {
         None => {
