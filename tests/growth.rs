@@ -821,3 +821,64 @@ async fn tokens_in_a_growing_store_are_consumed_exactly_once_through_splits() {
         assert_eq!(issuer.peek(&token).await.unwrap(), Some(n));
     }
 }
+
+/// The session cap on a growing store, whose buckets' fields are of
+/// several lengths: its cutoff is an (expiry, id) point, placed in each
+/// bucket as that bucket orders its fields, so it keeps exactly the latest
+/// sessions (every bucket sampled: the cap is exact), three to an expiry
+/// second, split between ids; records out of line go with their sessions,
+/// and the markers stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_cap_keeps_exactly_the_latest_sessions_of_a_growing_store() {
+    let server = server();
+    let mut raw = common::raw(&server).await;
+    let layout = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let mut made = Vec::new();
+    for i in 0..1500usize {
+        let id = layout.new_id().await.unwrap();
+        let expiry = now + 1000 + (i / 3) as u64;
+        let inserted = layout
+            .insert_new(&id, &record_for(i), Deadline::At(expiry))
+            .await
+            .unwrap();
+        assert!(matches!(inserted, Inserted::Created { .. }));
+        made.push((expiry, id, i));
+    }
+    let grown = survey(&mut raw, &layout).await;
+    assert!(grown.buckets.len() > 32, "{} buckets", grown.buckets.len());
+    let sweeper = Sweeper::new(
+        layout.clone(),
+        SweepConfig::default().with_max_sessions(500),
+    );
+    let report = sweeper.enforce_cap().await.unwrap();
+    assert_eq!(report.evicted, 1000, "{report:?}");
+    made.sort_by(|a, b| (a.0, a.1.as_bytes()).cmp(&(b.0, b.1.as_bytes())));
+    let ids: Vec<SessionId> = made.iter().map(|m| m.1).collect();
+    let loaded = layout.load_many(&ids).await.unwrap();
+    let kept: Vec<bool> = loaded.iter().map(Option::is_some).collect();
+    assert_eq!(kept, [vec![false; 1000], vec![true; 500]].concat());
+    // Records out of line: those of the kept sessions, no other.
+    let records: Vec<String> = raw.keys("sp:{*}:o:*").await.unwrap();
+    let out_of_line = made[1000..].iter().filter(|m| m.2 % 4 == 3).count();
+    assert_eq!(records.len(), out_of_line);
+    // A pass then merges what the cap emptied; every bucket keeps its
+    // marker, and its index entry.
+    let pass = sweeper.sweep_range(0..sweeper.units()).await.unwrap();
+    assert!(pass.merges > 0, "{pass:?}");
+    let after = survey(&mut raw, &layout).await;
+    assert_eq!(after.sessions, 500);
+    assert!(after.buckets.len() < grown.buckets.len());
+    assert!(after.strays.is_empty(), "{:?}", after.strays);
+    assert_eq!(after.unindexed, 0);
+    assert!(after.stale_entries.is_empty(), "{:?}", after.stale_entries);
+    for node in &after.buckets {
+        let marked: bool = raw
+            .hexists(layout.shape().unwrap().bucket_key(*node), "")
+            .await
+            .unwrap();
+        assert!(marked, "{node:?} lost its marker");
+    }
+}

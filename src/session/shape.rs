@@ -244,10 +244,35 @@ impl Shape {
     /// Rebuilds an id from bucket `node` and a field of it, or `None` if
     /// the field is not one that bucket's ids have.
     pub fn id_of(&self, node: Node, field: &[u8]) -> Option<SessionId> {
+        id_from(
+            Self::prefix(node),
+            self.level(node),
+            field,
+            self.groups.id_width(),
+        )
+    }
+
+    /// The bits of id that name bucket `node`: its group's, then the path
+    /// from the group's root to it.
+    fn prefix(node: Node) -> u64 {
         let depth = node.depth();
-        // The group's bits, then the path from its root to the node.
-        let prefix = (u64::from(node.group) << depth) | u64::from(node.node - (1 << depth));
-        id_from(prefix, self.level(node), field, self.groups.id_width())
+        (u64::from(node.group) << depth) | u64::from(node.node - (1 << depth))
+    }
+
+    /// Where `id` falls among the ids of bucket `node`, as a field of it:
+    /// the id's own field if the bucket holds its ids; an empty field (below
+    /// every field) if all the bucket's ids sort after it; one longer than
+    /// any, all ones, if they all sort before it. The session cap places
+    /// its cutoff, an id, in each bucket so.
+    pub fn field_at(&self, node: Node, id: &SessionId) -> Vec<u8> {
+        let level = self.level(node);
+        let b = id.as_bytes();
+        let head = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        match Self::prefix(node).cmp(&(head >> (64 - u32::from(level)))) {
+            std::cmp::Ordering::Equal => self.field(node, id),
+            std::cmp::Ordering::Greater => Vec::new(),
+            std::cmp::Ordering::Less => vec![0xff; self.field_len(node) + 1],
+        }
     }
 
     /// The length of every field of bucket `node`.
@@ -460,6 +485,29 @@ mod tests {
                 let mut longer = s.field(leaf, &id);
                 longer.push(0);
                 assert_eq!(s.id_of(leaf, &longer), None);
+            }
+        }
+    }
+
+    #[test]
+    fn an_id_falls_among_a_buckets_fields_as_among_all_ids() {
+        let s = shape(4);
+        let all = GroupShape::new(1, vec![0xff; 1 << 21]);
+        for _ in 0..200 {
+            let (a, b) = (
+                SessionId::generate().unwrap(),
+                SessionId::generate().unwrap(),
+            );
+            // Bucket a's ancestors at every depth, b's place among them.
+            let leaf = s.leaf(&all, &a);
+            for up in 0..=leaf.depth() {
+                let node = Node {
+                    group: leaf.group,
+                    node: leaf.node >> up,
+                };
+                let at = s.field_at(node, &b);
+                let field = s.field(node, &a);
+                assert_eq!(field <= at, a.as_bytes() <= b.as_bytes(), "{node:?}");
             }
         }
     }

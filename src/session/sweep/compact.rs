@@ -7,6 +7,7 @@ use super::step::{Cutoff, RangeOutcome};
 use crate::error::{Error, Result};
 use crate::scripts::{self, COMPACT_CAP, COMPACT_EVICT, COMPACT_SWEEP};
 use crate::session::layout::Compact;
+use crate::session::layout::compact::AnyBucket;
 use crate::session::layout::compact::value_expiry;
 use crate::session::shape::Node;
 use std::collections::{BTreeMap, BTreeSet};
@@ -272,24 +273,29 @@ where
 
 /// Fields held in all buckets (`HLEN`): sessions, sessions expired but not
 /// yet swept (the cap runs right after a pass has swept), and the pieces of
-/// records and markers, which [`place_cutoff`] discounts by its sample.
-/// Buckets of another type are left out.
+/// records and markers, which [`place_cutoff`] discounts by its sample;
+/// not a growing store's bucket markers. Buckets of another type are left
+/// out.
 pub(super) async fn count_sessions<C>(layout: &Compact<C>) -> Result<u64>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
-    let scheme = layout.scheme();
-    let count = layout.buckets().count();
+    let every = layout.every_bucket().await?;
+    let marked = u64::from(layout.shape().is_some());
     let mut total = 0;
-    for start in (0..count).step_by(4096) {
+    for chunk in every.chunks(4096) {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for bucket in start..(start + 4096).min(count) {
-            pipe.hlen(scheme.bucket_key(bucket));
+        for &b in chunk {
+            pipe.hlen(layout.key_of(b));
         }
         let replies: Vec<redis::RedisResult<u64>> =
             pipe.query_async(&mut layout.connection().clone()).await?;
-        total += replies.into_iter().flatten().sum::<u64>();
+        total += replies
+            .into_iter()
+            .flatten()
+            .map(|n| n.saturating_sub(marked))
+            .sum::<u64>();
     }
     Ok(total)
 }
@@ -297,7 +303,9 @@ where
 /// The cap's cutoff from the live entries of a sample of buckets (all of
 /// them up to 4,096): the `ceil(q s)`-th smallest (expiry, field) of the
 /// `s` sampled, `q` the share to evict. `fields` is [`count_sessions`]'
-/// count, of which the sample's share of sessions are sessions.
+/// count, of which the sample's share of sessions are sessions. A growing
+/// store's fields are of several lengths, so its cutoff names the whole
+/// id: (expiry, id) order.
 pub(super) async fn place_cutoff<C>(
     layout: &Compact<C>,
     now: u64,
@@ -307,28 +315,43 @@ pub(super) async fn place_cutoff<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
-    let scheme = layout.scheme();
-    let sample = sample_buckets(layout.buckets().count());
+    let every = layout.every_bucket().await?;
+    let growing = layout.shape().is_some();
+    let sample = sample_buckets(u32::try_from(every.len()).unwrap_or(u32::MAX));
     let mut entries: Vec<(u64, Vec<u8>)> = Vec::new();
     let (mut sampled_fields, mut sampled_sessions) = (0u64, 0u64);
     for chunk in sample.chunks(512) {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for &bucket in chunk {
-            pipe.hgetall(scheme.bucket_key(bucket));
+        for &i in chunk {
+            pipe.hgetall(layout.key_of(every[i as usize]));
         }
         let replies: Vec<redis::RedisResult<Vec<FieldValue>>> =
             pipe.query_async(&mut layout.connection().clone()).await?;
-        let field_len = layout.buckets().field_len();
-        for (field, value) in replies.into_iter().flatten().flatten() {
-            sampled_fields += 1;
-            // Sessions only: not the pieces of their records, nor markers.
-            if field.len() != field_len {
-                continue;
-            }
-            sampled_sessions += 1;
-            if let Some(expiry) = value_expiry(&value).filter(|&e| e > now) {
-                entries.push((expiry, field));
+        for (&i, reply) in chunk.iter().zip(replies) {
+            let b = every[i as usize];
+            let field_len = layout.field_len_in(b);
+            // A bucket of another type: the eviction reports it.
+            for (field, value) in reply.into_iter().flatten() {
+                if field.is_empty() {
+                    // A growing store's bucket marker.
+                    continue;
+                }
+                sampled_fields += 1;
+                // Sessions only: not the pieces of their records, nor markers.
+                if field.len() != field_len {
+                    continue;
+                }
+                sampled_sessions += 1;
+                let Some(expiry) = value_expiry(&value).filter(|&e| e > now) else {
+                    continue;
+                };
+                let order = if growing {
+                    layout.id_in(b, &field).map(|id| id.as_bytes().to_vec())
+                } else {
+                    Some(field)
+                };
+                entries.extend(order.map(|o| (expiry, o)));
             }
         }
     }
@@ -340,47 +363,133 @@ where
     Ok(cutoff_among(entries, total, max))
 }
 
+/// A session the cap evicts with its record out of line: its field, and
+/// its record's key.
+type OutOfLine = (Vec<u8>, String);
+
+/// Buckets that one cap script visits: those of one index, each with its
+/// member there.
+struct CapUnit {
+    index: String,
+    buckets: Vec<(AnyBucket, u32)>,
+}
+
+/// The cap's scripts: one per group of a store of fixed buckets, one per
+/// index of each group (a band of its trie) of a growing store, by the
+/// shapes read now.
+async fn cap_units<C>(layout: &Compact<C>) -> Result<Vec<CapUnit>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    let Some(shape) = layout.shape() else {
+        let scheme = layout.scheme();
+        return Ok((0..scheme.groups())
+            .map(|g| {
+                let buckets = scheme.group_buckets(g);
+                CapUnit {
+                    index: scheme.index_key(g),
+                    buckets: buckets
+                        .clone()
+                        .map(|b| (AnyBucket::Fixed(b), b - buckets.start))
+                        .collect(),
+                }
+            })
+            .collect());
+    };
+    let mut units: BTreeMap<(u32, u32), CapUnit> = BTreeMap::new();
+    for b in layout.every_bucket().await? {
+        let AnyBucket::Grown(node) = b else { continue };
+        units
+            .entry((node.group, node.index_node()))
+            .or_insert_with(|| CapUnit {
+                index: shape.index_key(node.group, node.index_node()),
+                buckets: Vec::new(),
+            })
+            .buckets
+            .push((b, node.index_member()));
+    }
+    Ok(units.into_values().collect())
+}
+
+/// The number a bucket is reported by: a fixed bucket's own, a growing
+/// store's bucket's group.
+fn reported(b: AnyBucket) -> u32 {
+    match b {
+        AnyBucket::Fixed(n) => n,
+        AnyBucket::Grown(node) => node.group,
+    }
+}
+
+/// The cutoff's field as bucket `b` orders its fields.
+fn cutoff_in<C>(layout: &Compact<C>, b: AnyBucket, cutoff: &Cutoff) -> Vec<u8>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    match (b, layout.shape()) {
+        (AnyBucket::Grown(node), Some(shape)) => {
+            crate::session::id::SessionId::from_slice(&cutoff.field)
+                .map_or_else(Vec::new, |id| shape.field_at(node, &id))
+        }
+        _ => cutoff.field.clone(),
+    }
+}
+
+/// Viewed chunk keys of bucket `b` (a growing store keeps none).
+fn viewed_of<C>(layout: &Compact<C>, b: AnyBucket) -> Vec<String>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    match b {
+        AnyBucket::Fixed(n) => layout.viewed_keys(n),
+        AnyBucket::Grown(_) => Vec::new(),
+    }
+}
+
 /// Removes from every bucket the sessions at or before `cutoff` (and the
-/// expired ones), group by group; live sessions with records out of line
+/// expired ones), index by index; live sessions with records out of line
 /// go with their record keys in a second script per bucket.
 pub(super) async fn evict<C>(layout: &Compact<C>, cutoff: &Cutoff) -> Result<RangeOutcome>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
-    let scheme = layout.scheme();
     let conn = layout.connection();
     let mut out = RangeOutcome::default();
-    let groups: Vec<u32> = (0..scheme.groups()).collect();
-    for chunk in groups.chunks(PIPELINE) {
+    let units = cap_units(layout).await?;
+    for chunk in units.chunks(PIPELINE) {
         let invocations: Vec<_> = chunk
             .iter()
-            .map(|&g| {
-                let buckets = scheme.group_buckets(g);
+            .map(|unit| {
                 let mut inv = COMPACT_CAP.prepare_invoke();
-                inv.key(scheme.index_key(g));
-                for bucket in buckets.clone() {
-                    inv.key(scheme.bucket_key(bucket));
+                inv.key(&unit.index);
+                for &(b, _) in &unit.buckets {
+                    inv.key(layout.key_of(b));
                 }
-                for bucket in buckets.clone() {
-                    for key in layout.viewed_keys(bucket) {
+                for &(b, _) in &unit.buckets {
+                    for key in viewed_of(layout, b) {
                         inv.key(key);
                     }
                 }
-                inv.arg(cutoff.expiry)
-                    .arg(&cutoff.field)
-                    .arg(layout.buckets().field_len());
-                for m in 0..buckets.end - buckets.start {
-                    inv.arg(m);
+                inv.arg(cutoff.expiry);
+                for &(b, member) in &unit.buckets {
+                    inv.arg(member)
+                        .arg(layout.field_len_in(b))
+                        .arg(cutoff_in(layout, b, cutoff));
                 }
                 inv
             })
             .collect();
         let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_CAP).await?;
-        let mut out_of_line: Vec<(u32, Vec<Vec<u8>>)> = Vec::new();
-        for (&g, reply) in chunk.iter().zip(replies) {
-            let base = scheme.group_buckets(g).start;
-            out.buckets += u64::from(scheme.group_buckets(g).end - base);
-            let Some(parts) = group_reply(reply, base, &mut out)? else {
+        let mut out_of_line: Vec<(AnyBucket, Vec<OutOfLine>)> = Vec::new();
+        for (unit, reply) in chunk.iter().zip(replies) {
+            let bucket_of = |member: i64| {
+                unit.buckets
+                    .iter()
+                    .find(|(_, m)| i64::from(*m) == member)
+                    .map(|&(b, _)| b)
+            };
+            out.buckets += unit.buckets.len() as u64;
+            let first = unit.buckets.first().map_or(0, |&(b, _)| reported(b));
+            let Some(parts) = group_reply(reply, first, &mut out)? else {
                 continue;
             };
             let int = |i: usize| int_at(&parts, i).max(0) as u64;
@@ -388,15 +497,29 @@ where
             out.evicted += int(1);
             let pairs = int(2) as usize;
             for pair in parts[3..3 + 2 * pairs].chunks(2) {
-                let member: u32 = redis::from_redis_value_ref(&pair[0]).unwrap_or(0);
+                let member: i64 = redis::from_redis_value_ref(&pair[0]).unwrap_or(-1);
                 let field: Vec<u8> = redis::from_redis_value_ref(&pair[1]).unwrap_or_default();
-                match out_of_line.iter_mut().find(|(b, _)| *b == base + member) {
-                    Some((_, fields)) => fields.push(field),
-                    None => out_of_line.push((base + member, vec![field])),
+                let Some(b) = bucket_of(member) else { continue };
+                let Some(key) = out_of_line_key(layout, b, &field) else {
+                    continue;
+                };
+                match out_of_line.iter_mut().find(|(at, _)| *at == b) {
+                    Some((_, fields)) => fields.push((field, key)),
+                    None => out_of_line.push((b, vec![(field, key)])),
                 }
             }
             for member in &parts[3 + 2 * pairs..] {
-                bad_member(member, base, &mut out);
+                let m: i64 = redis::from_redis_value_ref(member).unwrap_or(0);
+                let (member, why) = if m >= 0 {
+                    (m, "WRONGTYPE: a bucket key of another type")
+                } else {
+                    (
+                        -m - 1,
+                        "CORRUPT: a value in neither the integer nor the binary form",
+                    )
+                };
+                let at = bucket_of(member).map_or(first, reported);
+                out.bad_bucket(at, why.into());
             }
         }
         if out_of_line.is_empty() {
@@ -404,31 +527,46 @@ where
         }
         let invocations: Vec<_> = out_of_line
             .iter()
-            .map(|(bucket, fields)| {
+            .map(|(b, fields)| {
                 let mut inv = COMPACT_EVICT.prepare_invoke();
-                inv.key(scheme.bucket_key(*bucket));
-                for field in fields {
-                    inv.key(scheme.out_of_line_key(*bucket, field));
-                }
-                for key in layout.viewed_keys(*bucket) {
+                inv.key(layout.key_of(*b));
+                for (_, key) in fields {
                     inv.key(key);
                 }
-                inv.arg(cutoff.expiry).arg(&cutoff.field);
-                for field in fields {
+                for key in viewed_of(layout, *b) {
+                    inv.key(key);
+                }
+                inv.arg(cutoff.expiry).arg(cutoff_in(layout, *b, cutoff));
+                for (field, _) in fields {
                     inv.arg(field);
                 }
                 inv
             })
             .collect();
         let replies = scripts::pipelined_each(conn, &invocations, &COMPACT_EVICT).await?;
-        for ((bucket, _), reply) in out_of_line.iter().zip(replies) {
+        for ((b, _), reply) in out_of_line.iter().zip(replies) {
             match reply.and_then(|v| redis::from_redis_value::<u64>(v).map_err(Into::into)) {
                 Ok(n) => out.evicted += n,
-                Err(e) => out.bad_bucket(*bucket, e.to_string()),
+                Err(e) => out.bad_bucket(reported(*b), e.to_string()),
             }
         }
     }
     Ok(out)
+}
+
+/// The key of the record out of line of the session under `field` in
+/// bucket `b`; `None` for a field no id of a growing store's has (no
+/// session of the store's is under it).
+fn out_of_line_key<C>(layout: &Compact<C>, b: AnyBucket, field: &[u8]) -> Option<String>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
+    match (b, layout.shape()) {
+        (AnyBucket::Grown(node), Some(shape)) => shape
+            .id_of(node, field)
+            .map(|id| shape.out_of_line_key(&id)),
+        _ => Some(layout.scheme().out_of_line_key(reported(b), field)),
+    }
 }
 
 /// A group script's reply as its parts; `None` (the group reported bad at

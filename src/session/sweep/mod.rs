@@ -512,8 +512,11 @@ where
     /// sampled sessions, `n` live in all and a share `q` to evict, the number
     /// kept differs from the cap by at most about `3 n sqrt(q (1 - q) / s)`
     /// (three standard errors of the sampled quantile), plus those created
-    /// or touched past the cutoff during the enforcement; with every bucket
-    /// sampled the sampling term is zero, and the cap is exact.
+    /// or touched past the cutoff during the enforcement (and in a growing
+    /// store those in buckets split or merged during it, which the next
+    /// enforcement reaches); with every bucket sampled the sampling term is
+    /// zero, and the cap is exact. A growing store's cutoff is in (expiry,
+    /// id) order, its buckets' fields being of several lengths.
     pub async fn enforce_cap(&self) -> Result<PassReport> {
         let started = Instant::now();
         let mut report = PassReport::default();
@@ -548,13 +551,6 @@ where
     }
 
     async fn cap_under_lease(&self, max: u64, report: &mut PassReport) -> Result<()> {
-        if let SweepTarget::Compact(l) = &self.target
-            && l.shape().is_some()
-        {
-            return Err(Error::Config(
-                "a growing store keeps no session cap: open it with fixed buckets".into(),
-            ));
-        }
         let now = server_time(self.conn()).await?;
         let outcome = match &self.target {
             SweepTarget::Bucketed(layout) => {

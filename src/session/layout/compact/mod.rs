@@ -63,6 +63,7 @@ pub(crate) mod user_index;
 mod users;
 pub(crate) mod viewed;
 
+pub(crate) use growth::AnyBucket;
 pub use growth::Reshaping;
 use growth::{Growth, REROUTES, Route};
 pub use health::Health;
@@ -206,7 +207,7 @@ impl CompactConfig {
     /// slots by its `2^bucket_bits` groups: on a cluster of many primaries
     /// give it more ([`CompactConfig::with_growth`]). The store's record
     /// format is then [`GROWING_FORMAT`], which earlier versions refuse to
-    /// open. It keeps no viewed items and no session cap, and needs a
+    /// open. It keeps no viewed items, and needs a
     /// sweeper ([`Expiry::Swept`]).
     pub fn growing() -> Self {
         Self::new(DEFAULT_GROWING_BITS).with_growth()
