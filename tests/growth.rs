@@ -138,12 +138,20 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
     }
     let keys: Vec<String> = raw.keys("sp:{*").await.unwrap();
     for key in keys {
-        let kind = key.rsplit(':').next().unwrap_or_default();
-        // Bucket keys are the only ones named by hex digits alone.
-        if kind.bytes().all(|b| b.is_ascii_hexdigit())
-            && !key.contains(":o:")
-            && !names.contains(&key)
-        {
+        let (owner, kind) = key.rsplit_once(':').unwrap_or_default();
+        // Bucket keys are the only ones named by hex digits alone; a
+        // viewed chunk's is its bucket's and `:v<chunk>`.
+        let chunk = kind
+            .strip_prefix('v')
+            .is_some_and(|c| c.parse::<u8>().is_ok());
+        let stray = if chunk {
+            !names.contains(owner)
+        } else {
+            kind.bytes().all(|b| b.is_ascii_hexdigit())
+                && !key.contains(":o:")
+                && !names.contains(&key)
+        };
+        if stray {
             out.strays.push(key);
         }
     }
@@ -401,13 +409,14 @@ async fn a_growing_namespace_refuses_what_it_does_not_keep() {
     let conn = common::manager(&server).await;
     let fixed = Compact::new(conn.clone(), CompactConfig::new(DEFAULT_GROWING_BITS)).await;
     assert!(matches!(fixed, Err(Error::Config(_))), "{fixed:?}");
-    let viewed = CompactConfig::growing()
+    let expiring = CompactConfig::growing()
         .with_namespace("other")
-        .with_viewed(Default::default());
-    assert!(matches!(
-        Compact::new(conn.clone(), viewed).await,
-        Err(Error::Config(_))
-    ));
+        .with_server_expiry();
+    let refused = Compact::new(conn.clone(), expiring).await;
+    assert!(
+        matches!(&refused, Err(Error::Config(m)) if m.contains("growing")),
+        "{refused:?}"
+    );
     common::set_eviction_policy(&server, "allkeys-lru");
     let evicting = Compact::new(conn, CompactConfig::growing().with_namespace("third")).await;
     assert!(matches!(evicting, Err(Error::Config(_))), "{evicting:?}");
@@ -881,4 +890,111 @@ async fn the_session_cap_keeps_exactly_the_latest_sessions_of_a_growing_store() 
             .unwrap();
         assert!(marked, "{node:?} lost its marker");
     }
+}
+
+/// Every chunk field of a growing store's viewed items that no session of
+/// its bucket holds: what a split, merge or removal left behind.
+async fn viewed_orphans(
+    raw: &mut redis::aio::MultiplexedConnection,
+    layout: &Compact<Conn>,
+) -> Vec<String> {
+    let shape = layout.shape().unwrap();
+    let mut out = Vec::new();
+    for group in 0..shape.group_count() {
+        for node in layout.group_buckets(group).await.unwrap() {
+            for c in 0..layout.viewed_chunks() {
+                let key = shape.viewed_key(node, c);
+                let fields: Vec<Vec<u8>> = raw.hkeys(&key).await.unwrap();
+                for field in fields {
+                    let held: bool = raw.hexists(shape.bucket_key(node), &field).await.unwrap();
+                    if !held {
+                        out.push(format!("{key} {}", hex::encode(&field)));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Viewed items live in chunks beside each bucket, a field per session:
+/// splits and merges move them with their sessions, so each session's
+/// list reads whole through splits (from a process whose shape is stale
+/// too) and through merges, and no chunk field outlives its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewed_items_move_with_their_sessions_through_splits_and_merges() {
+    use sessionpack::viewed::ViewedConfig;
+    let server = server();
+    let mut raw = common::raw(&server).await;
+    let config = two_groups().with_viewed(ViewedConfig::new(25, 4));
+    let layout = Compact::new(common::manager(&server).await, config.clone())
+        .await
+        .unwrap();
+    let stale = Compact::new(common::manager(&server).await, config)
+        .await
+        .unwrap();
+    let mut made = Vec::new();
+    for n in 0..400usize {
+        let id = layout.new_id().await.unwrap();
+        let inserted = layout
+            .insert_new(&id, &record_for(n), Deadline::In(3600))
+            .await
+            .unwrap();
+        assert!(matches!(inserted, Inserted::Created { .. }));
+        // Thirty views, two chunks' worth: the newest 25 stay.
+        let items: Vec<Vec<u8>> = (0..30u16).map(|i| vec![(n % 251) as u8, i as u8]).collect();
+        assert!(layout.view_many(&id, &items, None).await.unwrap().is_some());
+        let newest: Vec<Vec<u8>> = items.iter().rev().take(25).cloned().collect();
+        made.push((id, n, newest));
+    }
+    let grown = survey(&mut raw, &layout).await;
+    assert!(grown.buckets.len() > 32, "{} buckets", grown.buckets.len());
+    assert!(grown.strays.is_empty(), "{:?}", grown.strays);
+    for (id, _, newest) in &made {
+        assert_eq!(stale.viewed(id).await.unwrap().as_ref(), Some(newest));
+    }
+    assert!(viewed_orphans(&mut raw, &layout).await.is_empty());
+    // All but 20 cut short, swept, and the buckets merged back.
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    for (id, n, _) in &made[20..] {
+        layout.save(id, &record_for(*n), now + 1).await.unwrap();
+    }
+    loop {
+        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+        if t > now + 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let pass = sweeper.sweep_range(0..sweeper.units()).await.unwrap();
+    assert_eq!(pass.reclaimed, 380);
+    assert!(pass.merges > 0, "{pass:?}");
+    let after = survey(&mut raw, &layout).await;
+    assert!(after.strays.is_empty(), "{:?}", after.strays);
+    for (id, _, newest) in &made[..20] {
+        assert_eq!(stale.viewed(id).await.unwrap().as_ref(), Some(newest));
+    }
+    for (id, _, _) in &made[20..] {
+        assert_eq!(layout.viewed(id).await.unwrap(), None);
+    }
+    assert_eq!(
+        viewed_orphans(&mut raw, &layout).await,
+        Vec::<String>::new()
+    );
+    // Deletes and the session cap take the lists with their sessions.
+    for (id, _, _) in &made[..5] {
+        assert!(stale.delete(id, None).await.unwrap());
+    }
+    let capped = Sweeper::new(layout.clone(), SweepConfig::default().with_max_sessions(10));
+    assert_eq!(capped.enforce_cap().await.unwrap().evicted, 5);
+    let left = layout
+        .load_many(&made.iter().map(|m| m.0).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert_eq!(left.iter().filter(|s| s.is_some()).count(), 10);
+    assert_eq!(
+        viewed_orphans(&mut raw, &layout).await,
+        Vec::<String>::new()
+    );
 }

@@ -1,5 +1,6 @@
 -- Merges two sibling buckets of a growing store back into their parent
--- (shape_common.lua gives KEYS and ARGV): the reverse of compact_split.lua.
+-- (shape_common.lua gives KEYS and ARGV): the reverse of compact_split.lua,
+-- viewed chunks and all.
 -- The parent's index entry is the earlier of the children's.
 -- ARGV[3]: merge only children holding at most this many fields together
 -- Returns {1, epoch} when merged (epoch the new shape's), {0, epoch} when
@@ -13,25 +14,13 @@ if not (is_leaf(trie, parent * 2) and is_leaf(trie, parent * 2 + 1))
 end
 check_free(KEYS[2])
 local place = tonumber(ARGV[2])
-local bit = 2 ^ (7 - place)
-local merged = {}
-for child = 0, 1 do
-  local pairs = redis.call('HGETALL', KEYS[3 + child])
-  for i = 1, #pairs, 2 do
-    local field = pairs[i]
-    if field ~= MARKER then
-      if place == 7 then
-        field = string.char(child) .. field
-      else
-        field = string.char(string.byte(field, 1) + child * bit) .. string.sub(field, 2)
-      end
-      merged[#merged + 1] = field
-      merged[#merged + 1] = pairs[i + 1]
-    end
-  end
-end
-fill(KEYS[2], merged)
+fill(KEYS[2], merged_pairs(KEYS[3], KEYS[4], place))
 redis.call('DEL', KEYS[3], KEYS[4])
+local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)
+for c = 1, #chunks do
+  hset_all(chunks[c], merged_pairs(c0_chunks[c], c1_chunks[c], place))
+  redis.call('DEL', c0_chunks[c], c1_chunks[c])
+end
 local first = redis.call('ZSCORE', KEYS[6], ARGV[5])
 local second = redis.call('ZSCORE', KEYS[7], ARGV[6])
 redis.call('ZREM', KEYS[6], ARGV[5])

@@ -1,8 +1,9 @@
 -- Splits a growing store's bucket in two (shape_common.lua gives KEYS and
 -- ARGV): each field goes to the child its next bit names, rewritten for
--- the child's level; the bucket's index entry, a lower bound of its
--- earliest expiry, becomes each child's; the bucket's key goes, marker and
--- all, so a caller routing by the old shape finds no marker there.
+-- the child's level, and so does each field of its viewed chunks; the
+-- bucket's index entry, a lower bound of its earliest expiry, becomes each
+-- child's; the bucket's key goes, marker and all, so a caller routing by
+-- the old shape finds no marker there.
 -- ARGV[3]: split only a bucket holding more fields than this (0: any),
 --          so callers that all saw the bucket full split it once
 -- Returns {1, epoch} when split (epoch the new shape's), {0, epoch} when
@@ -14,26 +15,17 @@ end
 check_free(KEYS[3])
 check_free(KEYS[4])
 local place = tonumber(ARGV[2])
-local bit = 2 ^ (7 - place)
-local halves = {{}, {}}
-local pairs = redis.call('HGETALL', KEYS[2])
-for i = 1, #pairs, 2 do
-  local field = pairs[i]
-  if field ~= MARKER then
-    local first = string.byte(field, 1)
-    local half = halves[math.floor(first / bit) % 2 + 1]
-    if place == 7 then
-      field = string.sub(field, 2)
-    else
-      field = string.char(first % bit) .. string.sub(field, 2)
-    end
-    half[#half + 1] = field
-    half[#half + 1] = pairs[i + 1]
-  end
-end
+local halves = split_pairs(KEYS[2], place)
 fill(KEYS[3], halves[1])
 fill(KEYS[4], halves[2])
 redis.call('DEL', KEYS[2])
+local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)
+for c = 1, #chunks do
+  local chunk = split_pairs(chunks[c], place)
+  hset_all(c0_chunks[c], chunk[1])
+  hset_all(c1_chunks[c], chunk[2])
+  redis.call('DEL', chunks[c])
+end
 local score = redis.call('ZSCORE', KEYS[5], ARGV[4])
 if score then
   redis.call('ZREM', KEYS[5], ARGV[4])

@@ -14,6 +14,11 @@
 -- ARGV[3]: the limit on the fields moved (see each script)
 -- ARGV[4]: the parent's member in its index; ARGV[5], ARGV[6]: the
 --          children's
+-- ARGV[7]: m, the viewed chunks each bucket has (src/viewed/mod.rs), 0
+--          where the store keeps no viewed items; KEYS[8..7 + m] are the
+--          parent's, KEYS[8 + m..7 + 2m] and KEYS[8 + 2m..7 + 3m] its
+--          children's. A chunk's fields are its bucket's session fields,
+--          rewritten as they are.
 -- Each script checks the nodes against the shape it finds (not the epoch
 -- the caller read): a split of another bucket of the group meanwhile
 -- changes nothing for these.
@@ -70,13 +75,75 @@ local function with_bit(trie, n, on)
   return string.sub(trie, 1, at - 1) .. string.char(byte) .. string.sub(trie, at + 1)
 end
 
--- Writes `pairs` (field, value, ...) into a new bucket `key`, the marker
--- first, so a read finds it at once.
-local function fill(key, pairs)
-  redis.call('HSET', key, MARKER, '1')
+-- Writes `pairs` (field, value, ...) into `key`.
+local function hset_all(key, pairs)
   for j = 1, #pairs, 1000 do
     redis.call('HSET', key, unpack(pairs, j, math.min(j + 999, #pairs)))
   end
+end
+
+-- Writes `pairs` into a new bucket `key`, the marker first, so a read
+-- finds it at once.
+local function fill(key, pairs)
+  redis.call('HSET', key, MARKER, '1')
+  hset_all(key, pairs)
+end
+
+-- The viewed chunk keys of the parent (0), or of child 1 or 2.
+local function chunks_of(which)
+  local m = tonumber(ARGV[7] or '0')
+  local keys = {}
+  for c = 1, m do
+    keys[c] = KEYS[7 + which * m + c]
+  end
+  return keys
+end
+
+-- Splits the fields of `key` (but the marker) into the two children's,
+-- rewritten for their level by the bit at `place`: {child 0's pairs,
+-- child 1's pairs}.
+local function split_pairs(key, place)
+  local bit = 2 ^ (7 - place)
+  local halves = {{}, {}}
+  local pairs = redis.call('HGETALL', key)
+  for i = 1, #pairs, 2 do
+    local field = pairs[i]
+    if field ~= MARKER then
+      local first = string.byte(field, 1)
+      local half = halves[math.floor(first / bit) % 2 + 1]
+      if place == 7 then
+        field = string.sub(field, 2)
+      else
+        field = string.char(first % bit) .. string.sub(field, 2)
+      end
+      half[#half + 1] = field
+      half[#half + 1] = pairs[i + 1]
+    end
+  end
+  return halves
+end
+
+-- The fields of the children's `c0` and `c1` (but their markers),
+-- rewritten for the parent's level by the bit at `place`.
+local function merged_pairs(c0, c1, place)
+  local bit = 2 ^ (7 - place)
+  local merged = {}
+  for child, key in ipairs({c0, c1}) do
+    local pairs = redis.call('HGETALL', key)
+    for i = 1, #pairs, 2 do
+      local field = pairs[i]
+      if field ~= MARKER then
+        if place == 7 then
+          field = string.char(child - 1) .. field
+        else
+          field = string.char(string.byte(field, 1) + (child - 1) * bit) .. string.sub(field, 2)
+        end
+        merged[#merged + 1] = field
+        merged[#merged + 1] = pairs[i + 1]
+      end
+    end
+  end
+  return merged
 end
 
 -- The fields a bucket holds besides its marker.

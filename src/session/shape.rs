@@ -300,6 +300,11 @@ impl Shape {
         )
     }
 
+    /// Chunk `chunk` of bucket `node`'s viewed items ([`crate::viewed`]).
+    pub fn viewed_key(&self, node: Node, chunk: usize) -> String {
+        format!("{}:v{chunk}", self.bucket_key(node))
+    }
+
     /// The index ZSET of index node `index_node` of `group`.
     pub fn index_key(&self, group: u32, index_node: u32) -> String {
         format!(

@@ -200,6 +200,11 @@ where
                 for &node in nodes {
                     inv.key(shape.bucket_key(node));
                 }
+                for &node in nodes {
+                    for key in viewed_of(layout, AnyBucket::Grown(node)) {
+                        inv.key(key);
+                    }
+                }
                 inv.arg(nodes.len());
                 for node in nodes {
                     inv.arg(node.index_member());
@@ -434,14 +439,18 @@ where
     }
 }
 
-/// Viewed chunk keys of bucket `b` (a growing store keeps none).
+/// Viewed chunk keys of bucket `b`; none where the store keeps no viewed
+/// items.
 fn viewed_of<C>(layout: &Compact<C>, b: AnyBucket) -> Vec<String>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
-    match b {
-        AnyBucket::Fixed(n) => layout.viewed_keys(n),
-        AnyBucket::Grown(_) => Vec::new(),
+    match (b, layout.shape()) {
+        (AnyBucket::Grown(node), Some(shape)) => (0..layout.viewed_chunks())
+            .map(|c| shape.viewed_key(node, c))
+            .collect(),
+        (AnyBucket::Fixed(n), _) => layout.viewed_keys(n),
+        (AnyBucket::Grown(_), None) => Vec::new(),
     }
 }
 

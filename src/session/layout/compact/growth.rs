@@ -64,8 +64,8 @@ impl Growth {
     }
 
     /// The names a call on `id` needs, routed by this process's copy of
-    /// its group's shape.
-    pub(crate) fn keys(&self, id: &SessionId) -> Keys {
+    /// its group's shape; `chunks` viewed chunk keys per bucket.
+    pub(crate) fn keys(&self, id: &SessionId, chunks: usize) -> Keys {
         let group = self.shape.group_of(id);
         let shape = self.cache.get(group);
         let node = self.shape.leaf(&shape, id);
@@ -74,8 +74,9 @@ impl Growth {
             index: self.shape.index_of(node),
             member: node.index_member(),
             field: self.shape.field(node, id),
-            // Names viewed chunks, which a growing store does not keep.
-            bucket_no: group,
+            viewed: (0..chunks)
+                .map(|c| self.shape.viewed_key(node, c))
+                .collect(),
             out_of_line: self.shape.out_of_line_key(id),
             route: Some(Route {
                 node,
@@ -318,20 +319,28 @@ where
         let growth = self.growing()?;
         let s = &growth.shape;
         let key = s.bucket_key(parent);
-        let (done, now): (u8, u64) = script
-            .key(s.shape_key(parent.group))
+        let chunks = self.viewed_chunks();
+        let mut inv = script.prepare_invoke();
+        inv.key(s.shape_key(parent.group))
             .key(&key)
             .key(s.bucket_key(c0))
             .key(s.bucket_key(c1))
             .key(s.index_of(parent))
             .key(s.index_of(c0))
-            .key(s.index_of(c1))
-            .arg(parent.node)
+            .key(s.index_of(c1));
+        for node in [parent, c0, c1] {
+            for c in 0..chunks {
+                inv.key(s.viewed_key(node, c));
+            }
+        }
+        inv.arg(parent.node)
             .arg(bit)
             .arg(limit)
             .arg(parent.index_member())
             .arg(c0.index_member())
             .arg(c1.index_member())
+            .arg(chunks);
+        let (done, now): (u8, u64) = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| Error::from_redis(e, || key.clone()))?;

@@ -207,8 +207,7 @@ impl CompactConfig {
     /// slots by its `2^bucket_bits` groups: on a cluster of many primaries
     /// give it more ([`CompactConfig::with_growth`]). The store's record
     /// format is then [`GROWING_FORMAT`], which earlier versions refuse to
-    /// open. It keeps no viewed items, and needs a
-    /// sweeper ([`Expiry::Swept`]).
+    /// open. It needs a sweeper ([`Expiry::Swept`]).
     pub fn growing() -> Self {
         Self::new(DEFAULT_GROWING_BITS).with_growth()
     }
@@ -661,7 +660,8 @@ pub(crate) struct Keys {
     pub(crate) index: String,
     pub(crate) member: u32,
     pub(crate) field: Vec<u8>,
-    pub(crate) bucket_no: u32,
+    /// The bucket's viewed chunk keys, where the store keeps viewed items.
+    pub(crate) viewed: Vec<String>,
     /// Where the session's record goes when it is out of line.
     pub(crate) out_of_line: String,
     /// In a growing store, the bucket and the shape it was chosen by.
@@ -778,22 +778,15 @@ where
         Ok(())
     }
 
-    /// What a growing store does not keep: viewed items, fields the
-    /// server expires.
+    /// What a growing store does not keep: fields the server expires.
     fn check_growing(config: &CompactConfig) -> Result<()> {
-        let refused = if config.viewed.is_some() {
-            Some("viewed items")
-        } else if config.expiry == Expiry::Server {
-            Some("fields the server expires")
-        } else {
-            None
-        };
-        match refused {
-            Some(what) => Err(Error::Config(format!(
-                "a growing store keeps no {what}: open it with fixed buckets"
-            ))),
-            None => Ok(()),
+        if config.expiry == Expiry::Server {
+            return Err(Error::Config(
+                "a growing store keeps no fields the server expires: open it with fixed buckets"
+                    .into(),
+            ));
         }
+        Ok(())
     }
 
     /// The same layout with buckets that split and merge as it grows and
@@ -951,7 +944,7 @@ where
 
     pub(crate) fn keys(&self, id: &SessionId) -> Keys {
         if let Some(growth) = &self.growth {
-            return growth.keys(id);
+            return growth.keys(id, self.viewed_chunks());
         }
         let bucket = self.buckets().bucket_of(id);
         let field = self.buckets().field(id);
@@ -961,7 +954,7 @@ where
             member: self.scheme.member(bucket),
             out_of_line: self.scheme.out_of_line_key(bucket, &field),
             field,
-            bucket_no: bucket,
+            viewed: self.viewed_keys(bucket),
             route: None,
         }
     }
@@ -1071,7 +1064,7 @@ where
     fn invocation<'a>(&self, script: &'a Script, k: &Keys) -> ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(&k.bucket).key(&k.index).key(&k.out_of_line);
-        for key in self.viewed_keys(k.bucket_no) {
+        for key in &k.viewed {
             inv.key(key);
         }
         inv.arg(&k.field).arg(k.member);
@@ -1166,19 +1159,6 @@ where
             }
         }
         Err(self.reshaped(id))
-    }
-
-    /// A script call made ready, on a store of fixed buckets: the user
-    /// index's and viewed items' scripts, which a growing store does not
-    /// run.
-    async fn call_fixed<T: redis::FromRedisValue>(
-        &self,
-        id: &SessionId,
-        inv: &ScriptInvocation<'_>,
-    ) -> Result<T> {
-        inv.invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))
     }
 
     fn reshaped(&self, id: &SessionId) -> Error {
@@ -1536,7 +1516,7 @@ where
         seen_len: Option<usize>,
     ) -> Result<Option<bool>> {
         let mut conn = self.conn.clone();
-        let viewed = self.viewed_keys(k.bucket_no);
+        let viewed = &k.viewed;
         let seen = seen_len.filter(|&len| self.fits(len));
         let mut fields = vec![k.field.clone()];
         match seen {
@@ -1570,7 +1550,7 @@ where
             if seen.is_none() {
                 pipe.del(&k.out_of_line).ignore();
             }
-            for key in &viewed {
+            for key in viewed {
                 pipe.hdel(key, &k.field).ignore();
             }
             if routed {

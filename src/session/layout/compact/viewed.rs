@@ -237,11 +237,6 @@ where
             Some(secs) => check_ttl(secs)?.to_string(),
             None => String::new(),
         };
-        let mut inv = self.invocation(self.script(&VIEWED_ADD), &self.keys(id));
-        inv.arg(ttl)
-            .arg(config.keep)
-            .arg(CHUNK_BYTES)
-            .arg(config.item_bytes);
         // Only the newest `keep` distinct items can stay: the script need
         // not see more (however long a batch a caller passes).
         let mut newest: Vec<&[u8]> = Vec::new();
@@ -253,10 +248,18 @@ where
                 newest.push(item.as_ref());
             }
         }
-        for item in newest.iter().rev() {
-            inv.arg(entry(kind, item));
-        }
-        self.call_fixed(id, &inv).await
+        self.call(id, |k| {
+            let mut inv = self.invocation(self.script(&VIEWED_ADD), k);
+            inv.arg(&ttl)
+                .arg(config.keep)
+                .arg(CHUNK_BYTES)
+                .arg(config.item_bytes);
+            for item in newest.iter().rev() {
+                inv.arg(entry(kind, item));
+            }
+            inv
+        })
+        .await
     }
 
     /// The items the live session `id` viewed, newest first, as stored;
@@ -274,30 +277,48 @@ where
     pub(crate) async fn viewed_entries(&self, id: &SessionId) -> Result<Option<Vec<Vec<u8>>>> {
         let config = self.viewed_or_refuse()?;
         id.check_width(self.buckets().id_width())?;
-        let k = self.keys(id);
-        let mut pipe = redis::pipe();
-        pipe.atomic().hget(&k.bucket, &k.field);
-        for key in self.viewed_keys(k.bucket_no) {
-            pipe.hget(key, &k.field);
+        for _ in 0..super::REROUTES {
+            let k = self.keys(id);
+            let mut pipe = redis::pipe();
+            pipe.atomic().hget(&k.bucket, &k.field);
+            for key in &k.viewed {
+                pipe.hget(key, &k.field);
+            }
+            // A growing store's bucket answers for its marker too: one
+            // without it may have been split or merged away.
+            if k.route.is_some() {
+                pipe.hexists(&k.bucket, "");
+            }
+            let replies = query_reads(&mut pipe, &self.conn, &self.clock)
+                .await
+                .map_err(self.error(id))?;
+            let mut replies = replies.into_iter();
+            if k.route.is_some() {
+                let marked: bool =
+                    redis::from_redis_value(replies.next_back().unwrap_or(redis::Value::Nil))?;
+                if !marked {
+                    if self.reroute(id, &k, false).await? {
+                        continue;
+                    }
+                    return Ok(None);
+                }
+            }
+            let value: Option<Vec<u8>> =
+                redis::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))?;
+            if self.live(id, value, None).await?.is_none() {
+                return Ok(None);
+            }
+            let chunks = replies
+                .map(redis::from_redis_value)
+                .collect::<std::result::Result<Vec<Option<Vec<u8>>>, _>>()?;
+            return parse_chunks(&chunks, config.item_bytes)
+                .map(Some)
+                .ok_or_else(|| Error::CorruptRecord {
+                    location: self.buckets().location(id),
+                    reason: "a viewed chunk is not a list of length-prefixed items".into(),
+                });
         }
-        let replies = query_reads(&mut pipe, &self.conn, &self.clock)
-            .await
-            .map_err(self.error(id))?;
-        let mut replies = replies.into_iter();
-        let value: Option<Vec<u8>> =
-            redis::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))?;
-        if self.live(id, value, None).await?.is_none() {
-            return Ok(None);
-        }
-        let chunks = replies
-            .map(redis::from_redis_value)
-            .collect::<std::result::Result<Vec<Option<Vec<u8>>>, _>>()?;
-        parse_chunks(&chunks, config.item_bytes)
-            .map(Some)
-            .ok_or_else(|| Error::CorruptRecord {
-                location: self.buckets().location(id),
-                reason: "a viewed chunk is not a list of length-prefixed items".into(),
-            })
+        Err(self.reshaped(id))
     }
 
     /// Gives `to` the viewed items of `from` (a rotation, before `from` is
