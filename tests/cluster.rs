@@ -551,6 +551,58 @@ async fn the_user_index_holds_on_a_growing_store_on_a_cluster() {
     assert!(reshapes >= 4, "only {reshapes} splits and merges");
 }
 
+/// Viewed items and the session cap on a growing store on a cluster:
+/// splits move a bucket's chunk fields in the same script (every key of a
+/// group in its slot), and the cap's cutoff keeps the latest sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewed_items_and_the_cap_hold_on_a_growing_store_on_a_cluster() {
+    use sessionpack::viewed::ViewedConfig;
+    use sessionpack::{Deadline, Layout};
+    let c = start();
+    for node in c.nodes() {
+        common::set_hash_entries(node, 16);
+    }
+    let config = CompactConfig::new(2)
+        .with_growth()
+        .with_namespace("vg")
+        .with_viewed(ViewedConfig::new(25, 4));
+    let layout = Compact::new(conn(&c).await, config).await.unwrap();
+    let mut raw = conn(&c).await;
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let mut made = Vec::new();
+    for n in 0..300u64 {
+        let id = layout.new_id().await.unwrap();
+        let record = sessionpack::session::record::encode(&(70_000 + n), &()).unwrap();
+        layout
+            .insert_new(&id, &record, Deadline::At(now + 1000 + n))
+            .await
+            .unwrap();
+        let items: Vec<Vec<u8>> = (0..3u8).map(|i| vec![n as u8, i]).collect();
+        layout.view_many(&id, &items, None).await.unwrap();
+        made.push(id);
+    }
+    let shape = layout.shape().unwrap();
+    let mut buckets = 0;
+    for group in 0..shape.group_count() {
+        buckets += layout.group_buckets(group).await.unwrap().len();
+    }
+    assert!(buckets > 16, "{buckets} buckets");
+    let sweeper = Sweeper::new(
+        layout.clone(),
+        SweepConfig::default().with_max_sessions(100),
+    );
+    assert_eq!(sweeper.enforce_cap().await.unwrap().evicted, 200);
+    for (n, id) in made.iter().enumerate() {
+        let items = layout.viewed(id).await.unwrap();
+        if n < 200 {
+            assert_eq!(items, None, "session {n} outlived the cap");
+        } else {
+            let newest: Vec<Vec<u8>> = (0..3u8).rev().map(|i| vec![n as u8, i]).collect();
+            assert_eq!(items, Some(newest), "session {n}");
+        }
+    }
+}
+
 suite_on_cluster!(growing_compact_layout_behaves_on_a_cluster, |conn, ns| {
     Compact::new(conn, CompactConfig::growing().with_namespace(ns))
         .await
