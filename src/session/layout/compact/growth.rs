@@ -64,8 +64,8 @@ impl Growth {
     }
 
     /// The names a call on `id` needs, routed by this process's copy of
-    /// its group's shape; `chunks` viewed chunk keys per bucket.
-    pub(crate) fn keys(&self, id: &SessionId, chunks: usize) -> Keys {
+    /// its group's shape.
+    pub(crate) fn keys(&self, id: &SessionId) -> Keys {
         let group = self.shape.group_of(id);
         let shape = self.cache.get(group);
         let node = self.shape.leaf(&shape, id);
@@ -74,9 +74,8 @@ impl Growth {
             index: self.shape.index_of(node),
             member: node.index_member(),
             field: self.shape.field(node, id),
-            viewed: (0..chunks)
-                .map(|c| self.shape.viewed_key(node, c))
-                .collect(),
+            // Its viewed chunks are named by the route's node.
+            bucket_no: group,
             out_of_line: self.shape.out_of_line_key(id),
             route: Some(Route {
                 node,

@@ -660,8 +660,9 @@ pub(crate) struct Keys {
     pub(crate) index: String,
     pub(crate) member: u32,
     pub(crate) field: Vec<u8>,
-    /// The bucket's viewed chunk keys, where the store keeps viewed items.
-    pub(crate) viewed: Vec<String>,
+    /// A fixed bucket's number (a growing store's bucket is its route's
+    /// node), which names its viewed chunks ([`Compact::chunk_keys`]).
+    pub(crate) bucket_no: u32,
     /// Where the session's record goes when it is out of line.
     pub(crate) out_of_line: String,
     /// In a growing store, the bucket and the shape it was chosen by.
@@ -944,7 +945,7 @@ where
 
     pub(crate) fn keys(&self, id: &SessionId) -> Keys {
         if let Some(growth) = &self.growth {
-            return growth.keys(id, self.viewed_chunks());
+            return growth.keys(id);
         }
         let bucket = self.buckets().bucket_of(id);
         let field = self.buckets().field(id);
@@ -954,8 +955,19 @@ where
             member: self.scheme.member(bucket),
             out_of_line: self.scheme.out_of_line_key(bucket, &field),
             field,
-            viewed: self.viewed_keys(bucket),
+            bucket_no: bucket,
             route: None,
+        }
+    }
+
+    /// The viewed chunk keys of the bucket `k` names; none where the store
+    /// keeps no viewed items. Named only by the calls that send them.
+    pub(crate) fn chunk_keys(&self, k: &Keys) -> Vec<String> {
+        match (k.route, self.shape()) {
+            (Some(route), Some(shape)) => (0..self.viewed_chunks())
+                .map(|c| shape.viewed_key(route.node, c))
+                .collect(),
+            _ => self.viewed_keys(k.bucket_no),
         }
     }
 
@@ -1064,7 +1076,7 @@ where
     fn invocation<'a>(&self, script: &'a Script, k: &Keys) -> ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(&k.bucket).key(&k.index).key(&k.out_of_line);
-        for key in &k.viewed {
+        for key in self.chunk_keys(k) {
             inv.key(key);
         }
         inv.arg(&k.field).arg(k.member);
@@ -1516,7 +1528,7 @@ where
         seen_len: Option<usize>,
     ) -> Result<Option<bool>> {
         let mut conn = self.conn.clone();
-        let viewed = &k.viewed;
+        let viewed = self.chunk_keys(k);
         let seen = seen_len.filter(|&len| self.fits(len));
         let mut fields = vec![k.field.clone()];
         match seen {

@@ -281,7 +281,7 @@ where
             let k = self.keys(id);
             let mut pipe = redis::pipe();
             pipe.atomic().hget(&k.bucket, &k.field);
-            for key in &k.viewed {
+            for key in self.chunk_keys(&k) {
                 pipe.hget(key, &k.field);
             }
             // A growing store's bucket answers for its marker too: one
