@@ -63,6 +63,18 @@ async fn insert_all(layout: &Compact<Conn>, n: usize) -> Vec<SessionId> {
     ids
 }
 
+/// Waits until the server's clock has passed `at` (an event, not a guess
+/// at how long that takes).
+async fn wait_past(raw: &mut redis::aio::MultiplexedConnection, at: u64) {
+    loop {
+        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(raw).await.unwrap();
+        if t > at {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Every bucket of the current shape, and what the keyspace holds besides:
 /// buckets of no shape would be sessions no one finds.
 struct Layouted {
@@ -346,13 +358,7 @@ async fn the_sweeper_reclaims_expired_sessions_and_merges_the_buckets_back() {
     }
     // Wait for the server's clock to pass the expiry (an event, not a
     // guess at how long that takes).
-    loop {
-        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-        if t > expiry {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait_past(&mut raw, expiry).await;
     // Processes loading the live sessions while the sweeper merges.
     let done = Arc::new(AtomicBool::new(false));
     let mut readers = Vec::new();
@@ -561,13 +567,7 @@ async fn index_entries_follow_buckets_across_an_index_band_and_back() {
     for (id, record) in &ids[20..] {
         layout.save(id, record, now + 2).await.unwrap();
     }
-    loop {
-        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-        if t > now + 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait_past(&mut raw, now + 2).await;
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
     while sweeper
         .sweep_range(0..sweeper.units())
@@ -730,13 +730,7 @@ async fn a_bucket_the_sweeper_empties_keeps_its_marker() {
     for (i, id) in ids.iter().enumerate() {
         layout.save(id, &record_for(i), now + 1).await.unwrap();
     }
-    loop {
-        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-        if t > now + 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait_past(&mut raw, now + 1).await;
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
     let report = sweeper.sweep_range_full(0..sweeper.units()).await.unwrap();
     assert_eq!(report.reclaimed, 8);
@@ -959,13 +953,7 @@ async fn viewed_items_move_with_their_sessions_through_splits_and_merges() {
     for (id, n, _) in &made[20..] {
         layout.save(id, &record_for(*n), now + 1).await.unwrap();
     }
-    loop {
-        let (t, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-        if t > now + 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait_past(&mut raw, now + 1).await;
     let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
     let pass = sweeper.sweep_range(0..sweeper.units()).await.unwrap();
     assert_eq!(pass.reclaimed, 380);
