@@ -201,7 +201,7 @@ where
                     inv.key(shape.bucket_key(node));
                 }
                 for &node in nodes {
-                    for key in viewed_of(layout, AnyBucket::Grown(node)) {
+                    for key in layout.chunk_keys_of(AnyBucket::Grown(node)) {
                         inv.key(key);
                     }
                 }
@@ -439,21 +439,6 @@ where
     }
 }
 
-/// Viewed chunk keys of bucket `b`; none where the store keeps no viewed
-/// items.
-fn viewed_of<C>(layout: &Compact<C>, b: AnyBucket) -> Vec<String>
-where
-    C: redis::aio::ConnectionLike + Clone + Send + Sync,
-{
-    match (b, layout.shape()) {
-        (AnyBucket::Grown(node), Some(shape)) => (0..layout.viewed_chunks())
-            .map(|c| shape.viewed_key(node, c))
-            .collect(),
-        (AnyBucket::Fixed(n), _) => layout.viewed_keys(n),
-        (AnyBucket::Grown(_), None) => Vec::new(),
-    }
-}
-
 /// Removes from every bucket the sessions at or before `cutoff` (and the
 /// expired ones), index by index; live sessions with records out of line
 /// go with their record keys in a second script per bucket.
@@ -474,7 +459,7 @@ where
                     inv.key(layout.key_of(b));
                 }
                 for &(b, _) in &unit.buckets {
-                    for key in viewed_of(layout, b) {
+                    for key in layout.chunk_keys_of(b) {
                         inv.key(key);
                     }
                 }
@@ -542,7 +527,7 @@ where
                 for (_, key) in fields {
                     inv.key(key);
                 }
-                for key in viewed_of(layout, *b) {
+                for key in layout.chunk_keys_of(*b) {
                     inv.key(key);
                 }
                 inv.arg(cutoff.expiry).arg(cutoff_in(layout, *b, cutoff));

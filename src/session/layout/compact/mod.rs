@@ -963,11 +963,21 @@ where
     /// The viewed chunk keys of the bucket `k` names; none where the store
     /// keeps no viewed items. Named only by the calls that send them.
     pub(crate) fn chunk_keys(&self, k: &Keys) -> Vec<String> {
-        match (k.route, self.shape()) {
-            (Some(route), Some(shape)) => (0..self.viewed_chunks())
-                .map(|c| shape.viewed_key(route.node, c))
+        self.chunk_keys_of(match k.route {
+            Some(route) => AnyBucket::Grown(route.node),
+            None => AnyBucket::Fixed(k.bucket_no),
+        })
+    }
+
+    /// The viewed chunk keys of bucket `b`; none where the store keeps no
+    /// viewed items.
+    pub(crate) fn chunk_keys_of(&self, b: AnyBucket) -> Vec<String> {
+        match (b, self.shape()) {
+            (AnyBucket::Grown(node), Some(shape)) => (0..self.viewed_chunks())
+                .map(|c| shape.viewed_key(node, c))
                 .collect(),
-            _ => self.viewed_keys(k.bucket_no),
+            (AnyBucket::Fixed(n), _) => self.viewed_keys(n),
+            (AnyBucket::Grown(_), None) => Vec::new(),
         }
     }
 
