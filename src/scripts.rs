@@ -241,6 +241,19 @@ pub(crate) async fn pipelined_each<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send,
 {
+    pipelined_calls(conn, invocations, &[script]).await
+}
+
+/// [`pipelined_each`] for calls of any of `scripts`, all of which are
+/// loaded where one call is answered `NOSCRIPT`.
+pub(crate) async fn pipelined_calls<C>(
+    conn: &C,
+    invocations: &[redis::ScriptInvocation<'_>],
+    scripts: &[&Script],
+) -> crate::Result<Vec<redis::RedisResult<redis::Value>>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+{
     if invocations.is_empty() {
         return Ok(Vec::new());
     }
@@ -255,7 +268,7 @@ where
         .filter(|&i| replies[i].as_ref().is_err_and(is_noscript))
         .collect();
     if !lost.is_empty() {
-        load_all(&mut conn, &[script]).await?;
+        load_all(&mut conn, scripts).await?;
         let mut again = redis::pipe();
         again.ignore_errors();
         for &i in &lost {

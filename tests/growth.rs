@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redis::AsyncCommands;
-use sessionpack::session::layout::compact::DEFAULT_GROWING_BITS;
+use sessionpack::session::layout::compact::{DEFAULT_BUCKET_BITS, DEFAULT_GROWING_BITS};
+use sessionpack::session::meta::StoreMeta;
 use sessionpack::session::record;
 use sessionpack::session::shape::Node;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
@@ -413,8 +414,12 @@ async fn a_growing_namespace_refuses_what_it_does_not_keep() {
     let server = server();
     let _layout = open(&server).await;
     let conn = common::manager(&server).await;
-    let fixed = Compact::new(conn.clone(), CompactConfig::new(DEFAULT_GROWING_BITS)).await;
+    let fixed = CompactConfig::new(DEFAULT_GROWING_BITS).fixed();
+    let fixed = Compact::new(conn.clone(), fixed).await;
     assert!(matches!(fixed, Err(Error::Config(_))), "{fixed:?}");
+    // A count that is not told to stay fixed opens the store as recorded.
+    let counted = Compact::new(conn.clone(), CompactConfig::new(DEFAULT_GROWING_BITS)).await;
+    assert!(counted.unwrap().shape().is_some());
     let expiring = CompactConfig::growing()
         .with_namespace("other")
         .with_server_expiry();
@@ -426,6 +431,68 @@ async fn a_growing_namespace_refuses_what_it_does_not_keep() {
     common::set_eviction_policy(&server, "allkeys-lru");
     let evicting = Compact::new(conn, CompactConfig::growing().with_namespace("third")).await;
     assert!(matches!(evicting, Err(Error::Config(_))), "{evicting:?}");
+}
+
+/// A store opened with no bucket count grows in a new namespace, and opens
+/// a recorded one as it was recorded, with its count; where it cannot grow
+/// (an eviction policy that may evict its shape) a new one keeps fixed
+/// buckets.
+#[tokio::test]
+async fn a_store_opened_with_no_count_grows_or_opens_as_recorded() {
+    let server = server();
+    let conn = common::manager(&server).await;
+    let fresh = Compact::new(conn.clone(), CompactConfig::default())
+        .await
+        .unwrap();
+    assert!(fresh.shape().is_some(), "a new namespace grows");
+    assert_eq!(fresh.buckets().bits(), DEFAULT_GROWING_BITS);
+    let meta = StoreMeta::read(&conn, "sp").await.unwrap().unwrap();
+    assert!(meta.growing, "{meta}");
+    // It splits as it fills, and another process opened with no count
+    // finds every session.
+    let ids = insert_all(&fresh, 40 * (1 << DEFAULT_GROWING_BITS)).await;
+    let other = Compact::new(conn.clone(), CompactConfig::default())
+        .await
+        .unwrap();
+    let epochs: u64 = other
+        .fetch_shapes(&(0..1 << DEFAULT_GROWING_BITS).collect::<Vec<_>>())
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.epoch())
+        .sum();
+    assert!(epochs > 0, "no bucket split");
+    for id in &ids {
+        assert!(other.load(id).await.unwrap().is_some());
+    }
+
+    // A namespace recorded with fixed buckets opens fixed, with its count.
+    let fixed = CompactConfig::new(9).with_namespace("fixed");
+    let first = Compact::new(conn.clone(), fixed).await.unwrap();
+    let ids = insert_all(&first, 20).await;
+    let opened = CompactConfig::default().with_namespace("fixed");
+    let opened = Compact::new(conn.clone(), opened).await.unwrap();
+    assert!(opened.shape().is_none());
+    assert_eq!(opened.buckets().bits(), 9);
+    for id in &ids {
+        assert!(opened.load(id).await.unwrap().is_some());
+    }
+    let growing = CompactConfig::default()
+        .with_namespace("fixed")
+        .with_growth();
+    let refused = Compact::new(conn.clone(), growing).await;
+    assert!(matches!(refused, Err(Error::Config(_))), "{refused:?}");
+
+    // A new namespace keeps fixed buckets where its shape could be
+    // evicted, and one told to grow there is refused.
+    common::set_eviction_policy(&server, "allkeys-lru");
+    let evicting = CompactConfig::default().with_namespace("evicting");
+    let evicting = Compact::new(conn.clone(), evicting).await.unwrap();
+    assert!(evicting.shape().is_none());
+    assert_eq!(evicting.buckets().bits(), DEFAULT_BUCKET_BITS);
+    // A growing namespace is refused there, recorded or not.
+    let recorded = Compact::new(conn, CompactConfig::default()).await;
+    assert!(matches!(recorded, Err(Error::Config(_))), "{recorded:?}");
 }
 
 /// Inserts `n` sessions through `layout`, each acknowledged one added to

@@ -13,6 +13,7 @@ use redis::AsyncCommands;
 use sessionpack::acl::{Role, Topology, rule};
 use sessionpack::limits::{FieldTtls, field_ttls};
 use sessionpack::session::layout::Expiry;
+use sessionpack::session::layout::compact::DEFAULT_BUCKET_BITS;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::tower::TowerStore;
 use sessionpack::users::UserIndexConfig;
@@ -169,6 +170,16 @@ async fn opening_follows_what_the_server_does_with_field_ttls() {
         FieldTtls::Listpack => {
             let layout = opened.unwrap();
             assert_eq!(layout.expiry(), Expiry::Server);
+            // With no bucket count, such a store keeps fixed buckets: a
+            // growing one keeps no fields the server expires.
+            let uncounted = CompactConfig::default()
+                .with_namespace("uncounted")
+                .with_server_expiry();
+            let uncounted = Compact::new(common::manager(&server).await, uncounted)
+                .await
+                .unwrap();
+            assert!(uncounted.shape().is_none());
+            assert_eq!(uncounted.buckets().bits(), DEFAULT_BUCKET_BITS);
             let swept = Compact::new(common::manager(&server).await, CompactConfig::new(4)).await;
             assert!(
                 matches!(&swept, Err(Error::Config(m)) if m.contains("fields expired by the server")),

@@ -479,3 +479,39 @@ async fn json_maps_under_a_prefix_are_copied() {
         assert!((now + 3500..=now + 3601).contains(&at), "{at} vs {now}");
     }
 }
+
+/// With no bucket count, a migration into a new namespace fills a store
+/// that grows: its buckets split as the sessions come in, and every one
+/// loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_count_a_new_namespace_grows_as_sessions_come_in() {
+    let server = common::server();
+    common::set_hash_entries(&server, 16);
+    let records = fill(&peer(&server).await, 600).await;
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args([
+            "migrate",
+            "--redis-url",
+            &server.url(),
+            "--namespace",
+            "grown",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = CompactConfig::default().with_namespace("grown");
+    let store = TowerStore::new(common::manager(&server).await, config)
+        .await
+        .unwrap();
+    let groups: Vec<u32> = (0..store.layout().buckets().count()).collect();
+    let shapes = store.layout().fetch_shapes(&groups).await.unwrap();
+    let splits: u64 = shapes.iter().map(|s| s.epoch()).sum();
+    // 600 sessions in 16 groups of buckets of at most 12 (three quarters
+    // of 16): every group split.
+    assert!(splits >= 16, "{splits} splits");
+    assert_in_store(&store, &records).await;
+}

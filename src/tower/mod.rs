@@ -14,7 +14,7 @@
 //! use sessionpack::{CompactConfig, Connection};
 //!
 //! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
-//! let store: TowerStore<Connection> = TowerStore::new(conn, CompactConfig::new(14)).await?;
+//! let store: TowerStore<Connection> = TowerStore::new(conn, CompactConfig::default()).await?;
 //! // Expired sessions stay in their buckets until a sweeper removes them:
 //! // run one in every app process (leases share the work between them).
 //! let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();

@@ -28,8 +28,9 @@ pub struct MigrateArgs {
     /// The sessionpack store's namespace.
     #[arg(long, default_value = sessionpack::session::buckets::DEFAULT_NAMESPACE)]
     namespace: String,
-    /// Buckets (2^bits) for a namespace no app has opened yet; a store
-    /// already recorded keeps its own.
+    /// Fixed buckets (2^bits) for a namespace no app has opened yet;
+    /// without it such a namespace grows. A store already recorded keeps
+    /// its own.
     #[arg(long)]
     bucket_bits: Option<u8>,
     /// The store the sessions come from, and its keys' form.
@@ -62,8 +63,8 @@ pub struct MigrateArgs {
     json: bool,
 }
 
-/// Opens the tower store the namespace records, or a new one with
-/// `--bucket-bits`.
+/// Opens the tower store the namespace records, or a new one: growing, or
+/// with `--bucket-bits` fixed buckets.
 async fn open_store(
     manager: &redis::aio::ConnectionManager,
     args: &MigrateArgs,
@@ -88,13 +89,8 @@ async fn open_store(
             config
         }
         (None, Some(bits)) => CompactConfig::new(bits).with_namespace(args.namespace.clone()),
-        (None, None) => {
-            return Err(Error::Config(format!(
-                "no store recorded in namespace {:?}: open it from the app first, or name \
-                 --bucket-bits for a new one (`sessionpack advise` recommends a count)",
-                args.namespace
-            )));
-        }
+        // No count: a store that grows as the sessions come in.
+        (None, None) => CompactConfig::default().with_namespace(args.namespace.clone()),
     };
     if args.dry_run && meta.is_none() {
         return Err(Error::Config(

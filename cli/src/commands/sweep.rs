@@ -51,7 +51,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
             config.user_index = UserIndexConfig::from_meta(&meta);
             config.viewed = ViewedConfig::from_meta(&meta);
             config.expiry = Expiry::from_meta(&meta);
-            config.growing = meta.growing;
+            config.growing = Some(meta.growing);
             let layout = Compact::new(conn, config).await?;
             let count = layout.buckets().count();
             (layout.into(), count)

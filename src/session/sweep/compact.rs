@@ -120,7 +120,7 @@ where
 /// [`sweep_groups`] for a growing store ([`crate::session::shape`]): each
 /// group's shape read first, then the buckets its indexes name as due (or
 /// all its buckets), one script per index; then each group whose buckets
-/// call for it reshaped ([`Compact::reshape_group`]): a bucket left over
+/// call for it reshaped ([`Compact::reshape_groups`]): a bucket left over
 /// the split threshold split, two siblings that emptied merged. A bucket
 /// split or merged after its shape was read is found empty, which changes
 /// nothing.
@@ -253,6 +253,7 @@ where
     let counts: Vec<redis::RedisResult<u64>> =
         pipe.query_async(&mut layout.connection().clone()).await?;
     let mut counts = counts.into_iter();
+    let mut due_groups = Vec::new();
     for group in leaves {
         let count: BTreeMap<u32, u64> = group
             .iter()
@@ -268,10 +269,13 @@ where
                         .is_some_and(|&m| n + m <= merge_at_most + 2))
         });
         if let (true, Some(first)) = (due, group.first()) {
-            let done = layout.reshape_group(first.group).await?;
-            out.splits += done.splits;
-            out.merges += done.merges;
+            due_groups.push(first.group);
         }
+    }
+    if !due_groups.is_empty() {
+        let done = layout.reshape_groups(&due_groups).await?;
+        out.splits += done.splits;
+        out.merges += done.merges;
     }
     Ok(())
 }

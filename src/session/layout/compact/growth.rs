@@ -12,7 +12,7 @@
 //! as the best fixed bucket count for the size is, within a few percent
 //! of its bytes (`sessionpack bench growth`). Two sibling buckets merge
 //! back when together they hold at most four fifths of the split
-//! threshold ([`Compact::reshape_group`], which the sweeper runs on the
+//! threshold ([`Compact::reshape_groups`], which the sweeper runs on the
 //! groups it sweeps), so a merged bucket has room to grow before it
 //! splits again.
 //!
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use super::{Compact, Keys};
 use crate::error::{Error, Result};
 use crate::limits::ListpackLimits;
-use crate::scripts::{COMPACT_CLAIM, COMPACT_MERGE, COMPACT_SPLIT};
+use crate::scripts::{self, COMPACT_CLAIM, COMPACT_MERGE, COMPACT_SPLIT};
 use crate::session::id::SessionId;
 use crate::session::shape::{GroupShape, Node, Shape, ShapeCache};
 
@@ -85,14 +85,14 @@ impl Growth {
     }
 }
 
-/// What [`Compact::reshape_group`] did.
+/// What [`Compact::reshape_groups`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reshaping {
     /// Buckets split.
     pub splits: u64,
     /// Pairs of buckets merged.
     pub merges: u64,
-    /// Buckets in the group afterwards.
+    /// Buckets in the groups afterwards.
     pub buckets: u64,
 }
 
@@ -310,18 +310,39 @@ where
     async fn reshape(
         &self,
         script: &redis::Script,
-        [parent, c0, c1]: [Node; 3],
+        nodes: [Node; 3],
         epoch: u64,
         bit: u8,
         limit: u64,
     ) -> Result<bool> {
-        let growth = self.growing()?;
-        let s = &growth.shape;
-        let key = s.bucket_key(parent);
+        let [parent, ..] = nodes;
+        let key = self.growing()?.shape.bucket_key(parent);
+        let (done, now): (u8, u64) = self
+            .reshape_call(script, nodes, bit, limit)?
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        if now != epoch || done == 1 {
+            self.fetch_shape(parent.group).await?;
+        }
+        Ok(done == 1)
+    }
+
+    /// The call of a split or merge script on a parent and its children
+    /// (`shape_common.lua`). The script checks the shape it acts on, so
+    /// calls on distinct parents may go in one pipeline.
+    fn reshape_call<'s>(
+        &self,
+        script: &'s redis::Script,
+        [parent, c0, c1]: [Node; 3],
+        bit: u8,
+        limit: u64,
+    ) -> Result<redis::ScriptInvocation<'s>> {
+        let s = &self.growing()?.shape;
         let chunks = self.viewed_chunks();
         let mut inv = script.prepare_invoke();
         inv.key(s.shape_key(parent.group))
-            .key(&key)
+            .key(s.bucket_key(parent))
             .key(s.bucket_key(c0))
             .key(s.bucket_key(c1))
             .key(s.index_of(parent))
@@ -339,14 +360,7 @@ where
             .arg(c0.index_member())
             .arg(c1.index_member())
             .arg(chunks);
-        let (done, now): (u8, u64) = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| Error::from_redis(e, || key.clone()))?;
-        if now != epoch || done == 1 {
-            self.fetch_shape(parent.group).await?;
-        }
-        Ok(done == 1)
+        Ok(inv)
     }
 
     /// The buckets of `group`, by its shape read now.
@@ -360,66 +374,121 @@ where
             .collect())
     }
 
-    /// Brings `group` to the shape its sessions call for: splits each
+    /// Brings `group` to the shape its sessions call for
+    /// ([`Compact::reshape_groups`]).
+    pub async fn reshape_group(&self, group: u32) -> Result<Reshaping> {
+        self.reshape_groups(&[group]).await
+    }
+
+    /// Brings `groups` to the shapes their sessions call for: splits each
     /// bucket over the split threshold (a write's split that failed), and
     /// merges each pair of sibling buckets that together hold at most the
     /// merge threshold, repeatedly, so a group that emptied folds back to
-    /// its root. One script per split or merge; reads each bucket's field
-    /// count once per round.
-    pub async fn reshape_group(&self, group: u32) -> Result<Reshaping> {
+    /// its root. Each round reads the groups' shapes and their buckets'
+    /// field counts, then sends every split and merge they call for in one
+    /// pipeline, one script each; a group that shrank a lot folds one
+    /// level per round. `buckets` counts the groups' buckets afterwards.
+    pub async fn reshape_groups(&self, groups: &[u32]) -> Result<Reshaping> {
         let growth = self.growing()?;
         let s = &growth.shape;
         let mut out = Reshaping::default();
-        // Each round reads the counts once; a group that shrank a lot
-        // folds one level per round.
+        let mut pending: Vec<u32> = groups.to_vec();
         for _ in 0..=s.max_depth() {
-            let shape = self.fetch_shape(group).await?;
-            let leaves = shape.leaves(s.max_depth());
+            if pending.is_empty() {
+                break;
+            }
+            let shapes = self.fetch_shapes(&pending).await?;
+            let leaves: Vec<Node> = pending
+                .iter()
+                .zip(&shapes)
+                .flat_map(|(&group, shape)| {
+                    shape
+                        .leaves(s.max_depth())
+                        .into_iter()
+                        .map(move |node| Node { group, node })
+                })
+                .collect();
             let mut pipe = redis::pipe();
             for &node in &leaves {
-                pipe.hlen(s.bucket_key(Node { group, node }));
+                pipe.hlen(s.bucket_key(node));
             }
             let counts: Vec<u64> = pipe
                 .query_async(&mut self.conn.clone())
                 .await
-                .map_err(|e| Error::from_redis(e, || s.tag(group)))?;
-            let count: std::collections::HashMap<u32, u64> =
+                .map_err(|e| Error::from_redis(e, || s.tag(pending[0])))?;
+            let count: std::collections::HashMap<Node, u64> =
                 leaves.iter().copied().zip(counts).collect();
-            let mut epoch = shape.epoch();
-            let mut changed = false;
+            // (group, split?) of each call, in the calls' order.
+            let mut calls = Vec::new();
+            let mut invocations = Vec::new();
             for &node in &leaves {
-                let node = Node { group, node };
-                if count[&node.node] > growth.split_above + 1 && self.split(node, epoch).await? {
-                    out.splits += 1;
-                    epoch += 1;
-                    changed = true;
+                // Counts include each bucket's marker.
+                if count[&node] > growth.split_above + 1 {
+                    let (c0, c1) = node.children();
+                    let bit = s.split_bit(node);
+                    invocations.push(self.reshape_call(
+                        &COMPACT_SPLIT,
+                        [node, c0, c1],
+                        bit,
+                        growth.split_above,
+                    )?);
+                    calls.push((node.group, true));
                 }
             }
             // Sibling leaves, each pair once: from the left child.
             for &node in &leaves {
-                if node % 2 != 0 || node == 1 || !count.contains_key(&(node + 1)) {
+                let sibling = Node {
+                    node: node.node + 1,
+                    ..node
+                };
+                if node.node % 2 != 0 || node.node == 1 || !count.contains_key(&sibling) {
                     continue;
                 }
-                let both = count[&node] + count[&(node + 1)];
-                if both <= growth.merge_at_most + 2 {
-                    let parent = Node {
-                        group,
-                        node: node / 2,
-                    };
-                    if self.merge(parent, epoch).await? {
+                if count[&node] + count[&sibling] <= growth.merge_at_most + 2 {
+                    let parent = node.parent().expect("a node below the root");
+                    invocations.push(self.reshape_call(
+                        &COMPACT_MERGE,
+                        [parent, node, sibling],
+                        s.split_bit(parent),
+                        growth.merge_at_most,
+                    )?);
+                    calls.push((node.group, false));
+                }
+            }
+            if calls.is_empty() {
+                out.buckets += leaves.len() as u64;
+                break;
+            }
+            let replies = scripts::pipelined_calls(
+                &self.conn,
+                &invocations,
+                &[&COMPACT_SPLIT, &COMPACT_MERGE],
+            )
+            .await?;
+            let mut changed = std::collections::BTreeSet::new();
+            for (&(group, split), reply) in calls.iter().zip(replies) {
+                let (done, _): (u8, u64) = reply
+                    .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
+                    .map_err(|e| Error::from_redis(e, || s.tag(group)))?;
+                if done == 1 {
+                    changed.insert(group);
+                    if split {
+                        out.splits += 1;
+                    } else {
                         out.merges += 1;
-                        epoch += 1;
-                        changed = true;
                     }
                 }
             }
-            if !changed {
-                out.buckets = leaves.len() as u64;
-                break;
+            // Groups that changed nothing are as their sessions call for.
+            for (group, shape) in pending.iter().zip(&shapes) {
+                if !changed.contains(group) {
+                    out.buckets += shape.leaves(s.max_depth()).len() as u64;
+                }
             }
+            pending.retain(|g| changed.contains(g));
         }
-        if out.buckets == 0 {
-            out.buckets = self.group_buckets(group).await?.len() as u64;
+        for &group in &pending {
+            out.buckets += self.group_buckets(group).await?.len() as u64;
         }
         Ok(out)
     }

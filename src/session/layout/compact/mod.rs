@@ -97,6 +97,8 @@ const PIECES_FORMAT: u32 = 2;
 /// Bytes a pieced value holds before the record: the expiry, the marker
 /// and the number of pieces.
 const PIECED_HEAD: usize = EXPIRY_BYTES + 2;
+/// The layout's name in a namespace's metadata.
+const COMPACT_LAYOUT: &str = "compact";
 /// Bytes of the expiry at the head of a binary value.
 const EXPIRY_BYTES: usize = 4;
 /// Integer-form values are `identity * SCALE + expiry`.
@@ -112,8 +114,13 @@ const INTEGER_FORM: std::ops::Range<u64> = 1 << 16..922_337_203;
 pub struct CompactConfig {
     /// Prefix of every key, default `sp`.
     pub namespace: String,
-    /// `log2` of the bucket count, 1..=24, default 14.
-    pub bucket_bits: u8,
+    /// `log2` of the bucket count, 1..=24. `None`, the default, gives no
+    /// count: a namespace recorded already opens with its recorded count,
+    /// and a new one grows ([`CompactConfig::growing`] is then `None` too)
+    /// from [`DEFAULT_GROWING_BITS`], or opens [`DEFAULT_BUCKET_BITS`]
+    /// fixed buckets where it cannot grow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bucket_bits: Option<u8>,
     /// The width of the store's ids, default 160 bits.
     pub id_width: IdWidth,
     /// The per-user index ([`crate::users`]), off by default.
@@ -137,8 +144,12 @@ pub struct CompactConfig {
     /// Splits a bucket in two when it fills and merges two back when they
     /// empty, under traffic ([`CompactConfig::growing`]); `bucket_bits`
     /// is then the fewest buckets the store has, and names its hash tags.
-    /// Off by default.
-    pub growing: bool,
+    /// `None`, the default, follows the namespace's record, and for a new
+    /// namespace grows unless a bucket count is given
+    /// ([`CompactConfig::resolve`]); `Some(false)` keeps fixed buckets
+    /// ([`CompactConfig::fixed`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub growing: Option<bool>,
 }
 
 /// Who removes a compact store's expired sessions from their buckets.
@@ -177,23 +188,26 @@ impl Default for CompactConfig {
     fn default() -> Self {
         Self {
             namespace: DEFAULT_NAMESPACE.to_owned(),
-            bucket_bits: DEFAULT_BUCKET_BITS,
+            bucket_bits: None,
             id_width: IdWidth::default(),
             user_index: None,
             viewed: None,
             expiry: Expiry::Swept,
             allow_converted_buckets: false,
             learn_dictionary: None,
-            growing: false,
+            growing: None,
         }
     }
 }
 
 impl CompactConfig {
-    /// `2^bucket_bits` buckets in the default namespace, 160-bit ids.
+    /// `2^bucket_bits` buckets in the default namespace, 160-bit ids: a
+    /// new namespace keeps that many, fixed, unless
+    /// [`CompactConfig::with_growth`] says it grows from them.
+    /// [`CompactConfig::default`] needs no count.
     pub fn new(bucket_bits: u8) -> Self {
         Self {
-            bucket_bits,
+            bucket_bits: Some(bucket_bits),
             ..Self::default()
         }
     }
@@ -215,8 +229,61 @@ impl CompactConfig {
     /// The same store growing from its `2^bucket_bits` buckets, which are
     /// also the fewest it shrinks back to ([`CompactConfig::growing`]).
     pub fn with_growth(mut self) -> Self {
-        self.growing = true;
+        self.growing = Some(true);
         self
+    }
+
+    /// Keeps fixed buckets, `2^bucket_bits` of them
+    /// ([`DEFAULT_BUCKET_BITS`] where no count is given), even in a new
+    /// namespace opened with no count.
+    pub fn fixed(mut self) -> Self {
+        self.growing = Some(false);
+        self
+    }
+
+    /// The bucket bits and whether the buckets grow, for a namespace that
+    /// has recorded `recorded` (if any) on a server whose eviction policy
+    /// is `policy`. What the config gives wins (and [`StoreMeta::claim`]
+    /// refuses it where it differs from the record); the rest follows the
+    /// record. A new namespace opened with neither grows, but for a store
+    /// the server expires and under an eviction policy that may evict the
+    /// shape's keys (`allkeys-*`): those keep fixed buckets, and say so
+    /// in the log.
+    pub fn resolve(&self, recorded: Option<&StoreMeta>, policy: Option<&str>) -> (u8, bool) {
+        let recorded = recorded.filter(|m| m.layout == COMPACT_LAYOUT);
+        let growing = match (self.growing, recorded) {
+            (Some(growing), _) => growing,
+            (None, Some(meta)) => meta.growing,
+            (None, None) if self.bucket_bits.is_some() => false,
+            (None, None) => {
+                let evicts = policy.is_some_and(crate::limits::evicts_persistent_keys);
+                let server = self.expiry == Expiry::Server;
+                if evicts || server {
+                    tracing::warn!(
+                        namespace = self.namespace,
+                        policy,
+                        "a new compact store opened with no bucket count keeps fixed buckets \
+                         (2^{DEFAULT_BUCKET_BITS}): {}",
+                        if server {
+                            "the server expires its fields, which a growing store does not keep"
+                        } else {
+                            "maxmemory-policy may evict the keys that record a growing store's \
+                             shape"
+                        }
+                    );
+                }
+                !(evicts || server)
+            }
+        };
+        let bits = self
+            .bucket_bits
+            .or(recorded.map(|m| m.bucket_bits))
+            .unwrap_or(if growing {
+                DEFAULT_GROWING_BITS
+            } else {
+                DEFAULT_BUCKET_BITS
+            });
+        (bits, growing)
     }
 
     /// Packs record data with a dictionary learned from the store's first
@@ -677,8 +744,17 @@ where
     /// it if the store is new) and reads the server's listpack limits and
     /// eviction policy, as [`crate::Bucketed::new`] does.
     pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
-        let buckets = Buckets::new(config.namespace.clone(), config.bucket_bits)?
-            .with_id_width(config.id_width);
+        let (bits, growing) = if config.bucket_bits.is_some() && config.growing.is_some() {
+            config.resolve(None, None)
+        } else {
+            // Only a config that leaves something open reads the record
+            // first: its bucket count, whether it grows, and the server's
+            // eviction policy, which a new growing store needs.
+            let recorded = StoreMeta::read(&conn, &config.namespace).await?;
+            let policy = crate::limits::eviction_policy(&mut conn.clone()).await?;
+            config.resolve(recorded.as_ref(), policy.as_deref())
+        };
+        let buckets = Buckets::new(config.namespace.clone(), bits)?.with_id_width(config.id_width);
         let users = config
             .user_index
             .map(|c| UserIndex::new(buckets.namespace(), c))
@@ -695,7 +771,7 @@ where
             meta.viewed_item_bytes = viewed.item_bytes;
         }
         meta.server_expiry = config.expiry == Expiry::Server;
-        if config.growing {
+        if growing {
             Self::check_growing(&config)?;
             meta.growing = true;
             meta.format = GROWING_FORMAT;
@@ -710,7 +786,7 @@ where
             .with_viewed(config.viewed)?
             .with_expiry(config.expiry)
             .with_pieces(recorded.format >= PIECES_FORMAT);
-        if config.growing {
+        if growing {
             if let Some(policy) = policy
                 .as_deref()
                 .filter(|p| crate::limits::evicts_persistent_keys(p))
@@ -881,7 +957,7 @@ where
     /// The metadata a compact store with these buckets records.
     pub fn meta(buckets: &Buckets) -> StoreMeta {
         StoreMeta {
-            layout: "compact".to_owned(),
+            layout: COMPACT_LAYOUT.to_owned(),
             bucket_bits: buckets.bits(),
             id_bits: buckets.id_width().bits(),
             format: FORMAT_VERSION,
