@@ -1,6 +1,7 @@
 //! A compact, exact encoding of string-keyed JSON maps: the session data of
 //! web frameworks that keep it as `HashMap<String, serde_json::Value>`
-//! (tower-sessions, and through it axum-login).
+//! (tower-sessions, and through it axum-login), and actix-session's maps of
+//! JSON texts, parsed ([`crate::actix`]).
 //!
 //! It is MessagePack with three changes, each lossless:
 //!
@@ -76,6 +77,10 @@ pub const KNOWN_KEYS: &[&str] = &[
     "session_id",
     "warden.user.user.key",
     "passport",
+    // actix-identity (through actix-session)
+    "actix_identity.user_id",
+    "actix_identity.last_visit_timestamp",
+    "actix_identity.logged_in_timestamp",
 ];
 
 /// Deepest nesting of arrays and objects accepted, as serde_json's parser.
@@ -93,6 +98,14 @@ static KNOWN: LazyLock<HashMap<&'static str, u64>> = LazyLock::new(|| {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct CodecError(String);
+
+impl CodecError {
+    /// An error saying `why`.
+    #[cfg_attr(not(feature = "actix-session"), allow(dead_code))]
+    pub(crate) fn new(why: impl Into<String>) -> Self {
+        Self(why.into())
+    }
+}
 
 /// Encodes a map; equal maps give equal bytes.
 pub fn encode(map: &HashMap<String, Value>) -> Result<Vec<u8>, CodecError> {

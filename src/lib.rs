@@ -34,8 +34,15 @@ pub mod tokens;
 pub mod users;
 pub mod viewed;
 
-// 6. Framework adapters.
-#[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
+// 6. Framework adapters. The actix-session store keeps its sessions as
+//    the tower-sessions one does, through its JSON-map store.
+#[cfg(feature = "actix-session")]
+pub mod actix;
+#[cfg(any(
+    feature = "tower-sessions",
+    feature = "tower-sessions-014",
+    feature = "actix-session"
+))]
 pub mod tower;
 
 pub use conn::{ConnectOptions, Connection, connect, connect_with};

@@ -103,6 +103,8 @@ use crate::ttl::Deadline;
 use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession};
 
 mod takeover;
+#[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
+mod traits;
 pub use takeover::{
     CLOSE_SCRIPT, CLOSED, MARK_MOVED, MARK_OLD, OPEN, Synced, marks_key, state_key,
 };
@@ -457,6 +459,63 @@ where
         let save = self.save_unobserved(id, data, expires_at);
         let saved = metrics::call(Op::Save, Saved::outcome, save).await?;
         Ok(saved != Saved::Skipped)
+    }
+
+    /// [`TowerStore::save_data`], saying whether the session was gone.
+    async fn save_or_gone(
+        &self,
+        id: i128,
+        data: &HashMap<String, Value>,
+        expires_at: i64,
+    ) -> Result<Saved> {
+        let save = self.save_unobserved(id, data, expires_at);
+        metrics::call(Op::Save, Saved::outcome, save).await
+    }
+
+    /// Moves a live session's expiry to `expires_at` (unix seconds, cut to
+    /// an absolute lifetime), its data left as it is; a session that is
+    /// gone stays gone. Where this process saw the session last and the
+    /// expiry moves forward by less than the write threshold's fraction of
+    /// its lifetime, nothing is sent ([`TowerStore::with_write_threshold`]).
+    /// Returns whether the session is live, or was when last seen.
+    pub async fn touch_data(&self, id: i128, expires_at: i64) -> Result<bool> {
+        let touch = self.touch_unobserved(id, expires_at);
+        metrics::call(Op::Touch, Outcome::of_bool, touch).await
+    }
+
+    async fn touch_unobserved(&self, id: i128, expires_at: i64) -> Result<bool> {
+        let at = self.capped(id, expiry_secs(expires_at)?);
+        if let Some(memory) = self.memo.get(id)
+            && self.write_threshold > 0.0
+            && self.memo.moves_little(&memory, at, self.write_threshold)
+        {
+            return Ok(true);
+        }
+        if let Some(t) = self.open_takeover().await? {
+            // The old key holds the newest state while a takeover is open:
+            // a save of it carries the new expiry to both.
+            return match self.load_in_takeover(t, id).await? {
+                Some((data, _)) => {
+                    Ok(self.save_or_gone(id, &data, expires_at).await? != Saved::Gone)
+                }
+                None => Ok(false),
+            };
+        }
+        let now = unix_now();
+        if at <= now {
+            self.delete_data(id).await?;
+            return Ok(false);
+        }
+        match self.layout.touch(&session_id(id), at - now).await? {
+            Some(stored) => {
+                self.memo.moved(id, stored);
+                Ok(true)
+            }
+            None => {
+                self.memo.take(id);
+                Ok(false)
+            }
+        }
     }
 
     async fn save_unobserved(
@@ -831,129 +890,32 @@ impl Memo {
     /// nothing but move the expiry forward by less than `fraction` of the
     /// lifetime left.
     fn unchanged(&self, memory: &Memory, bytes: &[u8], at: u64, fraction: f64) -> bool {
+        memory.digest == self.hasher.hash_one(bytes) && self.moves_little(memory, at, fraction)
+    }
+
+    /// Whether expiry `at` moves the one `memory` saw forward by less than
+    /// `fraction` of the lifetime left.
+    fn moves_little(&self, memory: &Memory, at: u64, fraction: f64) -> bool {
         let stored = memory.seen.expires_at;
         let now = unix_now();
-        memory.digest == self.hasher.hash_one(bytes)
-            && at >= stored
+        at >= stored
             && stored > now
             && ((at - stored) as f64) < fraction * at.saturating_sub(now) as f64
     }
-}
 
-macro_rules! session_store {
-    ($core:ident) => {
-        #[async_trait::async_trait]
-        impl<C> $core::SessionStore for TowerStore<C>
-        where
-            C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            async fn create(
-                &self,
-                record: &mut $core::session::Record,
-            ) -> $core::session_store::Result<()> {
-                let id = self
-                    .create_data(
-                        record.id.0,
-                        &record.data,
-                        record.expiry_date.unix_timestamp(),
-                        || $core::session::Id::default().0,
-                    )
-                    .await
-                    .map_err(to_store_error::<$core::session_store::Error>)?;
-                record.id = $core::session::Id(id);
-                Ok(())
-            }
-
-            async fn save(
-                &self,
-                record: &$core::session::Record,
-            ) -> $core::session_store::Result<()> {
-                self.save_data(
-                    record.id.0,
-                    &record.data,
-                    record.expiry_date.unix_timestamp(),
-                )
-                .await
-                .map_err(to_store_error::<$core::session_store::Error>)?;
-                Ok(())
-            }
-
-            async fn load(
-                &self,
-                session_id: &$core::session::Id,
-            ) -> $core::session_store::Result<Option<$core::session::Record>> {
-                let found = self
-                    .load_data(session_id.0)
-                    .await
-                    .map_err(to_store_error::<$core::session_store::Error>)?;
-                found
-                    .map(|(data, expires_at)| {
-                        Ok($core::session::Record {
-                            id: *session_id,
-                            data,
-                            expiry_date: time::OffsetDateTime::from_unix_timestamp(expires_at)
-                                .map_err(|e| $core::session_store::Error::Decode(e.to_string()))?,
-                        })
-                    })
-                    .transpose()
-            }
-
-            async fn delete(
-                &self,
-                session_id: &$core::session::Id,
-            ) -> $core::session_store::Result<()> {
-                self.delete_data(session_id.0)
-                    .await
-                    .map_err(to_store_error::<$core::session_store::Error>)
+    /// Records that session `id`'s expiry is now `expires_at`.
+    fn moved(&self, id: i128, expires_at: u64) {
+        let mut g = self
+            .generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for generation in g.iter_mut() {
+            if let Some(memory) = generation.get_mut(&id) {
+                memory.seen.expires_at = expires_at;
             }
         }
-
-        #[async_trait::async_trait]
-        impl<C> $core::ExpiredDeletion for TowerStore<C>
-        where
-            C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            async fn delete_expired(&self) -> $core::session_store::Result<()> {
-                self.sweep()
-                    .await
-                    .map(drop)
-                    .map_err(to_store_error::<$core::session_store::Error>)
-            }
-        }
-
-        impl StoreError for $core::session_store::Error {
-            fn backend(s: String) -> Self {
-                Self::Backend(s)
-            }
-            fn decode(s: String) -> Self {
-                Self::Decode(s)
-            }
-            fn encode(s: String) -> Self {
-                Self::Encode(s)
-            }
-        }
-    };
-}
-
-/// The error type of a tower-sessions-core version.
-trait StoreError {
-    fn backend(s: String) -> Self;
-    fn decode(s: String) -> Self;
-    fn encode(s: String) -> Self;
-}
-
-fn to_store_error<E: StoreError>(e: Error) -> E {
-    match e {
-        Error::CorruptRecord { .. } => E::decode(e.to_string()),
-        Error::EncodeData(_) => E::encode(e.to_string()),
-        e => E::backend(e.to_string()),
     }
 }
-
-#[cfg(feature = "tower-sessions")]
-session_store!(tower_sessions_core);
-#[cfg(feature = "tower-sessions-014")]
-session_store!(tower_sessions_core_014);
 
 #[cfg(test)]
 mod tests {

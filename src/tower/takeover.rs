@@ -480,18 +480,48 @@ where
 
 /// The old store's record for a session: tower-sessions' `Record`
 /// (`id`, `data`, `expiry_date`) in MessagePack, as
-/// tower-sessions-redis-store writes it.
+/// tower-sessions-redis-store writes it. The same fields, serialized the
+/// same way (a newtype id, `time`'s own serde form of the date), so a
+/// build with only the actix-session adapter needs no tower-sessions
+/// crate.
 fn peer_record(id: i128, data: &HashMap<String, Value>, at: u64) -> Result<Vec<u8>> {
-    #[cfg(feature = "tower-sessions")]
-    use tower_sessions_core as core;
-    #[cfg(not(feature = "tower-sessions"))]
-    use tower_sessions_core_014 as core;
+    #[derive(serde::Serialize)]
+    struct Id(i128);
+    #[derive(serde::Serialize)]
+    struct Record<'a> {
+        id: Id,
+        data: &'a HashMap<String, Value>,
+        expiry_date: time::OffsetDateTime,
+    }
     let expiry_date = time::OffsetDateTime::from_unix_timestamp(at as i64)
         .map_err(|e| Error::Config(format!("an expiry the old store cannot hold: {e}")))?;
-    let record = core::session::Record {
-        id: core::session::Id(id),
-        data: data.clone(),
+    let record = Record {
+        id: Id(id),
+        data,
         expiry_date,
     };
     Ok(rmp_serde::to_vec(&record)?)
+}
+
+#[cfg(all(test, feature = "tower-sessions"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_records_are_the_bytes_tower_sessions_writes() {
+        let data: HashMap<String, Value> = [("user_id".to_owned(), Value::from(42))]
+            .into_iter()
+            .collect();
+        let id = -0x0123_4567_89ab_cdef_0011_2233_4455_6677;
+        let at = 1_900_000_000;
+        let theirs = tower_sessions_core::session::Record {
+            id: tower_sessions_core::session::Id(id),
+            data: data.clone(),
+            expiry_date: time::OffsetDateTime::from_unix_timestamp(at as i64).unwrap(),
+        };
+        assert_eq!(
+            peer_record(id, &data, at).unwrap(),
+            rmp_serde::to_vec(&theirs).unwrap()
+        );
+    }
 }

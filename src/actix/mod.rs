@@ -1,0 +1,370 @@
+//! An [actix-session] store that keeps sessions in compact listpack
+//! buckets ([`crate::Compact`], 128-bit ids): a drop-in for actix-web apps,
+//! actix-identity included.
+//!
+//! Feature `actix-session` implements `actix_session::storage::SessionStore`
+//! of actix-session 0.11 (the current release).
+//!
+//! ```no_run
+//! # async fn run() -> sessionpack::Result<()> {
+//! use sessionpack::actix::ActixStore;
+//! use sessionpack::session::sweep::{SweepConfig, Sweeper};
+//! use sessionpack::{CompactConfig, Connection};
+//!
+//! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
+//! let store: ActixStore<Connection> = ActixStore::new(conn, CompactConfig::default()).await?;
+//! // Expired sessions stay in their buckets until a sweeper removes them:
+//! // run one in every app process (leases share the work between them).
+//! let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
+//! // App::new().wrap(SessionMiddleware::new(store.clone(), key)) ...
+//! // ... serve the app; on the way out:
+//! sweeper.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! **Keys.** The store issues each session's key itself, as the trait
+//! asks: the 32 lowercase hex digits of a random 128-bit id (stamped with
+//! its issue time where the store keeps a user index). A key of any other
+//! form (a forged or stale cookie, or one of another store) loads no
+//! session, and the middleware starts a fresh one: it is never an error.
+//!
+//! **State.** actix-session keeps a session as a map of keys to JSON
+//! texts. Each text is parsed and kept in [`crate::json_map`]'s encoding
+//! (keys as codes, numbers and strings in MessagePack, the keys
+//! actix-identity writes as one byte each) when writing the parsed value
+//! back gives the same text, which it does for every value
+//! `Session::insert` writes with serde_json; any other text is kept as
+//! it came, so a load returns every text exactly as it was saved. A map
+//! with a key that begins with a NUL byte is refused
+//! ([`actix_session::storage::SaveError::Serialization`]): the store marks
+//! texts kept whole under such a key.
+//!
+//! **Calls** (one round trip each, as the tower-sessions store's, whose
+//! JSON-map store this one shares, [`crate::tower::TowerStore`]):
+//!
+//! - `save` (a new session): `MULTI`, `HSETNX`, `ZADD LT`, `EXEC`; a key
+//!   already taken draws another.
+//! - `load`: one `HGET` (`HMGET` for a record in pieces).
+//! - `update`: one script that writes only while the session is live by
+//!   the server's clock. A session that is gone (deleted, expired, or
+//!   revoked by "log out everywhere") **stays gone**: the update writes
+//!   nothing and returns the same key, whose next load finds no session.
+//!   actix-session's own Redis store instead saves the state under a new
+//!   key, which would bring a revoked login back.
+//! - `update_ttl`: one touch script, or nothing where the expiry moves by
+//!   less than the write threshold ([`ActixStore::with_write_threshold`]).
+//! - `delete`: `HDEL` of the session's field (and its pieces), and a
+//!   `DEL` of an out-of-line record.
+//!
+//! **Users.** With a user index ([`crate::CompactConfig::with_user_index`]),
+//! the store reads each session's owner from the id actix-identity keeps
+//! (`actix_identity.user_id`: a UUID in its usual form is
+//! [`Identity::Uuid`], any other string of at most 64 bytes
+//! [`Identity::Name`]) and offers "your devices"
+//! ([`ActixStore::sessions_of`]) and "log out everywhere"
+//! ([`ActixStore::revoke_all`], [`ActixStore::revoke_others`]). A log-out
+//! (`Session::purge`) deletes the session, and its entry goes with it.
+//!
+//! [actix-session]: https://docs.rs/actix-session
+
+use std::collections::HashMap;
+
+use actix_session::storage::{LoadError, SaveError, SessionKey, SessionStore, UpdateError};
+use serde_json::Value;
+
+use crate::clock::unix_now;
+use crate::error::{Error, Result};
+use crate::identity::{Identity, MAX_NAME_BYTES, Uuid};
+use crate::session::dictionary::Dictionary;
+use crate::session::layout::{Compact, CompactConfig};
+use crate::session::sweep::SweepConfig;
+use crate::tower::TowerStore;
+use crate::users::{Revoked, UserSession};
+
+mod state;
+
+pub use state::RAW_TEXTS;
+
+/// The key actix-identity keeps the logged-in user's id under.
+pub const IDENTITY_KEY: &str = "actix_identity.user_id";
+
+/// The owner actix-identity records: the string under [`IDENTITY_KEY`], a
+/// UUID in its usual form or else a name of at most 64 bytes. Anything
+/// else is no one.
+pub fn actix_identity_owner(data: &HashMap<String, Value>) -> Option<Identity> {
+    let id = data.get(IDENTITY_KEY)?.as_str()?;
+    Some(match id.parse::<Uuid>() {
+        Ok(uuid) => Identity::Uuid(uuid.0),
+        Err(_) if id.len() <= MAX_NAME_BYTES => Identity::Name(id.to_owned()),
+        Err(_) => return None,
+    })
+}
+
+/// An actix-session store over a [`Compact`] layout with 128-bit ids.
+#[derive(Clone, Debug)]
+pub struct ActixStore<C> {
+    inner: TowerStore<C>,
+}
+
+impl<C> ActixStore<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Opens the store: a [`Compact`] layout with `config` and 128-bit
+    /// ids, whatever width `config` names.
+    pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
+        Self::from_layout(Compact::new(conn, config.with_id_width(crate::IdWidth::Bits128)).await?)
+    }
+
+    /// A store over a layout already open; its ids must be 128 bits wide.
+    pub fn from_layout(layout: Compact<C>) -> Result<Self> {
+        let inner = TowerStore::from_layout(layout)?.with_owner(actix_identity_owner, None);
+        Ok(Self { inner })
+    }
+
+    /// Packs each session's state with `dictionary` where that makes it
+    /// shorter ([`Compact::with_dictionary`]).
+    pub async fn with_dictionary(mut self, dictionary: &Dictionary) -> Result<Self> {
+        self.inner = self.inner.with_dictionary(dictionary).await?;
+        Ok(self)
+    }
+
+    /// Reads owners with `owner` rather than [`actix_identity_owner`], and
+    /// labels for "your devices" from the string under `label_key` (moved
+    /// to the index entry, not kept in the record). A store with a user
+    /// index only; without one this does nothing.
+    pub fn with_owner(
+        mut self,
+        owner: crate::tower::OwnerOf,
+        label_key: Option<&'static str>,
+    ) -> Self {
+        self.inner = self.inner.with_owner(owner, label_key);
+        self
+    }
+
+    /// Lets an update that changes nothing but the expiry, and an
+    /// `update_ttl`, skip the write when the expiry moves by less than
+    /// `fraction` (0..=1) of the session's remaining lifetime: with
+    /// actix-session's `TtlExtensionPolicy::OnEveryRequest`, most requests
+    /// then only read. A session may then end up to that fraction of its
+    /// lifetime earlier than the last request implied. Default 0: every
+    /// call writes.
+    pub fn with_write_threshold(mut self, fraction: f64) -> Self {
+        self.inner = self.inner.with_write_threshold(fraction);
+        self
+    }
+
+    /// Ends every session `lifetime` after it was created, whatever TTL
+    /// actix-session gives it ([`TowerStore::with_absolute_lifetime`]).
+    pub fn with_absolute_lifetime(mut self, lifetime: std::time::Duration) -> Self {
+        self.inner = self.inner.with_absolute_lifetime(lifetime);
+        self
+    }
+
+    /// The idle timeout the app gives sessions, from which a listing
+    /// tells when each was last used.
+    pub fn with_idle_timeout(mut self, idle: std::time::Duration) -> Self {
+        self.inner = self.inner.with_idle_timeout(idle);
+        self
+    }
+
+    /// Sweeps with `config` in [`ActixStore::sweep`].
+    pub fn with_sweep_config(mut self, config: SweepConfig) -> Self {
+        self.inner = self.inner.with_sweep_config(config);
+        self
+    }
+
+    /// The layout underneath.
+    pub fn layout(&self) -> &Compact<C> {
+        self.inner.layout()
+    }
+
+    /// One sweeper pass: removes expired sessions.
+    pub async fn sweep(&self) -> Result<crate::session::sweep::PassReport> {
+        self.inner.sweep().await
+    }
+
+    /// The live sessions of `owner` ("your devices"); compare each `id`
+    /// with the current session's through [`session_key`]. Needs a user
+    /// index.
+    pub async fn sessions_of(&self, owner: &Identity) -> Result<Vec<UserSession>> {
+        self.inner.sessions_of(owner).await
+    }
+
+    /// Revokes every session of `owner` ("log out everywhere").
+    pub async fn revoke_all(&self, owner: &Identity) -> Result<Revoked> {
+        self.inner.revoke_all(owner).await
+    }
+
+    /// Revokes every session of `owner` but the one under `keep` (the
+    /// current one). A key of no session of this store keeps none.
+    pub async fn revoke_others(&self, owner: &Identity, keep: &str) -> Result<Revoked> {
+        match id_of(keep) {
+            Some(keep) => self.inner.revoke_others(owner, keep).await,
+            None => self.inner.revoke_all(owner).await,
+        }
+    }
+
+    /// A new session holding `state` for `ttl_secs`; returns its key.
+    async fn create(&self, state: &HashMap<String, Value>, ttl_secs: i64) -> Result<String> {
+        let expires_at = expires_at(ttl_secs);
+        let id = self
+            .inner
+            .create_data(random_id(), state, expires_at, random_id)
+            .await?;
+        Ok(session_key(id))
+    }
+}
+
+/// The key of the session whose id is `id`: 32 lowercase hex digits.
+pub fn session_key(id: i128) -> String {
+    format!("{:032x}", id as u128)
+}
+
+/// The id a key names, if it is one this store issues.
+pub fn id_of(key: &str) -> Option<i128> {
+    if key.len() != 32 || !key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    u128::from_str_radix(key, 16).ok().map(|id| id as i128)
+}
+
+fn random_id() -> i128 {
+    rand::random::<u128>() as i128
+}
+
+/// Unix seconds `ttl_secs` from now; a TTL of zero or less is already
+/// past.
+fn expires_at(ttl_secs: i64) -> i64 {
+    i64::try_from(unix_now())
+        .unwrap_or(i64::MAX)
+        .saturating_add(ttl_secs)
+}
+
+fn other(e: Error) -> anyhow::Error {
+    anyhow::Error::new(e)
+}
+
+impl<C> SessionStore for ActixStore<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn load(
+        &self,
+        session_key: &SessionKey,
+    ) -> std::result::Result<Option<HashMap<String, String>>, LoadError> {
+        let Some(id) = id_of(session_key.as_ref()) else {
+            return Ok(None);
+        };
+        match self.inner.load_data(id).await {
+            Ok(Some((data, _))) => state::texts(data)
+                .map(Some)
+                .map_err(|e| LoadError::Deserialization(anyhow::anyhow!("session state: {e}"))),
+            Ok(None) => Ok(None),
+            Err(e @ Error::CorruptRecord { .. }) => Err(LoadError::Deserialization(other(e))),
+            Err(e) => Err(LoadError::Other(other(e))),
+        }
+    }
+
+    async fn save(
+        &self,
+        session_state: HashMap<String, String>,
+        ttl: &time::Duration,
+    ) -> std::result::Result<SessionKey, SaveError> {
+        let data = state::values(session_state)
+            .map_err(|e| SaveError::Serialization(other(Error::EncodeData(e))))?;
+        let key = self
+            .create(&data, ttl.whole_seconds())
+            .await
+            .map_err(|e| match e {
+                e @ Error::EncodeData(_) => SaveError::Serialization(other(e)),
+                e => SaveError::Other(other(e)),
+            })?;
+        SessionKey::try_from(key).map_err(|e| SaveError::Other(anyhow::Error::new(e)))
+    }
+
+    async fn update(
+        &self,
+        session_key: SessionKey,
+        session_state: HashMap<String, String>,
+        ttl: &time::Duration,
+    ) -> std::result::Result<SessionKey, UpdateError> {
+        let data = state::values(session_state)
+            .map_err(|e| UpdateError::Serialization(other(Error::EncodeData(e))))?;
+        let Some(id) = id_of(session_key.as_ref()) else {
+            // Not a key of this store: the state goes into a new session,
+            // as the middleware saves one it did not load.
+            let key = self
+                .create(&data, ttl.whole_seconds())
+                .await
+                .map_err(|e| UpdateError::Other(other(e)))?;
+            return SessionKey::try_from(key)
+                .map_err(|e| UpdateError::Other(anyhow::Error::new(e)));
+        };
+        // A session that is gone stays gone: nothing is written, and the
+        // key's next load finds no session (see the module's docs).
+        self.inner
+            .save_data(id, &data, expires_at(ttl.whole_seconds()))
+            .await
+            .map_err(|e| match e {
+                e @ Error::EncodeData(_) => UpdateError::Serialization(other(e)),
+                e => UpdateError::Other(other(e)),
+            })?;
+        Ok(session_key)
+    }
+
+    async fn update_ttl(
+        &self,
+        session_key: &SessionKey,
+        ttl: &time::Duration,
+    ) -> std::result::Result<(), anyhow::Error> {
+        if let Some(id) = id_of(session_key.as_ref()) {
+            self.inner
+                .touch_data(id, expires_at(ttl.whole_seconds()))
+                .await
+                .map_err(other)?;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, session_key: &SessionKey) -> std::result::Result<(), anyhow::Error> {
+        if let Some(id) = id_of(session_key.as_ref()) {
+            self.inner.delete_data(id).await.map_err(other)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_32_lowercase_hex_digits_and_nothing_else() {
+        for id in [0i128, 1, -1, i128::MAX, i128::MIN, 0x0123_4567_89ab_cdef] {
+            let key = session_key(id);
+            assert_eq!(key.len(), 32);
+            assert_eq!(id_of(&key), Some(id));
+        }
+        let good = session_key(42);
+        for bad in [
+            "",
+            &good[1..],
+            &format!("{good}0"),
+            &good.to_uppercase(),
+            "+0000000000000000000000000000001",
+            "../../../../../../../../etc/pass",
+            "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+        ] {
+            assert_eq!(id_of(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_ttl_of_zero_or_less_is_past() {
+        let now = unix_now() as i64;
+        assert!(expires_at(0) <= now);
+        assert!(expires_at(-10) < now);
+        assert_eq!(expires_at(i64::MAX), i64::MAX);
+    }
+}
