@@ -33,14 +33,16 @@
 # packed beside the buckets against the book's ZSET per session. `locks`
 # the talk's lease against the fenced lock. `migrate` 1M sessions of
 # tower-sessions-redis-store copied into sessionpack and the takeover
-# closed: time, server CPU and memory at each stage.
+# closed: time, server CPU and memory at each stage. `actix` the
+# actix-session store beside actix-session's RedisSessionStore per state
+# profile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower actix tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -115,6 +117,12 @@ for part in "${parts[@]}"; do
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
       $sp bench tower --sessions 200000 --dictionary --out analysis/tower
+      cargo build --release --quiet -p sessionpack-cli ;;
+    actix)
+      # sessionpack's actix-session store beside actix-session's own Redis
+      # store, built in.
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      $sp bench actix --sessions 200000 --rounds 2 --out analysis/actix
       cargo build --release --quiet -p sessionpack-cli ;;
     compact)
       for ids in 160 128; do

@@ -79,8 +79,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "passport",
     // actix-identity (through actix-session)
     "actix_identity.user_id",
-    "actix_identity.last_visit_timestamp",
-    "actix_identity.logged_in_timestamp",
+    "actix_identity.last_visited_at",
+    "actix_identity.logged_in_at",
 ];
 
 /// Deepest nesting of arrays and objects accepted, as serde_json's parser.

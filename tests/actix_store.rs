@@ -56,8 +56,8 @@ async fn state_round_trips_text_for_text_and_a_login_stays_in_its_bucket() {
     let store = store(&server).await;
     let given = state(&[
         (IDENTITY_KEY, r#""42""#),
-        ("actix_identity.logged_in_timestamp", "1763000000000000000"),
-        ("actix_identity.last_visit_timestamp", "1763000000000000000"),
+        ("actix_identity.logged_in_at", "1763000000"),
+        ("actix_identity.last_visited_at", "1763000123"),
         ("csrf_token", r#""Zx3fQ0mB7yV2kT9pL1sR4wE6uI8oA5dG""#),
         ("locale", r#""en-GB""#),
         ("flash", r#"{"level":"success","text":"Saved."}"#),

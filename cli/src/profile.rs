@@ -193,3 +193,80 @@ mod tests {
         }
     }
 }
+
+/// A shape of actix-session state: keys to JSON texts, as
+/// `Session::insert` and actix-identity write them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActixProfile {
+    /// actix-identity's user id alone: `{"actix_identity.user_id": "\"…\""}`.
+    UserId,
+    /// The user id with actix-identity's login and last-visit stamps
+    /// (`login_deadline`, `visit_deadline` set).
+    #[value(name = "user-id-stamps")]
+    Stamps,
+    /// The stamped login with a csrf token (64 hex digits), a locale and a
+    /// flash message: a real app's session.
+    App,
+    /// The app session with 300 characters of text more.
+    AppText,
+}
+
+impl ActixProfile {
+    /// Every profile, in report order.
+    pub const ALL: [Self; 4] = [Self::UserId, Self::Stamps, Self::App, Self::AppText];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::UserId => "user-id",
+            Self::Stamps => "user-id-stamps",
+            Self::App => "app",
+            Self::AppText => "app-text",
+        }
+    }
+
+    /// The state of the `n`-th session (user ids 1,000,000 and up;
+    /// stamps around November 2026).
+    pub fn state(self, n: u64) -> HashMap<String, String> {
+        let user = 1_000_000 + n % 9_000_000;
+        let stamp = 1_795_000_000 + n % 1_000_000;
+        let mut state = HashMap::new();
+        let mut put = |key: &str, value: Value| {
+            state.insert(key.to_owned(), value.to_string());
+        };
+        put("actix_identity.user_id", Value::String(user.to_string()));
+        if self != Self::UserId {
+            put("actix_identity.logged_in_at", stamp.into());
+            put("actix_identity.last_visited_at", (stamp + 60).into());
+        }
+        if matches!(self, Self::App | Self::AppText) {
+            let token: Vec<u8> = (0..32u64)
+                .map(|i| splitmix64(n.wrapping_mul(1 << 16).wrapping_add(i)) as u8)
+                .collect();
+            let pick = |options: &[&'static str], salt: u64| {
+                options
+                    [(n.wrapping_mul(0x9e37_79b9).wrapping_add(salt) >> 3) as usize % options.len()]
+            };
+            put("csrf_token", hex::encode(token).into());
+            put(
+                "locale",
+                pick(&["en-US", "de-DE", "fr-FR", "en-GB", "pt-BR"], 1).into(),
+            );
+            put(
+                "flash",
+                json!({ "level": "info", "text": pick(&["Welcome back", "Item removed", "Order placed"], 2) }),
+            );
+        }
+        if self == Self::AppText {
+            put("messages", text(n, 300).into());
+        }
+        state
+    }
+}
+
+impl std::fmt::Display for ActixProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1016,3 +1016,50 @@ async fn the_sweep_daemon_sweeps_and_merges_a_growing_store() {
         .unwrap_or(0);
     assert!(merged > 0, "{text}");
 }
+
+/// `bench actix` measures each store through actix-session's trait: every
+/// call ran, and a user-id session costs sessionpack a fraction of a key
+/// of its own.
+#[test]
+fn bench_actix_measures_every_call_of_every_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let text = stdout(&sessionpack(&[
+        "bench",
+        "actix",
+        "--sessions",
+        "2000",
+        "--rounds",
+        "1",
+        "--profiles",
+        "user-id,app",
+        "--out",
+        out,
+    ]));
+    assert!(text.contains("sessionpack (growing)"), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("actix.json")).unwrap())
+            .unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let stores = if cfg!(feature = "peer-bench") { 3 } else { 2 };
+    assert_eq!(rows.len(), 2 * stores);
+    for row in rows {
+        assert!(row["bytes_per_session"].as_f64().unwrap() > 0.0, "{row}");
+        let ops = row["ops"].as_array().unwrap();
+        assert_eq!(ops.len(), 5);
+        for op in ops {
+            assert!(op["calls"].as_u64().unwrap() > 0, "{op}");
+            assert!(op["calls_per_sec"].as_f64().unwrap() > 0.0, "{op}");
+        }
+    }
+    if cfg!(feature = "peer-bench") {
+        let bytes = |i: usize| rows[i]["bytes_per_session"].as_f64().unwrap();
+        assert!(
+            bytes(0) < bytes(2) / 2.0,
+            "{} against {}",
+            bytes(0),
+            bytes(2)
+        );
+    }
+    assert!(dir.path().join("actix.md").exists());
+}

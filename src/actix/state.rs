@@ -87,7 +87,7 @@ mod tests {
     fn texts_come_back_exactly_parsed_or_whole() {
         let given = state(&[
             ("actix_identity.user_id", r#""42""#),
-            ("actix_identity.logged_in_timestamp", "1700000000000000000"),
+            ("actix_identity.logged_in_at", "1700000000"),
             ("counter", "7"),
             ("flash", r#"{"level":"info","text":"Saved"}"#),
             // Not what serde_json writes: kept whole.

@@ -8,6 +8,7 @@ use sessionpack::session::layout::LayoutKind;
 
 mod acl;
 mod advise;
+mod bench_actix;
 mod bench_churn;
 mod bench_growth;
 mod bench_locks;
@@ -112,6 +113,11 @@ pub enum Bench {
     /// sessionpack's tower-sessions store beside the peer crate, profile by
     /// profile: bytes, server CPU per call, calls per second.
     Tower(bench_tower::TowerArgs),
+    /// sessionpack's actix-session store beside actix-session's
+    /// `RedisSessionStore`, profile by profile: memory, server CPU per call
+    /// and calls/s through the same trait (the peer with feature
+    /// `peer-bench`).
+    Actix(bench_actix::ActixArgs),
     /// One-time tokens packed in buckets beside a key per token: bytes per
     /// token, consumes per second, server CPU per consume.
     Tokens(bench_tokens::TokensArgs),
@@ -171,6 +177,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Churn(args)) => bench_churn::run(args).await,
         Command::Bench(Bench::Growth(args)) => bench_growth::run(args).await,
         Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
+        Command::Bench(Bench::Actix(args)) => bench_actix::run(args).await,
         Command::Bench(Bench::Migrate(args)) => bench_migrate::run(args).await,
         Command::Bench(Bench::Tokens(args)) => bench_tokens::run(args).await,
         Command::Bench(Bench::Ratelimit(args)) => bench_ratelimit::run(args).await,

@@ -1,6 +1,7 @@
 //! The benchmark harness behind `sessionpack bench`: loads sessions into a
 //! dedicated server layout by layout and records what they cost.
 
+pub mod actix;
 pub mod churn;
 pub mod growth;
 pub mod info;

@@ -1,0 +1,203 @@
+//! `sessionpack bench actix`: sessionpack's actix-session store beside
+//! actix-session's own `RedisSessionStore` (one key per session, built
+//! with feature `peer-bench`) on the same server, through the same trait,
+//! for each state profile: bytes per session, server CPU per call and
+//! client calls per second.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::Target;
+use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
+use crate::harness::actix::{Measured, OPS, Plan, StoreRun};
+use crate::harness::info::ServerInfo;
+use crate::profile::ActixProfile;
+use sessionpack::actix::ActixStore;
+use sessionpack::error::{Error, Result};
+use sessionpack::limits::ListpackLimits;
+use sessionpack::{CompactConfig, json_map};
+
+/// Arguments of `sessionpack bench actix`.
+#[derive(Debug, Args)]
+pub struct ActixArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Sessions per profile and store.
+    #[arg(long, default_value_t = 200_000, value_parser = super::count::positive)]
+    sessions: u64,
+    /// Calls in flight at once (on one connection per store).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Rounds of the calls (figures are medians of the rounds).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Profiles to measure (default: all).
+    #[arg(long, value_delimiter = ',')]
+    profiles: Vec<ActixProfile>,
+    /// Directory for actix.json and actix.md.
+    #[arg(long, default_value = "results/actix")]
+    out: PathBuf,
+}
+
+const PEER: &str = "actix-session 0.11 RedisSessionStore";
+/// The store's write threshold in these runs, as in `bench tower`.
+const WRITE_THRESHOLD: f64 = 0.1;
+
+pub(super) async fn run(args: ActixArgs) -> Result<()> {
+    let (target, url) = args.target.connect_server("bench actix").await?;
+    target.flush().await?;
+    let mut conn = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let server = ServerInfo::read(&mut conn).await?;
+    let limits = ListpackLimits::read(&mut conn).await?;
+    let profiles = if args.profiles.is_empty() {
+        ActixProfile::ALL.to_vec()
+    } else {
+        args.profiles.clone()
+    };
+    let mut rows: Vec<StoreRun> = Vec::new();
+    for profile in profiles {
+        let plan = Plan {
+            profile,
+            sessions: args.sessions,
+            concurrency: args.concurrency,
+            rounds: args.rounds,
+        };
+        // The advisor's bucket count for a store of this many sessions of
+        // this size, as `bench tower` takes it.
+        let sizes: Vec<u64> = (0..1000)
+            .map(|n| {
+                let state = profile.state(n);
+                let data: std::collections::HashMap<String, serde_json::Value> = state
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::from_str(v).unwrap_or_default()))
+                    .collect();
+                json_map::encode(&data).map(|b| b.len() as u64)
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        let mean = sizes.iter().sum::<u64>() as f64 / sizes.len() as f64;
+        let bits = advisor::recommend_tower_bits(
+            args.sessions,
+            &limits,
+            DEFAULT_MAX_CONVERTED,
+            mean.round() as u64,
+            16,
+        );
+        println!("{profile}, hash-max-listpack-value {}", limits.hash_value);
+        target.flush().await?;
+        let fixed = ActixStore::new(target.open(&url).await?, CompactConfig::new(bits))
+            .await?
+            .with_write_threshold(WRITE_THRESHOLD);
+        let mut fixed = Measured::fill(
+            &mut conn,
+            &format!("sessionpack (compact 2^{bits})"),
+            fixed,
+            plan,
+        )
+        .await?;
+        let growing = CompactConfig::default().with_namespace("spg");
+        let growing = ActixStore::new(target.open(&url).await?, growing)
+            .await?
+            .with_write_threshold(WRITE_THRESHOLD);
+        let mut growing = Measured::fill(&mut conn, "sessionpack (growing)", growing, plan).await?;
+        let mut peer = match peer_store(&url).await? {
+            Some(store) => Some(Measured::fill(&mut conn, PEER, store, plan).await?),
+            None => None,
+        };
+        for round in 0..args.rounds.max(1) as u64 {
+            fixed.round(&mut conn, round, plan).await?;
+            growing.round(&mut conn, round, plan).await?;
+            if let Some(peer) = &mut peer {
+                peer.round(&mut conn, round, plan).await?;
+            }
+        }
+        let mut runs = vec![fixed.finish(), growing.finish()];
+        runs.extend(peer.map(Measured::finish));
+        for run in &runs {
+            print_run(run);
+        }
+        rows.extend(runs);
+    }
+    target.flush().await?;
+    write_report(&args, &server, &rows)
+}
+
+#[cfg(feature = "peer-bench")]
+async fn peer_store(url: &str) -> Result<Option<actix_session::storage::RedisSessionStore>> {
+    actix_session::storage::RedisSessionStore::new(url)
+        .await
+        .map(Some)
+        .map_err(|e| Error::Config(format!("RedisSessionStore: {e}")))
+}
+
+#[cfg(not(feature = "peer-bench"))]
+async fn peer_store(_url: &str) -> Result<Option<ActixStore<sessionpack::Connection>>> {
+    println!("the peer crate is not measured: build with --features peer-bench");
+    Ok(None)
+}
+
+fn print_run(run: &StoreRun) {
+    println!(
+        "  {}: {:.1} B/session, {} keys",
+        run.store, run.bytes_per_session, run.keys
+    );
+    for op in &run.ops {
+        println!(
+            "    {:11} {:9.0} calls/s  {:5.2} µs server CPU per call",
+            op.op, op.calls_per_sec, op.server_cpu_us
+        );
+    }
+}
+
+fn write_report(args: &ActixArgs, server: &ServerInfo, rows: &[StoreRun]) -> Result<()> {
+    let command = super::bench_memory::command_line();
+    let ops = OPS.join(" / ");
+    let mut md = format!(
+        "# actix-session stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} calls in flight on one connection per store, every call through actix-session 0.11's `SessionStore`). Bytes per session are the growth of `used_memory` while each store in turn saved its sessions. The calls then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer in the same run.\n\nPer round: `save` adds a quarter as many sessions; `load` reads every session; `update` writes each another user's state of the same shape with a TTL a minute longer; `update_ttl` renews each TTL by 30 seconds more; `delete` removes the sessions the round saved. sessionpack's stores run with `with_write_threshold({WRITE_THRESHOLD})`, which lets them skip an `update_ttl` that moves the expiry by less than a tenth of its lifetime: here every one; the peer sends an `EXPIRE`.\n\n| profile | store | B/session | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---|---|---|\n",
+        server.name(),
+        args.sessions,
+        args.concurrency,
+        args.rounds,
+    );
+    for run in rows {
+        let peer = rows
+            .iter()
+            .find(|r| r.profile == run.profile && r.store == PEER && r.store != run.store);
+        let cpu = |r: &StoreRun, op: &str| r.op(op).map_or(f64::NAN, |o| o.server_cpu_us);
+        let rate = |r: &StoreRun, op: &str| r.op(op).map_or(f64::NAN, |o| o.calls_per_sec);
+        let ratios = |f: &dyn Fn(&StoreRun, &str) -> f64| match peer {
+            Some(p) => OPS
+                .map(|op| format!("{:.2}", f(run, op) / f(p, op)))
+                .join(" / "),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} | {} | {} | {} | {} |",
+            run.profile,
+            run.store,
+            run.bytes_per_session,
+            peer.map_or("-".into(), |p| format!(
+                "{:.2}x",
+                run.bytes_per_session / p.bytes_per_session
+            )),
+            OPS.map(|op| format!("{:.2}", cpu(run, op))).join(" / "),
+            ratios(&cpu),
+            ratios(&rate),
+        );
+    }
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
+    let json = serde_json::json!({ "command": command, "server": server, "rows": rows });
+    let json = serde_json::to_string_pretty(&json).map_err(|e| Error::Config(e.to_string()))?;
+    for (name, text) in [("actix.json", json), ("actix.md", md)] {
+        let path = args.out.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| Error::Config(format!("cannot write {}: {e}", path.display())))?;
+    }
+    println!("wrote {}", args.out.join("actix.md").display());
+    Ok(())
+}
