@@ -17,6 +17,7 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::info::{MemorySample, server_cpu_secs, wait_for_rehash};
+use super::tower::median;
 use crate::profile::ActixProfile;
 use sessionpack::error::{Error, Result};
 
@@ -276,16 +277,6 @@ fn summarize(op: &str, samples: &[Sample]) -> OpRun {
         calls: samples.first().map_or(0, |s| s.calls),
         calls_per_sec: median(&rates),
         server_cpu_us: median(&cpu),
-    }
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

@@ -283,7 +283,8 @@ fn summarize(op: &str, samples: &[Sample]) -> OpRun {
     }
 }
 
-fn median(values: &[f64]) -> f64 {
+/// The median of `values` (NaN for none).
+pub(super) fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
