@@ -17,6 +17,7 @@ use crate::profile::ActixProfile;
 use sessionpack::actix::ActixStore;
 use sessionpack::error::{Error, Result};
 use sessionpack::limits::ListpackLimits;
+use sessionpack::session::dictionary::Learning;
 use sessionpack::{CompactConfig, json_map};
 
 /// Arguments of `sessionpack bench actix`.
@@ -36,6 +37,12 @@ pub struct ActixArgs {
     /// Profiles to measure (default: all).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<ActixProfile>,
+    /// Also measure the store packing each session's state with the
+    /// dictionary it learns from its first 1000 writes
+    /// (`Learning::default()`), on the same fixed buckets in a namespace
+    /// of its own.
+    #[arg(long)]
+    dictionary: bool,
     /// Directory for actix.json and actix.md.
     #[arg(long, default_value = "results/actix")]
     out: PathBuf,
@@ -103,6 +110,17 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
             .await?
             .with_write_threshold(WRITE_THRESHOLD);
         let mut growing = Measured::fill(&mut conn, "sessionpack (growing)", growing, plan).await?;
+        let mut packed = None;
+        if args.dictionary {
+            let config = CompactConfig::new(bits)
+                .with_namespace("spd")
+                .with_learned_dictionary(Learning::default());
+            let store = ActixStore::new(target.open(&url).await?, config)
+                .await?
+                .with_write_threshold(WRITE_THRESHOLD);
+            let label = format!("sessionpack + learned dictionary (compact 2^{bits})");
+            packed = Some(Measured::fill(&mut conn, &label, store, plan).await?);
+        }
         let mut peer = match peer_store(&url).await? {
             Some(store) => Some(Measured::fill(&mut conn, PEER, store, plan).await?),
             None => None,
@@ -110,11 +128,15 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
         for round in 0..args.rounds.max(1) as u64 {
             fixed.round(&mut conn, round, plan).await?;
             growing.round(&mut conn, round, plan).await?;
+            if let Some(packed) = &mut packed {
+                packed.round(&mut conn, round, plan).await?;
+            }
             if let Some(peer) = &mut peer {
                 peer.round(&mut conn, round, plan).await?;
             }
         }
         let mut runs = vec![fixed.finish(), growing.finish()];
+        runs.extend(packed.map(Measured::finish));
         runs.extend(peer.map(Measured::finish));
         for run in &runs {
             print_run(run);
