@@ -53,9 +53,27 @@ pub(crate) async fn open_bucket_store<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
+    let policy = crate::limits::eviction_policy(&mut conn.clone()).await?;
+    open_bucket_store_under(conn, meta, namespace, policy).await
+}
+
+/// [`open_bucket_store`] on a server whose eviction policy the caller has
+/// read already.
+pub(crate) async fn open_bucket_store_under<C>(
+    conn: &C,
+    meta: &crate::session::meta::StoreMeta,
+    namespace: &str,
+    policy: Option<String>,
+) -> Result<(
+    crate::limits::ListpackLimits,
+    Option<String>,
+    crate::session::meta::StoreMeta,
+)>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
     use crate::limits;
     let mut c = conn.clone();
-    let policy = limits::eviction_policy(&mut c).await?;
     if meta.user_bits > 0 {
         limits::check_user_index_policy(policy.as_deref())?;
     }

@@ -744,14 +744,13 @@ where
     /// it if the store is new) and reads the server's listpack limits and
     /// eviction policy, as [`crate::Bucketed::new`] does.
     pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
+        let policy = crate::limits::eviction_policy(&mut conn.clone()).await?;
         let (bits, growing) = if config.bucket_bits.is_some() && config.growing.is_some() {
-            config.resolve(None, None)
+            config.resolve(None, policy.as_deref())
         } else {
             // Only a config that leaves something open reads the record
-            // first: its bucket count, whether it grows, and the server's
-            // eviction policy, which a new growing store needs.
+            // first: its bucket count, and whether it grows.
             let recorded = StoreMeta::read(&conn, &config.namespace).await?;
-            let policy = crate::limits::eviction_policy(&mut conn.clone()).await?;
             config.resolve(recorded.as_ref(), policy.as_deref())
         };
         let buckets = Buckets::new(config.namespace.clone(), bits)?.with_id_width(config.id_width);
@@ -780,7 +779,7 @@ where
             check_field_ttls(&conn, &buckets, config.allow_converted_buckets).await?;
         }
         let (limits, policy, recorded) =
-            super::open_bucket_store(&conn, &meta, buckets.namespace()).await?;
+            super::open_bucket_store_under(&conn, &meta, buckets.namespace(), policy).await?;
         let mut layout = Self::with_limits(conn, buckets, limits)
             .with_users(users)
             .with_viewed(config.viewed)?
