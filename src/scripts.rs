@@ -132,6 +132,11 @@ pub(crate) static COMPACT_SAVE: ByExpiry = by_expiry!(
     "compact_expiry.lua",
     "compact_save.lua"
 );
+/// The common case of [`COMPACT_SAVE`] and [`COMPACT_TOUCH`], with no
+/// helpers; only for stores the sweeper reclaims.
+/// [`COMPACT_REWRITE`]'s answer where the full script must decide.
+pub(crate) const SLOW: i64 = -9;
+pub(crate) static COMPACT_REWRITE: ByExpiry = by_expiry!("compact_rewrite.lua");
 pub(crate) static COMPACT_CREATE: ByExpiry = by_expiry!(
     "compact_pieces.lua",
     "compact_expiry.lua",

@@ -664,3 +664,76 @@ async fn health_reports_what_the_store_would_log() {
         "{warnings:?}"
     );
 }
+
+/// Saves and touches of every form of record (an identity-only integer, a
+/// short record, one too long for a listpack value) keep the record
+/// whole and move the expiry, later or earlier (the index follows it
+/// down); on a session deleted, or expired and not yet swept, they write
+/// nothing and bring nothing back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saves_and_touches_move_only_the_expiry_of_every_form() {
+    let server = common::server();
+    let layout = compact(&server, 4).await;
+    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let mut raw = common::raw(&server).await;
+    let scheme = layout.scheme();
+    let b = layout.buckets();
+    let identity_only: Store<_, ()> =
+        Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let mut created = vec![identity_only.create(1_234_567, ()).await.unwrap().id];
+    for attrs in [String::new(), "en-GB".to_owned(), "x".repeat(3000)] {
+        created.push(store.create(1_234_567, attrs).await.unwrap().id);
+    }
+    for id in created {
+        let stored = layout.load(&id).await.unwrap().expect("created");
+        let (record, expires_at) = (stored.record, stored.expires_at);
+        let later = expires_at + 5_000;
+        assert_eq!(layout.touch_until(&id, later).await.unwrap(), Some(later));
+        let stored = layout.load(&id).await.unwrap().expect("touched");
+        assert_eq!(stored.record, record, "{} bytes: the record", record.len());
+        assert_eq!(stored.expires_at, later);
+        let earlier = expires_at - 600;
+        assert_eq!(
+            layout.save(&id, &record, earlier).await.unwrap(),
+            sessionpack::session::layout::Written::Done
+        );
+        let stored = layout.load(&id).await.unwrap().expect("saved");
+        assert_eq!(
+            (stored.record, stored.expires_at),
+            (record.clone(), earlier)
+        );
+        let bucket = b.bucket_of(&id);
+        let index = scheme.index_key(scheme.group_of(bucket));
+        let score: f64 = raw.zscore(&index, scheme.member(bucket)).await.unwrap();
+        assert!(score as u64 <= earlier, "the index follows the expiry down");
+
+        layout.delete(&id, None).await.unwrap();
+        assert_eq!(layout.touch_until(&id, later).await.unwrap(), None);
+        assert_eq!(
+            layout.save(&id, &record, later).await.unwrap(),
+            sessionpack::session::layout::Written::Missing
+        );
+        assert!(layout.load(&id).await.unwrap().is_none(), "nothing revived");
+    }
+    // Expired by the server's clock, not yet swept: still left alone.
+    for attrs in [String::new(), "en-GB".to_owned(), "x".repeat(3000)] {
+        let created = store
+            .create_with_ttl(7, attrs, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let record = layout
+            .load(&created.id)
+            .await
+            .unwrap()
+            .expect("created")
+            .record;
+        while next_server_second(&mut raw).await <= created.expires_at {}
+        let far = created.expires_at + 3_600;
+        assert_eq!(layout.touch_until(&created.id, far).await.unwrap(), None);
+        assert_eq!(
+            layout.save(&created.id, &record, far).await.unwrap(),
+            sessionpack::session::layout::Written::Missing
+        );
+        assert!(layout.load(&created.id).await.unwrap().is_none());
+    }
+}

@@ -506,7 +506,7 @@ where
             self.delete_data(id).await?;
             return Ok(false);
         }
-        match self.layout.touch(&session_id(id), at - now).await? {
+        match self.layout.touch_until(&session_id(id), at).await? {
             Some(stored) => {
                 self.memo.moved(id, stored);
                 Ok(true)

@@ -211,6 +211,22 @@ fn write_report(args: &ActixArgs, server: &ServerInfo, rows: &[StoreRun]) -> Res
             ratios(&rate),
         );
     }
+    let _ = writeln!(
+        md,
+        "\n## What each call ran on the server\n\nFrom `INFO commandstats` over the rounds: calls of each command per call of the store × the server's time in it per call (a script's time includes the commands it sends, which are listed too). Commands below one call per hundred (the clock estimate's `TIME`) are left out.\n\n| profile | store | op | commands per call |\n|---|---|---|---|"
+    );
+    for run in rows {
+        for op in &run.ops {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                run.profile,
+                run.store,
+                op.op,
+                op.commands_line()
+            );
+        }
+    }
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
     let json = serde_json::json!({ "command": command, "server": server, "rows": rows });

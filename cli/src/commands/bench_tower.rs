@@ -250,19 +250,9 @@ fn print_run(run: &StoreRun, predicted: Option<f64>) {
             op.op,
             op.calls_per_sec,
             op.server_cpu_us,
-            commands(op)
+            op.commands_line()
         );
     }
-}
-
-/// What one call of an operation ran on the server, e.g.
-/// `hget 1.00 × 0.31 µs`.
-fn commands(op: &tower::OpRun) -> String {
-    op.commands
-        .iter()
-        .map(|c| format!("{} {:.2} × {:.2} µs", c.command, c.per_op, c.usec_per_call))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<()> {
@@ -327,7 +317,7 @@ fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<(
                 run.store,
                 run.hash_max_listpack_value,
                 op.op,
-                commands(op)
+                op.commands_line()
             );
         }
     }

@@ -10,33 +10,19 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_session::storage::{SessionKey, SessionStore};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use super::info::{MemorySample, server_cpu_secs, wait_for_rehash};
-use super::tower::median;
+use super::info::{MemorySample, wait_for_rehash};
+use super::tower::{OpRun, Sample, summarize, timed};
 use crate::profile::ActixProfile;
 use sessionpack::error::{Error, Result};
 
 /// The calls, in the order each round runs them.
 pub const OPS: [&str; 5] = ["save", "load", "update", "update_ttl", "delete"];
-
-/// One call's figures.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct OpRun {
-    /// One of [`OPS`].
-    pub op: String,
-    /// Calls per round.
-    pub calls: u64,
-    /// Calls per second the client completed (median of the rounds).
-    pub calls_per_sec: f64,
-    /// Redis server CPU (user + system, `INFO cpu`) per call, µs (median
-    /// of the rounds).
-    pub server_cpu_us: f64,
-}
 
 /// One store on one profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -253,55 +239,4 @@ where
         .collect()
         .await;
     results.into_iter().collect()
-}
-
-/// One round of one call.
-#[derive(Clone, Debug)]
-struct Sample {
-    calls: u64,
-    secs: f64,
-    cpu_secs: f64,
-}
-
-fn summarize(op: &str, samples: &[Sample]) -> OpRun {
-    let cpu: Vec<f64> = samples
-        .iter()
-        .map(|s| s.cpu_secs * 1e6 / s.calls.max(1) as f64)
-        .collect();
-    let rates: Vec<f64> = samples
-        .iter()
-        .map(|s| s.calls as f64 / s.secs.max(1e-9))
-        .collect();
-    OpRun {
-        op: op.to_owned(),
-        calls: samples.first().map_or(0, |s| s.calls),
-        calls_per_sec: median(&rates),
-        server_cpu_us: median(&cpu),
-    }
-}
-
-/// Runs `work` (`calls` calls), timing it and taking the server's CPU
-/// around it.
-async fn timed<F, Fut, T>(
-    conn: &mut redis::aio::MultiplexedConnection,
-    calls: u64,
-    work: F,
-) -> Result<(Sample, T)>
-where
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let cpu = server_cpu_secs(conn).await?;
-    let started = Instant::now();
-    let out = work().await?;
-    let secs = started.elapsed().as_secs_f64();
-    let cpu_secs = server_cpu_secs(conn).await? - cpu;
-    Ok((
-        Sample {
-            calls,
-            secs,
-            cpu_secs,
-        },
-        out,
-    ))
 }

@@ -76,6 +76,17 @@ pub struct OpRun {
     pub commands: Vec<CommandShare>,
 }
 
+impl OpRun {
+    /// What one call ran on the server, e.g. `hget 1.00 × 0.31 µs`.
+    pub fn commands_line(&self) -> String {
+        self.commands
+            .iter()
+            .map(|c| format!("{} {:.2} × {:.2} µs", c.command, c.per_op, c.usec_per_call))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// One store on one profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StoreRun {
@@ -240,14 +251,14 @@ pub async fn run(
 
 /// One round of one operation.
 #[derive(Clone, Debug)]
-struct Sample {
+pub(super) struct Sample {
     calls: u64,
     secs: f64,
     cpu_secs: f64,
     commands: Vec<(String, u64, u64)>,
 }
 
-fn summarize(op: &str, samples: &[Sample]) -> OpRun {
+pub(super) fn summarize(op: &str, samples: &[Sample]) -> OpRun {
     let per_call = |s: &Sample| s.cpu_secs * 1e6 / s.calls.max(1) as f64;
     let rounds_cpu_us: Vec<f64> = samples.iter().map(per_call).collect();
     let rates: Vec<f64> = samples
@@ -375,7 +386,7 @@ where
 
 /// Runs `work` (`calls` calls), timing it and taking the server's CPU and
 /// command counts around it.
-async fn timed<F, Fut, T>(
+pub(super) async fn timed<F, Fut, T>(
     conn: &mut redis::aio::MultiplexedConnection,
     calls: u64,
     work: F,

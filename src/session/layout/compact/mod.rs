@@ -43,8 +43,8 @@ use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::limits::{FieldTtls, ListpackLimits};
 use crate::scripts::{
-    self, ByExpiry, COMPACT_CREATE, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_SAVE,
-    COMPACT_TOUCH, PIPELINE_CHUNK,
+    self, ByExpiry, COMPACT_CREATE, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE,
+    COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK,
 };
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
@@ -1562,8 +1562,13 @@ where
         let (_, latest) = self.time_bounds().await?;
         let latest = (latest + MARGIN).ceil() as u64;
         let form = self.form(record);
-        let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
         let value = form.value(record, expires_at);
+        if matches!(form, Form::Integer(_) | Form::Inline)
+            && let Some(code) = self.rewrite(id, &value, expires_at, latest).await?
+        {
+            return Ok(Written::from_code(code.min(1)));
+        }
+        let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
         let pieces = form.pieces(record);
         let code = self
             .call(id, |k| {
@@ -1576,6 +1581,55 @@ where
             })
             .await?;
         Ok(Written::from_code(code))
+    }
+
+    /// The common case of a save (`value`, a record kept whole) or of a
+    /// touch (`value` empty), in the short script with no helpers
+    /// (`compact_rewrite.lua`): the new expiry if written, 0 if there is
+    /// no session, `None` where the full script must decide (and for a
+    /// store whose fields the server expires).
+    async fn rewrite(
+        &self,
+        id: &SessionId,
+        value: &[u8],
+        expires_at: u64,
+        latest: u64,
+    ) -> Result<Option<i64>> {
+        if self.server_expiry || self.viewed_chunks() > 0 {
+            return Ok(None);
+        }
+        let code: i64 = self
+            .call(id, |k| {
+                let mut inv = self.invocation(self.script(&COMPACT_REWRITE), k);
+                inv.arg(value).arg(expires_at).arg(latest);
+                inv
+            })
+            .await?;
+        Ok((code != scripts::SLOW).then_some(code))
+    }
+
+    /// Moves a live session's expiry to `expires_at` (unix seconds), its
+    /// record left as it is; `None` if there is no live session. As
+    /// [`Layout::touch`], with the expiry given, and in the short script
+    /// where the record is kept whole in its value and the expiry is not
+    /// near now.
+    pub async fn touch_until(&self, id: &SessionId, expires_at: u64) -> Result<Option<u64>> {
+        Deadline::At(expires_at).check()?;
+        id.check_width(self.buckets().id_width())?;
+        let (_, latest) = self.time_bounds().await?;
+        let latest = (latest + MARGIN).ceil() as u64;
+        match self.rewrite(id, &[], expires_at, latest).await? {
+            Some(0) => Ok(None),
+            Some(expiry) => Ok(Some(expiry as u64)),
+            None => {
+                self.call(id, |k| {
+                    let mut inv = self.invocation(self.script(&COMPACT_TOUCH), k);
+                    inv.arg(1).arg(expires_at);
+                    inv
+                })
+                .await
+            }
+        }
     }
 
     /// Removes a session, live or expired, with plain commands, as a
