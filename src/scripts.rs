@@ -137,6 +137,9 @@ pub(crate) static COMPACT_SAVE: ByExpiry = by_expiry!(
 /// [`COMPACT_REWRITE`]'s answer where the full script must decide.
 pub(crate) const SLOW: i64 = -9;
 pub(crate) static COMPACT_REWRITE: ByExpiry = by_expiry!("compact_rewrite.lua");
+/// The common case of [`COMPACT_INSERT`] in a growing store, with no
+/// helpers.
+pub(crate) static COMPACT_ADD: ByExpiry = by_expiry!("compact_add.lua");
 pub(crate) static COMPACT_CREATE: ByExpiry = by_expiry!(
     "compact_pieces.lua",
     "compact_expiry.lua",

@@ -1085,3 +1085,48 @@ async fn viewed_items_move_with_their_sessions_through_splits_and_merges() {
         Vec::<String>::new()
     );
 }
+
+/// A create in a growing store (its short script): sent twice, it is done
+/// once; under a taken id, it is refused and changes nothing; with another
+/// program's string where the bucket's index goes, it fails with a typed
+/// error and leaves no session behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_growing_create_sent_twice_is_done_once_and_a_foreign_index_leaves_nothing() {
+    let server = server();
+    let layout = open(&server).await;
+    let mut raw = common::raw(&server).await;
+    let id = layout.new_id().await.unwrap();
+    let record = record_for(1);
+    for _ in 0..2 {
+        let created = layout
+            .insert_new(&id, &record, Deadline::In(600))
+            .await
+            .unwrap();
+        assert!(matches!(created, Inserted::Created { .. }), "{created:?}");
+    }
+    let other = record_for(5);
+    let taken = layout
+        .insert_new(&id, &other, Deadline::In(600))
+        .await
+        .unwrap();
+    assert_eq!(taken, Inserted::IdTaken);
+    assert_eq!(layout.load(&id).await.unwrap().unwrap().record, record);
+
+    let shape = layout.shape().expect("a growing store");
+    let foreign = layout.new_id().await.unwrap();
+    let index = shape.index_of(Node::root(shape.group_of(&foreign)));
+    let _: () = raw.del(&index).await.unwrap();
+    let _: () = raw.set(&index, "theirs").await.unwrap();
+    let failed = layout
+        .insert_new(&foreign, &record, Deadline::In(600))
+        .await;
+    assert!(matches!(failed, Err(Error::WrongType { .. })), "{failed:?}");
+    assert!(layout.load(&foreign).await.unwrap().is_none());
+    let bucket = shape.bucket_key(Node::root(shape.group_of(&foreign)));
+    let fields: Vec<Vec<u8>> = raw.hkeys(&bucket).await.unwrap();
+    assert_eq!(
+        fields.len(),
+        usize::from(shape.group_of(&foreign) == shape.group_of(&id)) + 1,
+        "the marker, and the first session where it shares the bucket"
+    );
+}

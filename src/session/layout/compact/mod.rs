@@ -43,7 +43,7 @@ use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::limits::{FieldTtls, ListpackLimits};
 use crate::scripts::{
-    self, ByExpiry, COMPACT_CREATE, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE,
+    self, ByExpiry, COMPACT_ADD, COMPACT_CREATE, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE,
     COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK,
 };
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
@@ -1434,6 +1434,31 @@ where
         }
     }
 
+    /// An insert into a growing store of a record kept whole in its value,
+    /// with the expiry decided: one short script (`compact_add.lua`) after
+    /// the route's check. A taken field is this call's own session (sent
+    /// twice) or a taken id, as for [`Compact::insert_plain`].
+    async fn insert_routed(
+        &self,
+        id: &SessionId,
+        form: Form,
+        record: &[u8],
+        at: u64,
+    ) -> Result<Inserted> {
+        let value = form.value(record, at);
+        let code: i64 = self
+            .call(id, |k| {
+                let mut inv = self.invocation(self.script(&COMPACT_ADD), k);
+                inv.arg(&value).arg(at);
+                inv
+            })
+            .await?;
+        if code == 0 {
+            return self.again(id, record).await;
+        }
+        Ok(Inserted::Created { expires_at: at })
+    }
+
     /// [`Layout::insert`], or [`Layout::insert_new`] where `fresh`.
     async fn insert_checked(
         &self,
@@ -1452,9 +1477,15 @@ where
                 .await;
         }
         let form = self.form_of(record);
-        // A growing store writes only by script, which checks the route.
-        if form != Form::OutOfLine && self.growth.is_none() {
+        // A growing store writes only by script, which checks the route:
+        // a short one for a record kept whole in its value.
+        let short = matches!(form, Form::Integer(_) | Form::Inline);
+        if form != Form::OutOfLine && (self.growth.is_none() || short) {
             match self.decide_expiry(expiry).await? {
+                Some(Ok(at)) if self.growth.is_some() => {
+                    self.note(form, record);
+                    return self.insert_routed(id, form, record, at).await;
+                }
                 Some(Ok(at)) => {
                     self.note(form, record);
                     return self.insert_plain(id, form, record, at, fresh).await;
