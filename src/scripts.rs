@@ -132,11 +132,12 @@ pub(crate) static COMPACT_SAVE: ByExpiry = by_expiry!(
     "compact_expiry.lua",
     "compact_save.lua"
 );
-/// The common case of [`COMPACT_SAVE`] and [`COMPACT_TOUCH`], with no
-/// helpers; only for stores the sweeper reclaims.
 /// [`COMPACT_REWRITE`]'s answer where the full script must decide.
 pub(crate) const SLOW: i64 = -9;
-pub(crate) static COMPACT_REWRITE: ByExpiry = by_expiry!("compact_rewrite.lua");
+/// The common case of [`COMPACT_SAVE`] and [`COMPACT_TOUCH`], with no
+/// helpers, for fixed and growing buckets alike; only for stores the
+/// sweeper reclaims.
+pub(crate) static COMPACT_REWRITE: LazyLock<Script> = script!("compact_rewrite.lua");
 /// The common case of [`COMPACT_INSERT`] in a growing store, with no
 /// helpers.
 pub(crate) static COMPACT_ADD: ByExpiry = by_expiry!("compact_add.lua");

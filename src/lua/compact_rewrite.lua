@@ -4,13 +4,16 @@
 -- included, since every helper a script defines is created again on every
 -- call; anything out of the ordinary answers SLOW, and the caller sends
 -- the full script, which decides it. For stores the sweeper reclaims
--- (no field TTLs) and that keep no viewed items. Values are as
--- compact_common.lua describes.
+-- (no field TTLs) and that keep no viewed items, fixed or growing: a
+-- growing store's bucket is checked for its marker in the same read
+-- (compact_route.lua's check), and no count of its fields is returned,
+-- since a rewrite adds none. Values are as compact_common.lua describes.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the new value, or '' to keep the record and move the expiry
 -- ARGV[4]: the new expiry, unix seconds
 -- ARGV[5]: the latest the server's time can be by the caller's estimate
+-- ARGV[6]: 'routed' for a growing store's bucket, else absent
 -- Returns the new expiry if written, 0 if there is no session, SLOW (-9)
 -- for the full script: an expiry within the estimate's reach of now (the
 -- server's clock decides), a record in pieces or out of line, viewed
@@ -19,7 +22,16 @@ local SLOW = -9
 if #KEYS > 3 then
   return SLOW
 end
-local value = redis.call('HGET', KEYS[1], ARGV[1])
+local value
+if ARGV[6] then
+  local read = redis.call('HMGET', KEYS[1], '', ARGV[1])
+  if not read[1] then
+    return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
+  end
+  value = read[2]
+else
+  value = redis.call('HGET', KEYS[1], ARGV[1])
+end
 if not value then
   return 0
 end

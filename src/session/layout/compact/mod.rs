@@ -1629,14 +1629,22 @@ where
         if self.server_expiry || self.viewed_chunks() > 0 {
             return Ok(None);
         }
-        let code: i64 = self
-            .call(id, |k| {
-                let mut inv = self.invocation(self.script(&COMPACT_REWRITE), k);
-                inv.arg(value).arg(expires_at).arg(latest);
-                inv
-            })
-            .await?;
-        Ok((code != scripts::SLOW).then_some(code))
+        for _ in 0..REROUTES {
+            let k = self.keys(id);
+            let mut inv = self.invocation(&COMPACT_REWRITE, &k);
+            inv.arg(value).arg(expires_at).arg(latest);
+            if k.route.is_some() {
+                inv.arg("routed");
+            }
+            match inv.invoke_async::<i64>(&mut self.conn.clone()).await {
+                Ok(code) => return Ok((code != scripts::SLOW).then_some(code)),
+                Err(e) if is_reshaped(&e) => {
+                    self.reroute(id, &k, true).await?;
+                }
+                Err(e) => return Err(self.error(id)(e)),
+            }
+        }
+        Err(self.reshaped(id))
     }
 
     /// Moves a live session's expiry to `expires_at` (unix seconds), its
