@@ -122,7 +122,7 @@ for part in "${parts[@]}"; do
       # sessionpack's actix-session store beside actix-session's own Redis
       # store, built in.
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
-      $sp bench actix --sessions 200000 --rounds 2 --dictionary --out analysis/actix
+      $sp bench actix --sessions 1000000 --rounds 3 --dictionary --out analysis/actix
       cargo build --release --quiet -p sessionpack-cli ;;
     compact)
       for ids in 160 128; do
