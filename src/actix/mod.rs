@@ -154,6 +154,13 @@ where
         self
     }
 
+    /// Remembers the last `capacity` sessions this process saw, for the
+    /// write threshold and deletes ([`TowerStore::with_memo_capacity`]).
+    pub fn with_memo_capacity(mut self, capacity: usize) -> Self {
+        self.inner = self.inner.with_memo_capacity(capacity);
+        self
+    }
+
     /// Ends every session `lifetime` after it was created, whatever TTL
     /// actix-session gives it ([`TowerStore::with_absolute_lifetime`]).
     pub fn with_absolute_lifetime(mut self, lifetime: std::time::Duration) -> Self {

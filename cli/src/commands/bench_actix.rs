@@ -96,34 +96,46 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
         );
         println!("{profile}, hash-max-listpack-value {}", limits.hash_value);
         target.flush().await?;
-        let fixed = ActixStore::new(target.open(&url).await?, CompactConfig::new(bits))
-            .await?
-            .with_write_threshold(WRITE_THRESHOLD);
+        let memo = memo_capacity(&args);
+        // Each store twice: the process that calls on the sessions, and
+        // another that has seen none of them.
+        let open = |config: CompactConfig| {
+            let (target, url) = (&target, &url);
+            async move {
+                let mut pair = Vec::new();
+                for capacity in [memo, DEFAULT_MEMO_CAPACITY] {
+                    let store = ActixStore::new(target.open(url).await?, config.clone())
+                        .await?
+                        .with_write_threshold(WRITE_THRESHOLD)
+                        .with_memo_capacity(capacity);
+                    pair.push(store);
+                }
+                let unseen = pair.pop().expect("two stores");
+                Ok::<_, Error>((pair.pop().expect("two stores"), unseen))
+            }
+        };
+        let label = format!("sessionpack (compact 2^{bits})");
         let mut fixed = Measured::fill(
             &mut conn,
-            &format!("sessionpack (compact 2^{bits})"),
-            fixed,
+            &label,
+            open(CompactConfig::new(bits)).await?,
             plan,
         )
         .await?;
-        let growing = CompactConfig::default().with_namespace("spg");
-        let growing = ActixStore::new(target.open(&url).await?, growing)
-            .await?
-            .with_write_threshold(WRITE_THRESHOLD);
+        let growing = open(CompactConfig::default().with_namespace("spg")).await?;
         let mut growing = Measured::fill(&mut conn, "sessionpack (growing)", growing, plan).await?;
         let mut packed = None;
         if args.dictionary {
             let config = CompactConfig::new(bits)
                 .with_namespace("spd")
                 .with_learned_dictionary(Learning::default());
-            let store = ActixStore::new(target.open(&url).await?, config)
-                .await?
-                .with_write_threshold(WRITE_THRESHOLD);
             let label = format!("sessionpack + learned dictionary (compact 2^{bits})");
-            packed = Some(Measured::fill(&mut conn, &label, store, plan).await?);
+            packed = Some(Measured::fill(&mut conn, &label, open(config).await?, plan).await?);
         }
         let mut peer = match peer_store(&url).await? {
-            Some(store) => Some(Measured::fill(&mut conn, PEER, store, plan).await?),
+            Some(store) => {
+                Some(Measured::fill(&mut conn, PEER, (store.clone(), store), plan).await?)
+            }
             None => None,
         };
         for round in 0..args.rounds.max(1) as u64 {
@@ -146,6 +158,14 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
     }
     target.flush().await?;
     write_report(&args, &server, &rows)
+}
+
+/// A memo that never forgets within a run: the sessions it fills with and
+/// those each round saves, twice over (it keeps two generations), as
+/// `bench tower` keeps it.
+fn memo_capacity(args: &ActixArgs) -> usize {
+    let sessions = args.sessions as usize;
+    2 * (sessions + args.rounds.max(1) * (sessions / 4).max(1))
 }
 
 #[cfg(feature = "peer-bench")]
@@ -179,7 +199,7 @@ fn write_report(args: &ActixArgs, server: &ServerInfo, rows: &[StoreRun]) -> Res
     let command = super::bench_memory::command_line();
     let ops = OPS.join(" / ");
     let mut md = format!(
-        "# actix-session stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} calls in flight on one connection per store, every call through actix-session 0.11's `SessionStore`). Bytes per session are the growth of `used_memory` while each store in turn saved its sessions. The calls then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer in the same run.\n\nPer round: `save` adds a quarter as many sessions; `load` reads every session; `update` writes each another user's state of the same shape with a TTL a minute longer; `update_ttl` renews each TTL by 30 seconds more; `delete` removes the sessions the round saved, which the process has not loaded since: sessionpack's store then also sends a `DEL` of the key an out-of-line record would have, which after a load (as under the middleware, whose `purge` follows one) it knows to leave out. sessionpack's stores run with `with_write_threshold({WRITE_THRESHOLD})`, which lets them skip an `update_ttl` that moves the expiry by less than a tenth of its lifetime, as every one here does, where the process's memo (the last {DEFAULT_MEMO_CAPACITY} sessions it saw) holds the session; the others go to the server, as the table of commands below counts. Under the middleware an `update_ttl` follows the load of the same session, and so always finds it there. The peer sends an `EXPIRE` for each.\n\n| profile | store | B/session | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---|---|---|\n",
+        "# actix-session stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} calls in flight on one connection per store, every call through actix-session 0.11's `SessionStore`). Bytes per session are the growth of `used_memory` while each store in turn saved its sessions. The calls then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer in the same run.\n\nPer round: `save` adds a quarter as many sessions; `load` reads every session; `update` writes each another user's state of the same shape with a TTL a minute longer; `update_ttl` renews each TTL by 30 seconds more from the process that loaded them (under the middleware an `update_ttl` follows the load of its session), `update_ttl-unseen` by 30 more again from another process, which has loaded none; `delete` removes half the sessions the round saved from the process that saved them (a logout: `purge` follows a load) and `delete-unseen` the other half from the other. sessionpack's stores run with `with_write_threshold({WRITE_THRESHOLD})`: an `update_ttl` that moves the expiry by less than a tenth of its lifetime, as every one here does, sends nothing where the process saw the session last; the other process's go to the server. After a load, a delete is one `HDEL`; a process that has not loaded the session also sends a `DEL` of the key an out-of-line record would have. The peer sends an `EXPIRE` for each `update_ttl` and a `DEL` for each delete.\n\n| profile | store | B/session | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---|---|---|\n",
         server.name(),
         args.sessions,
         args.concurrency,

@@ -21,8 +21,17 @@ use super::tower::{OpRun, Sample, summarize, timed};
 use crate::profile::ActixProfile;
 use sessionpack::error::{Error, Result};
 
-/// The calls, in the order each round runs them.
-pub const OPS: [&str; 5] = ["save", "load", "update", "update_ttl", "delete"];
+/// The calls, in the order each round runs them. `-unseen`: from another
+/// process, which has loaded none of the sessions it calls on.
+pub const OPS: [&str; 7] = [
+    "save",
+    "load",
+    "update",
+    "update_ttl",
+    "update_ttl-unseen",
+    "delete",
+    "delete-unseen",
+];
 
 /// One store on one profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -70,6 +79,9 @@ const TTL: i64 = 2 * 3600;
 /// `conn` in each reads the server's figures.
 pub struct Measured<S> {
     store: S,
+    /// The same sessions as another process sees them, which has loaded
+    /// none of them (for a store that remembers nothing, the store again).
+    unseen: S,
     keys: Vec<(u64, String)>,
     run: StoreRun,
     samples: Vec<Vec<Sample>>,
@@ -77,11 +89,12 @@ pub struct Measured<S> {
 
 impl<S: SessionStore> Measured<S> {
     /// Fills the server with `plan.sessions` sessions of `store`,
-    /// measuring the memory they take.
+    /// measuring the memory they take; `unseen` calls on them as another
+    /// process would.
     pub async fn fill(
         conn: &mut redis::aio::MultiplexedConnection,
         label: &str,
-        store: S,
+        (store, unseen): (S, S),
         plan: Plan,
     ) -> Result<Self> {
         let hash_max_listpack_value = sessionpack::limits::ListpackLimits::read(conn)
@@ -94,6 +107,7 @@ impl<S: SessionStore> Measured<S> {
         let after = MemorySample::read(conn).await?;
         Ok(Self {
             store,
+            unseen,
             keys,
             run: StoreRun {
                 profile: plan.profile,
@@ -111,8 +125,12 @@ impl<S: SessionStore> Measured<S> {
     /// One round of every call: `save` adds a quarter as many new
     /// sessions, `load` reads every session, `update` writes each a
     /// changed state (another user's, of the same shape) with a TTL
-    /// renewed, `update_ttl` renews each TTL, `delete` removes the ones
-    /// this round saved.
+    /// renewed, `update_ttl` renews each TTL by 30 s more from this
+    /// process, which loaded them (as the middleware's `update_ttl`
+    /// follows its load), and `update_ttl-unseen` by 30 s more again from
+    /// another; `delete` removes half the sessions this round saved from
+    /// this process (a logout, whose `purge` follows a load) and
+    /// `delete-unseen` the rest from the other.
     pub async fn round(
         &mut self,
         conn: &mut redis::aio::MultiplexedConnection,
@@ -154,28 +172,33 @@ impl<S: SessionStore> Measured<S> {
         })
         .await?;
         self.samples[2].push(sample);
-        let ttl = actix_web_time(TTL + 60 * (round as i64 + 1) + 30);
-        let (sample, ()) = timed(conn, n, || {
-            each(keys, plan, |(_, key)| async move {
-                store
-                    .update_ttl(&session_key(key)?, &ttl)
-                    .await
-                    .map_err(|e| bench_error("update_ttl", e))
+        for (slot, store, later) in [(3, store, 30), (4, &self.unseen, 60)] {
+            let ttl = actix_web_time(TTL + 60 * (round as i64 + 1) + later);
+            let (sample, ()) = timed(conn, n, || {
+                each(keys, plan, |(_, key)| async move {
+                    store
+                        .update_ttl(&session_key(key)?, &ttl)
+                        .await
+                        .map_err(|e| bench_error("update_ttl", e))
+                })
             })
-        })
-        .await?;
-        self.samples[3].push(sample);
-        let new_len = new.len() as u64;
-        let (sample, ()) = timed(conn, new_len, || {
-            each(&new, plan, |(_, key)| async move {
-                store
-                    .delete(&session_key(key)?)
-                    .await
-                    .map_err(|e| bench_error("delete", e))
+            .await?;
+            self.samples[slot].push(sample);
+        }
+        let mut seen = new;
+        let unseen = seen.split_off(seen.len() / 2);
+        for (slot, store, keys) in [(5, store, &seen), (6, &self.unseen, &unseen)] {
+            let (sample, ()) = timed(conn, keys.len() as u64, || {
+                each(keys, plan, |(_, key)| async move {
+                    store
+                        .delete(&session_key(key)?)
+                        .await
+                        .map_err(|e| bench_error("delete", e))
+                })
             })
-        })
-        .await?;
-        self.samples[4].push(sample);
+            .await?;
+            self.samples[slot].push(sample);
+        }
         Ok(())
     }
 
