@@ -541,3 +541,43 @@ async fn a_take_returns_a_pieced_entry_whole() {
     let mut raw = common::raw(&server).await;
     assert_eq!(census(&mut raw, &layout).await, Census::default());
 }
+
+/// A touch of a record in pieces goes to the full script, which moves
+/// its expiry and keeps every piece; after a few the short script (which
+/// takes only records kept whole) is no longer tried first, so such a
+/// touch costs one script, and one in 32 still tries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touches_of_records_in_pieces_go_to_the_full_script_first() {
+    let server = common::server();
+    let layout = compact(&server, 4).await;
+    let mut raw = common::raw(&server).await;
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        let id = layout.new_id().await.unwrap();
+        layout
+            .insert(&id, &record_of(300, n), sessionpack::Deadline::In(600))
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let at = layout.load(&ids[0]).await.unwrap().unwrap().expires_at + 1_000;
+    // Both scripts loaded (a first call is counted twice, the one the
+    // server did not know yet too), on an id of no session: nothing moves.
+    let none = layout.new_id().await.unwrap();
+    assert_eq!(layout.touch_until(&none, at).await.unwrap(), None);
+    assert_eq!(layout.touch(&none, 600).await.unwrap(), None);
+    let before = common::calls(&mut raw, "evalsha").await;
+    for id in &ids {
+        assert_eq!(layout.touch_until(id, at).await.unwrap(), Some(at));
+    }
+    let scripts = common::calls(&mut raw, "evalsha").await - before;
+    // Four touches try the short script and then the full one; of the 36
+    // after them, the one with 32 handed on before it tries the short one
+    // again.
+    assert_eq!(scripts, 4 * 2 + 36 + 1);
+    for (n, id) in ids.iter().enumerate() {
+        let stored = layout.load(id).await.unwrap().unwrap();
+        assert_eq!(stored.record, record_of(300, n as u8));
+        assert_eq!(stored.expires_at, at);
+    }
+}

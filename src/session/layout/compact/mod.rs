@@ -406,6 +406,10 @@ fn is_reshaped(e: &redis::RedisError) -> bool {
     e.code() == Some("RESHAPED")
 }
 
+/// Touches in a row handed from the short script to the full one after
+/// which the full one goes first ([`Compact::touch_until`]).
+const TOUCHES_BEFORE_FULL: u32 = 4;
+
 /// A record cut for the pieced form with pieces of `size` bytes: the part
 /// its value holds, and the pieces, as `split_record` in
 /// `compact_pieces.lua` cuts it.
@@ -705,6 +709,9 @@ pub struct Compact<C> {
     /// The pieces a load asks for with the value: as many as the last
     /// pieced value read had.
     piece_guess: Arc<std::sync::atomic::AtomicUsize>,
+    /// Touches in a row the short script handed to the full one (records
+    /// in pieces or out of line), since the last it took itself.
+    touches_handed_on: Arc<std::sync::atomic::AtomicU32>,
     /// Packs record data with the store's dictionary, if it has one, and
     /// unpacks what the namespace's processes packed.
     packer: Arc<Packer>,
@@ -988,6 +995,7 @@ where
             pieces: true,
             format: FORMAT_VERSION,
             piece_guess: Default::default(),
+            touches_handed_on: Default::default(),
             packer,
             growth: None,
         }
@@ -1657,18 +1665,28 @@ where
         id.check_width(self.buckets().id_width())?;
         let (_, latest) = self.time_bounds().await?;
         let latest = (latest + MARGIN).ceil() as u64;
-        match self.rewrite(id, &[], expires_at, latest).await? {
-            Some(0) => Ok(None),
-            Some(expiry) => Ok(Some(expiry as u64)),
-            None => {
-                self.call(id, |k| {
-                    let mut inv = self.invocation(self.script(&COMPACT_TOUCH), k);
-                    inv.arg(1).arg(expires_at);
-                    inv
-                })
-                .await
+        // A touch does not know the record's form before it reads it. After
+        // a run of records the short script handed on, the full script goes
+        // first, rather than two scripts a touch; one touch in 32 still tries
+        // the short one, to notice records kept whole again.
+        let handed_on = self.touches_handed_on.load(Ordering::Relaxed);
+        if handed_on < TOUCHES_BEFORE_FULL || handed_on.is_multiple_of(32) {
+            match self.rewrite(id, &[], expires_at, latest).await? {
+                Some(0) => return Ok(None),
+                Some(expiry) => {
+                    self.touches_handed_on.store(0, Ordering::Relaxed);
+                    return Ok(Some(expiry as u64));
+                }
+                None => {}
             }
         }
+        self.touches_handed_on.fetch_add(1, Ordering::Relaxed);
+        self.call(id, |k| {
+            let mut inv = self.invocation(self.script(&COMPACT_TOUCH), k);
+            inv.arg(1).arg(expires_at);
+            inv
+        })
+        .await
     }
 
     /// Removes a session, live or expired, with plain commands, as a
