@@ -96,7 +96,7 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
         );
         println!("{profile}, hash-max-listpack-value {}", limits.hash_value);
         target.flush().await?;
-        let memo = memo_capacity(&args);
+        let memo = crate::harness::tower::memo_capacity(args.sessions, args.rounds);
         // Each store twice: the process that calls on the sessions, and
         // another that has seen none of them.
         let open = |config: CompactConfig| {
@@ -158,14 +158,6 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
     }
     target.flush().await?;
     write_report(&args, &server, &rows)
-}
-
-/// A memo that never forgets within a run: the sessions it fills with and
-/// those each round saves, twice over (it keeps two generations), as
-/// `bench tower` keeps it.
-fn memo_capacity(args: &ActixArgs) -> usize {
-    let sessions = args.sessions as usize;
-    2 * (sessions + args.rounds.max(1) * (sessions / 4).max(1))
 }
 
 #[cfg(feature = "peer-bench")]

@@ -109,7 +109,10 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             )
             .await?
             .with_write_threshold(WRITE_THRESHOLD)
-            .with_memo_capacity(memo_capacity(&args));
+            .with_memo_capacity(crate::harness::tower::memo_capacity(
+                args.sessions,
+                args.rounds,
+            ));
             let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
             let mut contenders = vec![Contender {
                 label: format!("sessionpack (compact 2^{bits})"),
@@ -134,7 +137,10 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                 let store = TowerStore::new(target.open(&url).await?, config)
                     .await?
                     .with_write_threshold(WRITE_THRESHOLD)
-                    .with_memo_capacity(memo_capacity(&args));
+                    .with_memo_capacity(crate::harness::tower::memo_capacity(
+                        args.sessions,
+                        args.rounds,
+                    ));
                 // The same layout, so the same learning.
                 let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
                 contenders.push(Contender {
@@ -200,13 +206,6 @@ const PACKED_NAMESPACE: &str = "spd";
 /// The store's write threshold in these runs: a rolling save that moves
 /// the expiry by less than a tenth of the lifetime left is not sent.
 const WRITE_THRESHOLD: f64 = 0.1;
-
-/// A memo that never forgets within a run: the sessions it fills with and
-/// those each round creates, twice over (it keeps two generations).
-fn memo_capacity(args: &TowerArgs) -> usize {
-    let sessions = args.sessions as usize;
-    2 * (sessions + args.rounds.max(1) * (sessions / 4).max(1))
-}
 
 #[cfg(feature = "peer-bench")]
 async fn peer_store(url: &str) -> Result<Option<DynStore>> {

@@ -294,6 +294,14 @@ pub(super) fn summarize(op: &str, samples: &[Sample]) -> OpRun {
     }
 }
 
+/// A memo that never forgets within a side-by-side run: the sessions a
+/// store fills with and those each round adds, twice over (it keeps two
+/// generations).
+pub fn memo_capacity(sessions: u64, rounds: usize) -> usize {
+    let sessions = sessions as usize;
+    2 * (sessions + rounds.max(1) * (sessions / 4).max(1))
+}
+
 /// The median of `values` (NaN for none).
 pub(super) fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();

@@ -1659,7 +1659,8 @@ where
     /// record left as it is; `None` if there is no live session. As
     /// [`Layout::touch`], with the expiry given, and in the short script
     /// where the record is kept whole in its value and the expiry is not
-    /// near now.
+    /// near now; after a few touches in a row that script handed on
+    /// (records in pieces or out of line), the full script goes first.
     pub async fn touch_until(&self, id: &SessionId, expires_at: u64) -> Result<Option<u64>> {
         Deadline::At(expires_at).check()?;
         id.check_width(self.buckets().id_width())?;
