@@ -35,14 +35,15 @@
 # tower-sessions-redis-store copied into sessionpack and the takeover
 # closed: time, server CPU and memory at each stage. `actix` the
 # actix-session store beside actix-session's RedisSessionStore per state
-# profile.
+# profile; `actix-concurrency` the user-id profile with 4, 16 and 64 calls
+# in flight.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower actix tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower actix actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -123,6 +124,16 @@ for part in "${parts[@]}"; do
       # store, built in.
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
       $sp bench actix --sessions 1000000 --rounds 3 --dictionary --out analysis/actix
+      cargo build --release --quiet -p sessionpack-cli ;;
+    actix-concurrency)
+      # The same calls with 4, 16 and 64 in flight: the server's reads and
+      # writes are shared by the calls that arrive together, so its cost
+      # per call depends on how fast each client sends them.
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      for calls in 4 16 64; do
+        $sp bench actix --sessions 200000 --rounds 3 --profiles user-id --concurrency $calls \
+          --out analysis/actix/concurrency-$calls
+      done
       cargo build --release --quiet -p sessionpack-cli ;;
     compact)
       for ids in 160 128; do

@@ -1034,10 +1034,14 @@ fn bench_actix_measures_every_call_of_every_store() {
         "--profiles",
         "user-id,app",
         "--dictionary",
+        "--compact-bits",
+        "7",
         "--out",
         out,
     ]));
     assert!(text.contains("sessionpack (growing)"), "{text}");
+    // The count asked for, not the advisor's (2^6 for 2000 sessions).
+    assert!(text.contains("sessionpack (compact 2^7)"), "{text}");
     assert!(text.contains("learned dictionary"), "{text}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("actix.json")).unwrap())

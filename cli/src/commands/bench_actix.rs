@@ -44,6 +44,10 @@ pub struct ActixArgs {
     /// of its own.
     #[arg(long)]
     dictionary: bool,
+    /// log2 of the fixed stores' bucket count (default: the advisor's
+    /// pick for a store of this many sessions of the profile).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=24))]
+    compact_bits: Option<u8>,
     /// Directory for actix.json and actix.md.
     #[arg(long, default_value = "results/actix")]
     out: PathBuf,
@@ -87,13 +91,15 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
             })
             .collect::<std::result::Result<_, _>>()?;
         let mean = sizes.iter().sum::<u64>() as f64 / sizes.len() as f64;
-        let bits = advisor::recommend_tower_bits(
-            args.sessions,
-            &limits,
-            DEFAULT_MAX_CONVERTED,
-            mean.round() as u64,
-            16,
-        );
+        let bits = args.compact_bits.unwrap_or_else(|| {
+            advisor::recommend_tower_bits(
+                args.sessions,
+                &limits,
+                DEFAULT_MAX_CONVERTED,
+                mean.round() as u64,
+                16,
+            )
+        });
         println!("{profile}, hash-max-listpack-value {}", limits.hash_value);
         target.flush().await?;
         let memo = crate::harness::tower::memo_capacity(args.sessions, args.rounds);
@@ -191,7 +197,7 @@ fn write_report(args: &ActixArgs, server: &ServerInfo, rows: &[StoreRun]) -> Res
     let command = super::bench_memory::command_line();
     let ops = OPS.join(" / ");
     let mut md = format!(
-        "# actix-session stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} calls in flight on one connection per store, every call through actix-session 0.11's `SessionStore`). Bytes per session are the growth of `used_memory` less client buffers (`mem_clients_normal`) while each store in turn saved its sessions. The calls then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer in the same run.\n\nPer round: `save` adds a quarter as many sessions; `load` reads every session; `update` writes each another user's state of the same shape with a TTL a minute longer; `update_ttl` renews each TTL by 30 seconds more from the process that loaded them (under the middleware an `update_ttl` follows the load of its session), `update_ttl-unseen` by 30 more again from another process, which has loaded none; `delete` removes half the sessions the round saved from the process that saved them (a logout: `purge` follows a load) and `delete-unseen` the other half from the other. sessionpack's stores run with `with_write_threshold({WRITE_THRESHOLD})`: an `update_ttl` that moves the expiry by less than a tenth of its lifetime, as every one here does, sends nothing where the process saw the session last; the other process's go to the server. After a load, a delete is one `HDEL`; a process that has not loaded the session also sends a `DEL` of the key an out-of-line record would have. The peer sends an `EXPIRE` for each `update_ttl` and a `DEL` for each delete.\n\n| profile | store | B/session | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---|---|---|\n",
+        "# actix-session stores side by side\n\nProduced by `{command}` ({}; {} sessions per profile and store, {} calls in flight on one connection per store, every call through actix-session 0.11's `SessionStore`). Bytes per session are the growth of `used_memory` less the clients' memory (the sum of `CLIENT LIST`'s `tot-mem`, read in the same `MULTI`) while each store in turn saved its sessions. The calls then ran in {} rounds, each store once per round in turn; figures are the medians of the rounds. Server CPU is `INFO cpu` (user + system) over the calls; ratios are to the peer in the same run.\n\nPer round: `save` adds a quarter as many sessions; `load` reads every session; `update` writes each another user's state of the same shape with a TTL a minute longer; `update_ttl` renews each TTL by 30 seconds more from the process that loaded them (under the middleware an `update_ttl` follows the load of its session), `update_ttl-unseen` by 30 more again from another process, which has loaded none; `delete` removes half the sessions the round saved from the process that saved them (a logout: `purge` follows a load) and `delete-unseen` the other half from the other. sessionpack's stores run with `with_write_threshold({WRITE_THRESHOLD})`: an `update_ttl` that moves the expiry by less than a tenth of its lifetime, as every one here does, sends nothing where the process saw the session last; the other process's go to the server. After a load, a delete is one `HDEL`; a process that has not loaded the session also sends a `DEL` of the key an out-of-line record would have. The peer sends an `EXPIRE` for each `update_ttl` and a `DEL` for each delete.\n\n| profile | store | B/session | vs peer | µs server CPU per {ops} | CPU vs peer | calls/s vs peer |\n|---|---|---:|---:|---|---|---|\n",
         server.name(),
         args.sessions,
         args.concurrency,

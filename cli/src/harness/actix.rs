@@ -16,7 +16,7 @@ use actix_session::storage::{SessionKey, SessionStore};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use super::info::{MemorySample, wait_for_rehash};
+use super::info::{MemorySample, bytes_less_clients, wait_for_rehash};
 use super::tower::{OpRun, Sample, summarize, timed};
 use crate::profile::ActixProfile;
 use sessionpack::error::{Error, Result};
@@ -42,7 +42,8 @@ pub struct StoreRun {
     pub store: String,
     /// The server's `hash-max-listpack-value` during the run.
     pub hash_max_listpack_value: u64,
-    /// `used_memory` growth per session after saving them all.
+    /// Growth of `used_memory` less the clients' memory per session after
+    /// saving them all.
     pub bytes_per_session: f64,
     /// Keys the store added.
     pub keys: u64,
@@ -101,10 +102,16 @@ impl<S: SessionStore> Measured<S> {
             .await?
             .hash_value;
         wait_for_rehash(conn, Duration::from_secs(30)).await?;
-        let before = MemorySample::read(conn).await?;
+        let (before, bytes_before) = (
+            MemorySample::read(conn).await?,
+            bytes_less_clients(conn).await?,
+        );
         let keys = save_all(&store, 0..plan.sessions, plan).await?;
         wait_for_rehash(conn, Duration::from_secs(30)).await?;
-        let after = MemorySample::read(conn).await?;
+        let (after, bytes_after) = (
+            MemorySample::read(conn).await?,
+            bytes_less_clients(conn).await?,
+        );
         Ok(Self {
             store,
             unseen,
@@ -113,10 +120,10 @@ impl<S: SessionStore> Measured<S> {
                 profile: plan.profile,
                 store: label.to_owned(),
                 hash_max_listpack_value,
-                // Client buffers left out: each store keeps two
-                // connections, whose query buffers the server resizes on
-                // its own schedule, by more than a small run's sessions.
-                bytes_per_session: data_bytes(&after).saturating_sub(data_bytes(&before)) as f64
+                // Clients left out: each store keeps two connections,
+                // whose query buffers the server resizes on its own
+                // schedule, by more than a small run's sessions.
+                bytes_per_session: bytes_after.saturating_sub(bytes_before) as f64
                     / plan.sessions.max(1) as f64,
                 keys: after.keys.saturating_sub(before.keys),
                 ops: Vec::new(),
@@ -214,11 +221,6 @@ impl<S: SessionStore> Measured<S> {
             .collect();
         self.run
     }
-}
-
-/// `used_memory` less the client buffers.
-fn data_bytes(sample: &MemorySample) -> u64 {
-    sample.used_memory.saturating_sub(sample.mem_clients_normal)
 }
 
 fn actix_web_time(secs: i64) -> time::Duration {

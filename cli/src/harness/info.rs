@@ -20,6 +20,42 @@ where
         .collect())
 }
 
+/// `used_memory` less every client's memory (`CLIENT LIST`'s `tot-mem`:
+/// the client itself, its query and output buffers), read in one
+/// `MULTI` so both are of the same moment. `INFO`'s `mem_clients_normal`
+/// is updated by the server's cron and can lag by a few hundred KB of
+/// query buffers, more than a small run's sessions.
+pub async fn bytes_less_clients<C>(conn: &mut C) -> Result<u64>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let (memory, clients): (String, String) = redis::pipe()
+        .atomic()
+        .cmd("INFO")
+        .arg("memory")
+        .cmd("CLIENT")
+        .arg("LIST")
+        .query_async(conn)
+        .await?;
+    let used = memory
+        .lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    Ok(used.saturating_sub(clients_memory(&clients)))
+}
+
+/// The sum of `tot-mem` over the clients a `CLIENT LIST` reply lists.
+fn clients_memory(list: &str) -> u64 {
+    list.lines()
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|field| field.strip_prefix("tot-mem="))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum()
+}
+
 /// CPU time the server has used, user and system, in seconds (`INFO cpu`):
 /// the difference across a piece of work is what that work cost the server.
 pub async fn server_cpu_secs<C>(conn: &mut C) -> Result<f64>
