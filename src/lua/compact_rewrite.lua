@@ -19,7 +19,7 @@
 -- server's clock decides), a record in pieces or out of line, viewed
 -- chunk keys. A value in neither form is a CORRUPT error, nothing written.
 local SLOW = -9
-if #KEYS > 3 then
+if #KEYS > 2 then
   return SLOW
 end
 local value

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::session::id::{IdWidth, SessionId};
+use crate::session::key_text;
 
 /// Fewest bucket bits accepted (2 buckets).
 pub const MIN_BUCKET_BITS: u8 = 1;
@@ -121,8 +122,14 @@ impl Buckets {
 
     /// The hash tag shared by a bucket's keys, braces included.
     pub fn tag(&self, bucket: u32) -> String {
-        let digits = usize::from(self.bits.div_ceil(4));
-        format!("{{{bucket:0digits$x}}}")
+        let mut tag = String::with_capacity(self.tag_width() + 2);
+        key_text::push_tag(&mut tag, bucket, self.tag_width());
+        tag
+    }
+
+    /// The hex digits of a tag.
+    pub(crate) fn tag_width(&self) -> usize {
+        usize::from(self.bits.div_ceil(4))
     }
 
     /// The bucket's HASH of field -> record.

@@ -10,6 +10,7 @@
 pub mod buckets;
 pub mod dictionary;
 pub mod id;
+mod key_text;
 pub mod layout;
 pub mod meta;
 pub mod record;

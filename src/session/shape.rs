@@ -42,6 +42,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::session::buckets::{Buckets, MAX_BUCKET_BITS, id_from};
 use crate::session::id::SessionId;
+use crate::session::key_text;
 
 /// Depths a group's index bands span: a bucket's index entry lives with
 /// its ancestor at a depth that is a multiple of this.
@@ -292,12 +293,10 @@ impl Shape {
 
     /// The HASH of bucket `node`.
     pub fn bucket_key(&self, node: Node) -> String {
-        format!(
-            "{}:{}:{:x}",
-            self.groups.namespace(),
-            self.tag(node.group),
-            node.node
-        )
+        let mut key = self.tagged(node.group, 9);
+        key.push(':');
+        key_text::push_hex(&mut key, u64::from(node.node), 0);
+        key
     }
 
     /// Chunk `chunk` of bucket `node`'s viewed items ([`crate::viewed`]).
@@ -307,11 +306,10 @@ impl Shape {
 
     /// The index ZSET of index node `index_node` of `group`.
     pub fn index_key(&self, group: u32, index_node: u32) -> String {
-        format!(
-            "{}:{}:i{index_node:x}",
-            self.groups.namespace(),
-            self.tag(group)
-        )
+        let mut key = self.tagged(group, 10);
+        key.push_str(":i");
+        key_text::push_hex(&mut key, u64::from(index_node), 0);
+        key
     }
 
     /// The index ZSET bucket `node`'s entry lives in.
@@ -327,11 +325,20 @@ impl Shape {
     /// The key of a record stored out of line: named after the whole id,
     /// so a split leaves it where it is.
     pub fn out_of_line_key(&self, id: &SessionId) -> String {
-        format!(
-            "{}:{}:o:{}",
+        let bytes = id.as_bytes();
+        let mut key = self.tagged(self.group_of(id), 3 + 2 * bytes.len());
+        key.push_str(":o:");
+        key_text::push_hex_bytes(&mut key, bytes);
+        key
+    }
+
+    /// `namespace:{tag}` of `group`, with room for `more` bytes.
+    fn tagged(&self, group: u32, more: usize) -> String {
+        key_text::tagged(
             self.groups.namespace(),
-            self.tag(self.group_of(id)),
-            hex::encode(id.as_bytes())
+            group,
+            self.groups.tag_width(),
+            more,
         )
     }
 
@@ -398,6 +405,11 @@ mod tests {
         assert_eq!(s.bucket_key(leaf), "sp:{3}:1");
         assert_eq!(s.index_of(leaf), "sp:{3}:i1");
         assert_eq!(s.shape_key(3), "sp:{3}:s");
+        assert_eq!(
+            s.out_of_line_key(&id),
+            "sp:{3}:o:3fa0c0ffee00112233445566778899aabbccddee"
+        );
+        assert_eq!(s.index_key(3, 0x2b), "sp:{3}:i2b");
         // Four bits of bucket: the field is the whole id, its top four
         // bits zeroed.
         assert_eq!(s.field(leaf, &id)[0], 0x0f);

@@ -49,6 +49,7 @@ use crate::scripts::{
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
 use crate::session::id::{IdWidth, InvalidIdExt, SessionId};
+use crate::session::key_text;
 use crate::session::meta::{FORMAT_VERSION, GROWING_FORMAT, StoreMeta};
 use crate::session::record;
 use crate::session::shape::Shape;
@@ -656,29 +657,44 @@ impl GroupedBuckets {
 
     /// The hash tag shared by a group's keys, braces included.
     pub fn tag(&self, group: u32) -> String {
-        let bits = self.buckets.bits() - self.group_shift();
-        let digits = usize::from(bits.div_ceil(4)).max(1);
-        format!("{{{group:0digits$x}}}")
+        let mut tag = String::with_capacity(self.tag_width() + 2);
+        key_text::push_tag(&mut tag, group, self.tag_width());
+        tag
     }
 
-    /// A bucket's HASH.
+    /// The hex digits of a tag.
+    fn tag_width(&self) -> usize {
+        let bits = self.buckets.bits() - self.group_shift();
+        usize::from(bits.div_ceil(4)).max(1)
+    }
+
+    /// A bucket's HASH: `namespace:{tag}:member`.
     pub fn bucket_key(&self, bucket: u32) -> String {
-        format!(
-            "{}:{}:{:x}",
-            self.buckets.namespace(),
-            self.tag(self.group_of(bucket)),
-            self.member(bucket)
-        )
+        let mut key = self.tagged(self.group_of(bucket), 9);
+        key.push(':');
+        key_text::push_hex(&mut key, u64::from(self.member(bucket)), 0);
+        key
     }
 
     /// A group's index ZSET.
     pub fn index_key(&self, group: u32) -> String {
-        format!("{}:{}:i", self.buckets.namespace(), self.tag(group))
+        let mut key = self.tagged(group, 2);
+        key.push_str(":i");
+        key
     }
 
     /// The key of a record stored out of line.
     pub fn out_of_line_key(&self, bucket: u32, field: &[u8]) -> String {
-        format!("{}:o:{}", self.bucket_key(bucket), hex::encode(field))
+        let mut key = self.bucket_key(bucket);
+        key.reserve(3 + 2 * field.len());
+        key.push_str(":o:");
+        key_text::push_hex_bytes(&mut key, field);
+        key
+    }
+
+    /// `namespace:{tag}` of `group`, with room for `more` bytes.
+    fn tagged(&self, group: u32, more: usize) -> String {
+        key_text::tagged(self.buckets.namespace(), group, self.tag_width(), more)
     }
 
     /// Chunk `chunk` of a bucket's viewed items ([`crate::viewed`]).
@@ -737,8 +753,9 @@ pub(crate) struct Keys {
     /// A fixed bucket's number (a growing store's bucket is its route's
     /// node), which names its viewed chunks ([`Compact::chunk_keys`]).
     pub(crate) bucket_no: u32,
-    /// Where the session's record goes when it is out of line.
-    pub(crate) out_of_line: String,
+    /// The session's id, which names its record's key when the record is
+    /// out of line ([`Compact::out_of_line_key`]).
+    pub(crate) id: SessionId,
     /// In a growing store, the bucket and the shape it was chosen by.
     pub(crate) route: Option<Route>,
 }
@@ -1036,10 +1053,19 @@ where
             bucket: self.scheme.bucket_key(bucket),
             index: self.scheme.index_key(self.scheme.group_of(bucket)),
             member: self.scheme.member(bucket),
-            out_of_line: self.scheme.out_of_line_key(bucket, &field),
+            id: *id,
             field,
             bucket_no: bucket,
             route: None,
+        }
+    }
+
+    /// Where `k`'s record goes when it is out of line: named only by the
+    /// calls that send it.
+    pub(crate) fn out_of_line_key(&self, k: &Keys) -> String {
+        match &self.growth {
+            Some(growth) => growth.out_of_line_key(&k.id),
+            None => self.scheme.out_of_line_key(k.bucket_no, &k.field),
         }
     }
 
@@ -1168,10 +1194,22 @@ where
     /// its chunk fields); field and member.
     fn invocation<'a>(&self, script: &'a Script, k: &Keys) -> ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
-        inv.key(&k.bucket).key(&k.index).key(&k.out_of_line);
+        inv.key(&k.bucket)
+            .key(&k.index)
+            .key(self.out_of_line_key(k));
         for key in self.chunk_keys(k) {
             inv.key(key);
         }
+        inv.arg(&k.field).arg(k.member);
+        inv
+    }
+
+    /// A short script's call on `id`'s bucket (`compact_rewrite.lua`,
+    /// `compact_add.lua`): bucket and index keys only, since it touches no
+    /// other; field and member.
+    fn short_invocation<'a>(&self, script: &'a Script, k: &Keys) -> ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&k.bucket).key(&k.index);
         inv.arg(&k.field).arg(k.member);
         inv
     }
@@ -1203,7 +1241,7 @@ where
         inv.key(&k.bucket).key(&k.index);
         // The out-of-line key is named only when it will be written.
         if form == Form::OutOfLine {
-            inv.key(&k.out_of_line);
+            inv.key(self.out_of_line_key(k));
         }
         let (mode, secs) = match expiry {
             Deadline::In(secs) => ("in", secs),
@@ -1456,7 +1494,7 @@ where
         let value = form.value(record, at);
         let code: i64 = self
             .call(id, |k| {
-                let mut inv = self.invocation(self.script(&COMPACT_ADD), k);
+                let mut inv = self.short_invocation(self.script(&COMPACT_ADD), k);
                 inv.arg(&value).arg(at);
                 inv
             })
@@ -1639,7 +1677,7 @@ where
         }
         for _ in 0..REROUTES {
             let k = self.keys(id);
-            let mut inv = self.invocation(&COMPACT_REWRITE, &k);
+            let mut inv = self.short_invocation(&COMPACT_REWRITE, &k);
             inv.arg(value).arg(expires_at).arg(latest);
             if k.route.is_some() {
                 inv.arg("routed");
@@ -1757,7 +1795,7 @@ where
             }
             pipe.hdel(&k.bucket, &fields);
             if seen.is_none() {
-                pipe.del(&k.out_of_line).ignore();
+                pipe.del(self.out_of_line_key(k)).ignore();
             }
             for key in viewed {
                 pipe.hdel(key, &k.field).ignore();
@@ -1896,7 +1934,7 @@ where
                     let mut pipe = redis::pipe();
                     pipe.atomic()
                         .hget(&k.bucket, &k.field)
-                        .get(&k.out_of_line)
+                        .get(self.out_of_line_key(k))
                         .cmd("HEXISTS")
                         .arg(&k.bucket)
                         .arg(MARKER);
@@ -2336,5 +2374,10 @@ mod tests {
         let small = GroupedBuckets::new(Buckets::new("sp", 4).unwrap());
         assert_eq!(small.groups(), 1);
         assert_eq!(small.bucket_key(15), "sp:{0}:f");
+        assert_eq!(
+            layout.out_of_line_key(0x3fa07, &[0x00, 0xab, 0x0f]),
+            "sp:{07f4}:7:o:00ab0f"
+        );
+        assert_eq!(Buckets::new("sp", 9).unwrap().tag(0x1f), "{01f}");
     }
 }
