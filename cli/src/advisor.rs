@@ -430,6 +430,26 @@ pub fn recommend_tower_bits(
     recommend_compact_bits_filled(sessions, &shared, max_converted, TOWER_MAX_MEAN_FILL)
 }
 
+/// `bits` where a bench was given a count, else [`recommend_tower_bits`]
+/// for a store with 128-bit ids whose records are `mean_record` bytes on
+/// average (the tower-sessions and actix-session stores).
+pub fn tower_bits_or(
+    bits: Option<u8>,
+    sessions: u64,
+    limits: &ListpackLimits,
+    mean_record: f64,
+) -> u8 {
+    bits.unwrap_or_else(|| {
+        recommend_tower_bits(
+            sessions,
+            limits,
+            DEFAULT_MAX_CONVERTED,
+            mean_record.round() as u64,
+            16,
+        )
+    })
+}
+
 /// The fullest mean bucket load the advisor plans for a tower-sessions
 /// store, whose records are tens of bytes and which writes on every
 /// create, save and delete: each write moves or copies the listpack, so

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Target;
-use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
+use crate::advisor;
 use crate::harness::actix::{Measured, OPS, Plan, StoreRun};
 use crate::harness::info::ServerInfo;
 use crate::profile::ActixProfile;
@@ -91,15 +91,7 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
             })
             .collect::<std::result::Result<_, _>>()?;
         let mean = sizes.iter().sum::<u64>() as f64 / sizes.len() as f64;
-        let bits = args.compact_bits.unwrap_or_else(|| {
-            advisor::recommend_tower_bits(
-                args.sessions,
-                &limits,
-                DEFAULT_MAX_CONVERTED,
-                mean.round() as u64,
-                16,
-            )
-        });
+        let bits = advisor::tower_bits_or(args.compact_bits, args.sessions, &limits, mean);
         println!("{profile}, hash-max-listpack-value {}", limits.hash_value);
         target.flush().await?;
         let memo = crate::harness::tower::memo_capacity(args.sessions, args.rounds);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::Target;
-use crate::advisor::{self, DEFAULT_MAX_CONVERTED, Workload};
+use crate::advisor::{self, Workload};
 use crate::harness::info::ServerInfo;
 use crate::harness::tower::{self, Contender, DynStore, OPS, Plan, StoreRun};
 use crate::profile::Profile;
@@ -90,15 +90,7 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             set_hash_value(&mut conn, value).await?;
             target.flush().await?;
             let limits = ListpackLimits::read(&mut conn).await?;
-            let bits = args.compact_bits.unwrap_or_else(|| {
-                advisor::recommend_tower_bits(
-                    args.sessions,
-                    &limits,
-                    DEFAULT_MAX_CONVERTED,
-                    mean.round() as u64,
-                    16,
-                )
-            });
+            let bits = advisor::tower_bits_or(args.compact_bits, args.sessions, &limits, mean);
             // Its saves come a whole phase after its loads here, and its
             // deletes after its creates, so it remembers every session it
             // loads or creates (in an app, a request saves or deletes what

@@ -63,14 +63,14 @@ impl Growth {
         }
     }
 
-    /// The names a call on `id` needs, routed by this process's copy of
-    /// its group's shape.
     /// Where `id`'s record goes when it is out of line: named after the
     /// whole id, so a split leaves it where it is.
     pub(crate) fn out_of_line_key(&self, id: &SessionId) -> String {
         self.shape.out_of_line_key(id)
     }
 
+    /// The names a call on `id` needs, routed by this process's copy of
+    /// its group's shape.
     pub(crate) fn keys(&self, id: &SessionId) -> Keys {
         let group = self.shape.group_of(id);
         let shape = self.cache.get(group);
