@@ -1028,7 +1028,7 @@ fn bench_actix_measures_every_call_of_every_store() {
         "bench",
         "actix",
         "--sessions",
-        "2000",
+        "5000",
         "--rounds",
         "1",
         "--profiles",
@@ -1040,7 +1040,7 @@ fn bench_actix_measures_every_call_of_every_store() {
         out,
     ]));
     assert!(text.contains("sessionpack (growing)"), "{text}");
-    // The count asked for, not the advisor's (2^6 for 2000 sessions).
+    // The count asked for, not the advisor's (2^8 for 5000 sessions).
     assert!(text.contains("sessionpack (compact 2^7)"), "{text}");
     assert!(text.contains("learned dictionary"), "{text}");
     let report: serde_json::Value =
