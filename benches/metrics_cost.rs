@@ -25,6 +25,16 @@ const SMOKE: (u32, u32, usize) = (1_000, 100, 1);
 /// A layout that answers every call at once with "no such session".
 struct Ready;
 
+/// Nothing to sweep.
+impl sessionpack::session::sweep::Sweepable for Ready {
+    fn spawn_sweeper(
+        &self,
+        _: sessionpack::session::sweep::SweepConfig,
+    ) -> Option<sessionpack::session::sweep::SweeperHandle> {
+        None
+    }
+}
+
 impl Layout for Ready {
     fn name(&self) -> &'static str {
         "ready"

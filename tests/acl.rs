@@ -59,7 +59,9 @@ fn words(line: &str) -> redis::Cmd {
 async fn app_work(url: &str) -> sessionpack::Result<()> {
     let conn = sessionpack::connect(url).await?;
     let layout = Compact::new(conn, config()).await?;
-    let store: Store<_, String> = Store::new(layout).with_ttl(Duration::from_secs(600));
+    let store: Store<_, String> = Store::new(layout)
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let mut session = store.create(7, "a".into()).await?;
     let other = store.create(7, "b".into()).await?;
     let brief = store
@@ -98,7 +100,7 @@ async fn sweeper_work(url: &str) -> sessionpack::Result<u64> {
 async fn users_work(url: &str) -> sessionpack::Result<()> {
     let conn = sessionpack::connect(url).await?;
     let layout = Compact::new(conn, config()).await?;
-    let store: Store<_, String> = Store::new(layout.clone());
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();
     assert_eq!(store.sessions_of(&5).await?.len(), 1);
     store.revoke_all(&5).await?;
     layout.audit_users().await?;
@@ -162,7 +164,8 @@ async fn each_role_works_within_its_rule_and_nothing_else() {
 
     // Sessions for the sweeper to reclaim and the users command to list.
     let conn = sessionpack::connect(&store_url).await.unwrap();
-    let store: Store<_, String> = Store::new(Compact::new(conn, config()).await.unwrap());
+    let store: Store<_, String> =
+        Store::new(Compact::new(conn, config()).await.unwrap()).without_sweeper();
     let brief = store
         .create_with_ttl(9, "x".into(), Duration::from_secs(1))
         .await
@@ -236,7 +239,7 @@ async fn a_cluster_user_needs_the_cluster_rule() {
         .await
         .unwrap();
     let layout = Compact::new(conn, config()).await.unwrap();
-    let store: Store<_, String> = Store::new(layout.clone());
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();
     let mut ids = Vec::new();
     for user in 0..50u64 {
         ids.push(store.create(user, "v".into()).await.unwrap().id);
@@ -291,7 +294,7 @@ async fn a_growing_store_splits_and_merges_within_the_rules() {
     let sweeper_url = user(&server, "sweeper", &[Role::Sweeper]).await;
     let conn = sessionpack::connect(&store_url).await.unwrap();
     let layout = Compact::new(conn, config()).await.unwrap();
-    let store: Store<_, String> = Store::new(layout.clone());
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();
     let mut brief = Vec::new();
     for n in 0..300u64 {
         let s = store

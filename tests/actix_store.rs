@@ -26,10 +26,13 @@ use sessionpack_testkit::LocalServer;
 
 type Store = ActixStore<redis::aio::ConnectionManager>;
 
+/// A store with no sweeper in the background: some tests count the
+/// commands the server ran.
 async fn store(server: &LocalServer) -> Store {
     ActixStore::new(common::manager(server).await, CompactConfig::default())
         .await
         .unwrap()
+        .without_sweeper()
 }
 
 fn state(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -535,4 +538,30 @@ async fn wait_a_second(server: &LocalServer) {
             return;
         }
     }
+}
+
+/// The quickstart's store: `connect` opens buckets that grow, a sweeper of
+/// its own, and a write threshold that skips an `update_ttl` moving the
+/// expiry little.
+#[actix_web::test]
+async fn connect_opens_the_recommended_store() {
+    let server = common::server();
+    let store = ActixStore::connect(&server.url()).await.unwrap();
+    assert!(store.layout().shape().is_some(), "buckets that grow");
+    assert!(store.sweep_stats().is_some(), "a sweeper of its own");
+    // The commands are counted below: no sweeps meanwhile.
+    let store = store.without_sweeper();
+    let k = store
+        .save(state(&[("n", "1")]), &Duration::seconds(10_000))
+        .await
+        .unwrap();
+    let mut raw = common::raw(&server).await;
+    let before = common::calls(&mut raw, "evalsha").await;
+    store
+        .update_ttl(&k, &Duration::seconds(10_050))
+        .await
+        .unwrap();
+    assert_eq!(common::calls(&mut raw, "evalsha").await, before);
+    let loaded = store.load(&k).await.unwrap().unwrap();
+    assert_eq!(loaded, state(&[("n", "1")]));
 }

@@ -115,7 +115,9 @@ async fn the_sweeper_empties_expired_buckets_on_every_primary() {
     let layout = Compact::new(conn(&c).await, CompactConfig::new(13))
         .await
         .unwrap();
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let mut live = Vec::new();
     for i in 0..300u64 {
         // Every tenth out of line, every tenth from the fifth in pieces.
@@ -210,7 +212,9 @@ async fn the_books_design_is_refused_by_a_cluster_with_a_short_error() {
     // hash tag: two slots.
     let c = start();
     let layout = sessionpack::session::layout::BookLoginHash::book(conn(&c).await, "sp");
-    let store: Store<_, ()> = Store::new(layout).with_ttl(Duration::from_secs(600));
+    let store: Store<_, ()> = Store::new(layout)
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let batch: Vec<(u64, ())> = (0..500).map(|i| (i, ())).collect();
     match store.create_many(&batch).await {
         Err(e @ sessionpack::Error::Redis(_)) => {
@@ -250,10 +254,12 @@ async fn the_cap_and_the_segment_leases_hold_on_a_cluster() {
         .unwrap();
     let batch: Vec<(u64, ())> = (0..8000).map(|i| (i, ())).collect();
     Store::new(compact.clone())
+        .without_sweeper()
         .create_many(&batch)
         .await
         .unwrap();
     Store::new(bucketed.clone())
+        .without_sweeper()
         .create_many(&batch)
         .await
         .unwrap();
@@ -334,7 +340,7 @@ async fn slots_and_hash_tags_are_placed_as_the_cluster_places_them() {
         );
     }
     // The tags each primary serves are the groups whose keys it holds.
-    let store: Store<_, ()> = Store::new(layout.clone());
+    let store: Store<_, ()> = Store::new(layout.clone()).without_sweeper();
     let batch: Vec<(u64, ())> = (0..20_000).map(|i| (i, ())).collect();
     store.create_many(&batch).await.unwrap();
     let tags: Vec<String> = (0..scheme.groups()).map(|g| scheme.tag(g)).collect();
@@ -358,7 +364,7 @@ async fn waiting_for_replicas_asks_only_the_primary_that_wrote() {
     let c = start();
     let conn = WaitForReplicas::new(conn(&c).await, 1, Duration::from_secs(2));
     let layout = Compact::new(conn, CompactConfig::new(12)).await.unwrap();
-    let store: Store<_, ()> = Store::new(layout);
+    let store: Store<_, ()> = Store::new(layout).without_sweeper();
     let mut raws = Vec::new();
     for node in c.primaries() {
         raws.push(common::raw(node).await);

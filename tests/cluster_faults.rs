@@ -33,9 +33,11 @@ async fn compact_primary_killed_mid_traffic_fails_over_and_calls_recover() {
     let c = LocalCluster::start(3, 1).expect("a local cluster");
     let conn = cluster::connect(&c.urls()).await.unwrap();
     let layout = Compact::new(conn, CompactConfig::new(13)).await.unwrap();
-    failover_under_traffic(&c, Store::new(layout.clone()).with_ttl(TTL), || {
-        sweeping(layout)
-    })
+    failover_under_traffic(
+        &c,
+        Store::new(layout.clone()).without_sweeper().with_ttl(TTL),
+        || sweeping(layout),
+    )
     .await;
 }
 
@@ -44,9 +46,11 @@ async fn bucketed_primary_killed_mid_traffic_fails_over_and_calls_recover() {
     let c = LocalCluster::start(3, 1).expect("a local cluster");
     let conn = cluster::connect(&c.urls()).await.unwrap();
     let layout = Bucketed::new(conn, BucketedConfig::new(8)).await.unwrap();
-    failover_under_traffic(&c, Store::new(layout.clone()).with_ttl(TTL), || {
-        sweeping(layout)
-    })
+    failover_under_traffic(
+        &c,
+        Store::new(layout.clone()).without_sweeper().with_ttl(TTL),
+        || sweeping(layout),
+    )
     .await;
 }
 
@@ -424,7 +428,7 @@ async fn compact_slots_moved_under_traffic_lose_and_revive_nothing_and_leave_no_
     let c = LocalCluster::start(3, 0).expect("a local cluster");
     let conn = cluster::connect(&c.urls()).await.unwrap();
     let layout = Compact::new(conn, CompactConfig::new(13)).await.unwrap();
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(TTL);
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper().with_ttl(TTL);
     let scheme = layout.scheme();
     let tags: Vec<String> = (0..scheme.groups()).map(|g| scheme.index_key(g)).collect();
     let live = reshard_under_traffic(&c, store, sweeping(layout.clone()), &tags).await;
@@ -448,7 +452,7 @@ async fn growing_slots_moved_mid_split_lose_and_revive_nothing() {
     let layout = Compact::new(conn, CompactConfig::new(5).with_growth())
         .await
         .unwrap();
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(TTL);
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper().with_ttl(TTL);
     let shape = layout.shape().unwrap().clone();
     let tags: Vec<String> = (0..shape.group_count())
         .map(|g| shape.shape_key(g))
@@ -512,7 +516,7 @@ async fn bucketed_slots_moved_under_traffic_lose_and_revive_nothing_and_leave_no
     let c = LocalCluster::start(3, 0).expect("a local cluster");
     let conn = cluster::connect(&c.urls()).await.unwrap();
     let layout = Bucketed::new(conn, BucketedConfig::new(8)).await.unwrap();
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(TTL);
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper().with_ttl(TTL);
     let b = layout.buckets().clone();
     let tags: Vec<String> = (0..b.count()).map(|n| b.hash_key(n)).collect();
     let live = reshard_under_traffic(&c, store, sweeping(layout.clone()), &tags).await;
@@ -616,14 +620,17 @@ async fn sweeper_passes(sweeper: &sessionpack::session::sweep::SweeperHandle, af
 async fn sweeper_survives_reshard_and_pause<L>(c: &LocalCluster, layout: L)
 where
     L: sessionpack::Layout
+        + sessionpack::session::sweep::Sweepable
         + Clone
         + Into<sessionpack::session::sweep::SweepTarget<cluster::Cluster>>,
 {
-    let short: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let short: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, String)> = (0..20_000).map(|i| (i, "x".repeat(20))).collect();
     short.create_many(&batch).await.unwrap();
     let sweeper = sweeping(layout.clone());
-    let store: Store<_, String> = Store::new(layout).with_ttl(TTL);
+    let store: Store<_, String> = Store::new(layout).without_sweeper().with_ttl(TTL);
 
     let primaries = c.primaries();
     tokio::task::block_in_place(|| c.reshard(primaries[0], primaries[1], 2000)).unwrap();

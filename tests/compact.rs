@@ -55,7 +55,9 @@ async fn inspect(
 async fn keys_values_and_index_are_as_documented() {
     let server = common::server();
     let layout = compact(&server, 10).await;
-    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let store: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
     let big = store.create(1_234_567, ()).await.unwrap();
     let small = store.create(42, ()).await.unwrap();
     let mut raw = common::raw(&server).await;
@@ -122,7 +124,9 @@ async fn common_encoding(raw: &mut redis::aio::MultiplexedConnection, key: &str)
 async fn the_sweeper_visits_only_the_buckets_its_index_names() {
     let server = common::server();
     let layout = compact(&server, 10).await;
-    let long: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let long: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
     let batch: Vec<(u64, ())> = (0..20_000).map(|i| (i, ())).collect();
     let alive = long.create_many(&batch).await.unwrap();
     // Short-lived sessions in a few buckets only: every 64th.
@@ -163,7 +167,9 @@ async fn the_sweeper_visits_only_the_buckets_its_index_names() {
 async fn a_lost_or_stale_index_entry_never_leaves_a_session_unswept() {
     let server = common::server();
     let layout = compact(&server, 9).await;
-    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let short: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, ())> = (0..5_000).map(|i| (i, ())).collect();
     short.create_many(&batch).await.unwrap();
     let scheme = layout.scheme().clone();
@@ -200,7 +206,9 @@ async fn a_lost_or_stale_index_entry_never_leaves_a_session_unswept() {
         "{buckets:?} {index:?}"
     );
     // The task makes full passes on its own: the first, then every 2nd.
-    let live: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let live: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
     let kept = live.create_many(&batch[..1000]).await.unwrap();
     let _: () = raw.del(scheme.index_key(2)).await.unwrap();
     let first = Sweeper::new(layout.clone(), SweepConfig::default().with_segments(4));
@@ -218,10 +226,17 @@ async fn a_lost_or_stale_index_entry_never_leaves_a_session_unswept() {
 async fn touches_racing_sweeps_and_destroys_lose_nothing_and_revive_nothing() {
     let server = common::server();
     let layout = compact(&server, 6).await;
-    let three: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3));
-    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
-    let long: Arc<Store<_, ()>> =
-        Arc::new(Store::new(layout.clone()).with_ttl(Duration::from_secs(600)));
+    let three: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3));
+    let one: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
+    let long: Arc<Store<_, ()>> = Arc::new(
+        Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(Duration::from_secs(600)),
+    );
     let batch: Vec<(u64, ())> = (0..3000).map(|i| (100_000 + i, ())).collect();
     let kept = Arc::new(three.create_many(&batch).await.unwrap());
     let doomed = one.create_many(&batch[..2000]).await.unwrap();
@@ -315,7 +330,9 @@ async fn touches_racing_sweeps_and_destroys_lose_nothing_and_revive_nothing() {
 async fn a_bucket_key_of_another_type_is_skipped_and_reported() {
     let server = common::server();
     let layout = compact(&server, 8).await;
-    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let one: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, ())> = (0..2000).map(|i| (i, ())).collect();
     let ids = one.create_many(&batch).await.unwrap();
     let b = layout.buckets().clone();
@@ -349,7 +366,7 @@ async fn narrow_ids_store_four_bytes_less() {
     )
     .await
     .unwrap();
-    let store: Store<_, ()> = Store::new(narrow.clone());
+    let store: Store<_, ()> = Store::new(narrow.clone()).without_sweeper();
     let s = store.create(5, ()).await.unwrap();
     assert_eq!(s.id.to_hex().len(), 32);
     assert_eq!(narrow.buckets().field(&s.id).len(), 15);
@@ -389,7 +406,9 @@ async fn sessions_held(
 async fn the_cap_is_exact_with_four_sweepers_and_one_expiry_second() {
     let server = common::server();
     let layout = compact(&server, 8).await;
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
     let batch: Vec<(u64, String)> = (0..8000)
         .map(|i| {
             (
@@ -434,8 +453,9 @@ async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
     let config = SweepConfig::default().with_max_sessions(500);
     let mut stopped = 0;
     for stop_after_ms in [1u64, 2, 3, 5, 8, 12, 20, 30] {
-        let store: Store<_, String> =
-            Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+        let store: Store<_, String> = Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(Duration::from_secs(3600));
         let batch: Vec<(u64, String)> = (0..3000).map(|i| (i, "f".repeat(100))).collect();
         store.create_many(&batch).await.unwrap();
         let sweeper = Sweeper::new(layout.clone(), config.clone());
@@ -552,8 +572,12 @@ async fn a_value_in_neither_form_is_corrupt_everywhere_and_stops_no_sweep() {
     let layout = compact(&server, 10).await;
     let scheme = layout.scheme().clone();
     let b = layout.buckets().clone();
-    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
-    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let store: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
+    let short: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     // Sessions until buckets 300, 301 and 302 (one group: 256..384) each
     // hold a short-lived one and 301 a long-lived one too.
     let mut in_bucket: std::collections::HashMap<u32, Vec<SessionId>> = Default::default();
@@ -635,7 +659,7 @@ async fn health_reports_what_the_store_would_log() {
     assert_eq!(health.limits.source, sessionpack::LimitsSource::Server);
     assert_eq!(health.warnings(), Vec::<String>::new());
 
-    let store: Store<_, String> = Store::new(layout.clone());
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();
     for i in 0..10 {
         store.create(i, "s".into()).await.unwrap();
     }
@@ -674,12 +698,15 @@ async fn health_reports_what_the_store_would_log() {
 async fn saves_and_touches_move_only_the_expiry_of_every_form() {
     let server = common::server();
     let layout = compact(&server, 4).await;
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
     let mut raw = common::raw(&server).await;
     let scheme = layout.scheme();
     let b = layout.buckets();
-    let identity_only: Store<_, ()> =
-        Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let identity_only: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
     let mut created = vec![identity_only.create(1_234_567, ()).await.unwrap().id];
     for attrs in [String::new(), "en-GB".to_owned(), "x".repeat(3000)] {
         created.push(store.create(1_234_567, attrs).await.unwrap().id);

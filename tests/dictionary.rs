@@ -78,10 +78,13 @@ async fn packing(server: &LocalServer, config: CompactConfig, id: u8) -> (Store,
     (store, dictionary)
 }
 
+/// A store with no sweeper in the background: a test counts the
+/// commands the server ran.
 async fn store(server: &LocalServer, config: CompactConfig) -> Store {
     TowerStore::new(common::manager(server).await, config)
         .await
         .unwrap()
+        .without_sweeper()
 }
 
 fn in_an_hour() -> i64 {

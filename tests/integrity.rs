@@ -28,7 +28,9 @@ fn fat(len: usize) -> String {
 async fn a_bucket_that_lost_its_zset_is_repaired_by_the_sweeper() {
     let server = common::server();
     let layout = common::bucketed(&server, 3).await;
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(long());
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(long());
     let mut sessions = Vec::new();
     for i in 0..400u64 {
         let attrs = if i % 7 == 0 { fat(200) } else { String::new() };
@@ -72,7 +74,9 @@ async fn buckets_left_half_evicted_by_allkeys_policies_are_swept_clean() {
     let layout = common::bucketed(&server, 10).await;
     assert_eq!(layout.eviction_policy(), Some("allkeys-random"));
     let mut raw = common::raw(&server).await;
-    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let store: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let batch: Vec<(u64, ())> = (0..2000).map(|i| (i, ())).collect();
     let evicted = || async {
         let info: String = redis::cmd("INFO")
@@ -134,7 +138,9 @@ async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
     let mut stopped_mid_pass = 0;
     for stop_after_ms in [1u64, 2, 3, 5, 8, 12, 20, 30] {
         // Every record out of line, and a cap that evicts most of them.
-        let store: Store<_, String> = Store::new(layout.clone()).with_ttl(long());
+        let store: Store<_, String> = Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(long());
         let batch: Vec<(u64, String)> = (0..3000).map(|i| (i, fat(100))).collect();
         store.create_many(&batch).await.unwrap();
         let sweeper = Sweeper::new(layout.clone(), config.clone());
@@ -159,7 +165,9 @@ async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
 async fn rotating_a_session_with_an_absurd_expiry_writes_nothing() {
     let server = common::server();
     let layout = common::bucketed(&server, 4).await;
-    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(long());
+    let store: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(long());
     let s = store.create(1, ()).await.unwrap();
     let b = layout.buckets();
     let mut raw = common::raw(&server).await;
@@ -182,8 +190,14 @@ async fn rotating_a_session_with_an_absurd_expiry_writes_nothing() {
 async fn rotations_racing_touches_never_drop_the_touch() {
     let server = common::server();
     let layout = common::bucketed(&server, 6).await;
-    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(100));
-    let long: Arc<Store<_, ()>> = Arc::new(Store::new(layout.clone()).with_ttl(long()));
+    let short: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(100));
+    let long: Arc<Store<_, ()>> = Arc::new(
+        Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(long()),
+    );
     let batch: Vec<(u64, ())> = (0..400).map(|i| (i, ())).collect();
     let ids = short.create_many(&batch).await.unwrap();
     let mut tasks = Vec::new();
@@ -214,7 +228,8 @@ async fn rotations_racing_touches_never_drop_the_touch() {
 async fn loads_never_miss_a_record_moving_in_or_out_of_line() {
     let server = common::server();
     let layout = common::bucketed(&server, 2).await;
-    let store: Arc<Store<_, String>> = Arc::new(Store::new(layout).with_ttl(long()));
+    let store: Arc<Store<_, String>> =
+        Arc::new(Store::new(layout).without_sweeper().with_ttl(long()));
     let s = store.create(1, String::new()).await.unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn({
@@ -313,7 +328,9 @@ async fn a_client_stalled_on_a_time_reply_never_returns_an_expired_session() {
     let layout = Bucketed::new(conn.clone(), BucketedConfig::new(4))
         .await
         .unwrap();
-    let store: Store<_, ()> = Store::new(layout).with_ttl(Duration::from_secs(3));
+    let store: Store<_, ()> = Store::new(layout)
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3));
     let s = store.create(1, ()).await.unwrap();
     // The first load reads the server's time with the session, and its
     // reply is taken in past the session's expiry.
@@ -332,7 +349,9 @@ async fn a_key_of_another_type_skips_its_bucket_and_not_the_sweep() {
     let server = common::server();
     let layout = common::bucketed(&server, 4).await;
     let b = layout.buckets().clone();
-    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let one: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, ())> = (0..1600).map(|i| (i, ())).collect();
     let ids = one.create_many(&batch).await.unwrap();
     let mut raw = common::raw(&server).await;
@@ -358,7 +377,9 @@ async fn a_key_of_another_type_skips_its_bucket_and_not_the_sweep() {
     assert_eq!(raw.hlen::<_, u64>(b.hash_key(3)).await.unwrap(), hash_3);
     // The cap counts and evicts around it too. (Sessions whose id falls
     // in the bad bucket cannot be created: their store call says so.)
-    let live: Store<_, ()> = Store::new(layout.clone()).with_ttl(long());
+    let live: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(long());
     let mut created = 0;
     while created < 100 {
         match live.create(1, ()).await {
@@ -377,7 +398,9 @@ async fn dropping_an_expired_bucket_spares_a_foreign_key_in_its_place() {
     let server = common::server();
     let layout = common::bucketed(&server, 1).await;
     let b = layout.buckets().clone();
-    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let one: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, ())> = (0..200).map(|i| (i, ())).collect();
     one.create_many(&batch).await.unwrap();
     let mut raw = common::raw(&server).await;
@@ -399,7 +422,9 @@ async fn the_cap_is_exact_with_four_sweepers_and_one_expiry_second() {
     let server = common::server();
     // 64 buckets: every bucket is sampled, so the cap is exact.
     let layout = common::bucketed(&server, 6).await;
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(long());
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(long());
     // Sessions sharing one expiry second (one pipelined batch), a few
     // with records out of line.
     let batch: Vec<(u64, String)> = (0..8000)
@@ -429,7 +454,9 @@ async fn a_sampled_cap_with_ties_holds_within_its_bound() {
     let server = common::server();
     // 2^13 buckets: the cutoff comes from a sample of 4096 of them.
     let layout = common::bucketed(&server, 13).await;
-    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(long());
+    let store: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(long());
     let n = 30_000u64;
     let batch: Vec<(u64, ())> = (0..n).map(|i| (i, ())).collect();
     store.create_many(&batch).await.unwrap();
@@ -485,7 +512,7 @@ async fn a_server_loading_its_data_is_unavailable_then_serves() {
         .unwrap(),
     );
     let layout = common::bucketed(&server, 8).await;
-    let store: Store<_, ()> = Store::new(layout).with_ttl(long());
+    let store: Store<_, ()> = Store::new(layout).without_sweeper().with_ttl(long());
     let batch: Vec<(u64, ())> = (0..10_000).map(|i| (i, ())).collect();
     let ids = store.create_many(&batch).await.unwrap();
     let mut raw = common::raw(&server).await;
@@ -532,8 +559,12 @@ async fn old_and_new_code_share_sessions_during_a_deploy() {
     }
     let server = common::server();
     let layout = common::bucketed(&server, 4).await;
-    let v1: Store<_, V1> = Store::new(layout.clone()).with_ttl(long());
-    let v2: Store<_, V2> = Store::new(layout.clone()).with_ttl(long());
+    let v1: Store<_, V1> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(long());
+    let v2: Store<_, V2> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(long());
     let old = v1.create(1, V1 { visits: 3 }).await.unwrap();
     let new = v2
         .create(
@@ -640,7 +671,9 @@ async fn hostile_lifetimes_reach_no_layout_call() {
 async fn foreign_or_persisted_lease_keys_do_not_stop_sweeping() {
     let server = common::server();
     let layout = common::bucketed(&server, 4).await;
-    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let one: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, ())> = (0..800).map(|i| (i, ())).collect();
     one.create_many(&batch).await.unwrap();
     let mut raw = common::raw(&server).await;
@@ -671,7 +704,7 @@ async fn a_full_server_refusing_writes_is_a_transient_error_and_loses_nothing() 
         LocalServer::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"])
             .unwrap();
     let layout = common::bucketed(&server, 6).await;
-    let store: Store<_, ()> = Store::new(layout).with_ttl(long());
+    let store: Store<_, ()> = Store::new(layout).without_sweeper().with_ttl(long());
     let mut created = Vec::new();
     let refused = loop {
         match store.create(created.len() as u64, ()).await {

@@ -4,21 +4,22 @@ mod common;
 
 use sessionpack::session::layout::compact::{DEFAULT_GROWING_BITS, GroupedBuckets};
 use sessionpack::session::layout::{BookLoginHash, Encoding, KeyPerSession};
+use sessionpack::session::sweep::Sweepable;
 use sessionpack::users::UserIndexConfig;
 use sessionpack::{
     Bucketed, BucketedConfig, Buckets, Compact, CompactConfig, IdWidth, Layout, SessionId,
 };
 use sessionpack_testkit::LocalServer;
 
-async fn bucketed_256(server: &LocalServer) -> impl Layout + 'static {
+async fn bucketed_256(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     common::bucketed(server, 8).await
 }
 
-async fn bucketed_2(server: &LocalServer) -> impl Layout + 'static {
+async fn bucketed_2(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     common::bucketed(server, 1).await
 }
 
-async fn bucketed_narrow(server: &LocalServer) -> impl Layout + 'static {
+async fn bucketed_narrow(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     let config = BucketedConfig::new(8).with_id_width(IdWidth::Bits128);
     Bucketed::new(common::manager(server).await, config)
         .await
@@ -36,13 +37,13 @@ fn corrupt_bucketed_narrow(server: &LocalServer, id: &SessionId, garbage: &[u8])
     );
 }
 
-async fn compact(server: &LocalServer) -> impl Layout + 'static {
+async fn compact(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     Compact::new(common::manager(server).await, CompactConfig::new(8))
         .await
         .unwrap()
 }
 
-async fn compact_narrow(server: &LocalServer) -> impl Layout + 'static {
+async fn compact_narrow(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     let config = CompactConfig::new(10).with_id_width(IdWidth::Bits128);
     Compact::new(common::manager(server).await, config)
         .await
@@ -51,7 +52,7 @@ async fn compact_narrow(server: &LocalServer) -> impl Layout + 'static {
 
 /// A compact store that keeps a user index: every case must behave the
 /// same with it.
-async fn compact_indexed(server: &LocalServer) -> impl Layout + 'static {
+async fn compact_indexed(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     let config = CompactConfig::new(8).with_user_index(UserIndexConfig::new(4));
     Compact::new(common::manager(server).await, config)
         .await
@@ -83,7 +84,7 @@ fn corrupt_compact_narrow(server: &LocalServer, id: &SessionId, garbage: &[u8]) 
 
 /// A growing store on a server whose buckets hold 8 entries: the suite's
 /// sessions split its buckets again and again under every case.
-async fn compact_growing(server: &LocalServer) -> impl Layout + 'static {
+async fn compact_growing(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     common::set_hash_entries(server, 8);
     Compact::new(common::manager(server).await, CompactConfig::growing())
         .await
@@ -130,7 +131,7 @@ fn corrupt_bucketed_2(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
     corrupt_bucketed(1, server, id, garbage);
 }
 
-async fn book(server: &LocalServer) -> impl Layout + 'static {
+async fn book(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     BookLoginHash::book(common::manager(server).await, "sp")
 }
 
@@ -144,7 +145,7 @@ fn corrupt_book(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
     );
 }
 
-async fn json_setex(server: &LocalServer) -> impl Layout + 'static {
+async fn json_setex(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     KeyPerSession::new(common::manager(server).await, Encoding::JsonSetex)
 }
 
@@ -156,7 +157,7 @@ fn corrupt_json(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
     );
 }
 
-async fn packed_setex(server: &LocalServer) -> impl Layout + 'static {
+async fn packed_setex(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     KeyPerSession::new(common::manager(server).await, Encoding::PackedSetex)
 }
 
@@ -170,7 +171,7 @@ fn corrupt_packed(server: &LocalServer, id: &SessionId, garbage: &[u8]) {
     );
 }
 
-async fn hash_per_session(server: &LocalServer) -> impl Layout + 'static {
+async fn hash_per_session(server: &LocalServer) -> impl Layout + Sweepable + 'static {
     KeyPerSession::new(common::manager(server).await, Encoding::HashPerSession)
 }
 

@@ -95,7 +95,7 @@ async fn each_call_is_counted_by_operation_and_outcome_and_timed() {
         CompactConfig::new(4).with_user_index(UserIndexConfig::new(2)),
     )
     .await;
-    let store: Store<_, String> = Store::new(layout.clone());
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();
     Seen::take(&seen);
 
     let mut sessions = Vec::new();
@@ -174,8 +174,10 @@ async fn a_sweeper_pass_reports_what_it_did_and_a_failed_one_its_error() {
     let layout = compact(&server, CompactConfig::new(8)).await;
     // Long-lived sessions touched down to one second: none can expire
     // before all are made.
-    let long: Store<_, ()> = Store::new(layout.clone());
-    let short: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let long: Store<_, ()> = Store::new(layout.clone()).without_sweeper();
+    let short: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, ())> = (0..50).map(|i| (i, ())).collect();
     let ids = long.create_many(&batch).await.unwrap();
     for id in &ids {

@@ -167,7 +167,9 @@ async fn every_size_round_trips_through_every_write() {
 async fn pieced_sessions_stay_in_listpacks_and_load_in_one_command() {
     let server = common::server();
     let layout = compact(&server, 4).await;
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let mut raw = common::raw(&server).await;
     // 400 sessions of 16 buckets, each record 103 to 114 bytes: 58 in the
     // value, the rest in one piece.
@@ -385,13 +387,17 @@ async fn the_sweeper_and_the_cap_take_pieces_with_their_sessions() {
     let server = common::server();
     // About 22 sessions, under 120 fields, a bucket: none converts.
     let layout = compact(&server, 5).await;
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
     let mut raw = common::raw(&server).await;
     let batch: Vec<(u64, String)> = (0..600)
         .map(|i| (i, "p".repeat(60 + (i as usize * 7) % 400)))
         .collect();
     store.create_many(&batch).await.unwrap();
-    let brief: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let brief: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let short: Vec<(u64, String)> = (0..100).map(|i| (i, "q".repeat(200))).collect();
     let expiring = brief.create_many(&short).await.unwrap();
     assert_eq!(census(&mut raw, &layout).await.sessions, 700);

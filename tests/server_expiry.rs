@@ -197,7 +197,7 @@ async fn opening_follows_what_the_server_does_with_field_ttls() {
             let url = format!("redis://app:pw@127.0.0.1:{port}/");
             let conn = sessionpack::connect(&url).await.unwrap();
             let mine = Compact::new(conn, config()).await.unwrap();
-            let store: Store<_, String> = Store::new(mine);
+            let store: Store<_, String> = Store::new(mine).without_sweeper();
             let s = store.create(7, "as app".into()).await.unwrap();
             assert!(store.touch(&s.id).await.unwrap().is_some());
             assert!(store.load(&s.id).await.unwrap().is_some());
@@ -219,9 +219,11 @@ async fn every_write_gives_each_field_its_expiry_as_ttl() {
         return;
     };
     let mut raw = common::raw(&server).await;
-    let ids_only: Store<_, ()> = Store::new(layout.clone());
-    let strings: Store<_, String> = Store::new(layout.clone());
-    let hourly: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3600));
+    let ids_only: Store<_, ()> = Store::new(layout.clone()).without_sweeper();
+    let strings: Store<_, String> = Store::new(layout.clone()).without_sweeper();
+    let hourly: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3600));
 
     let a = ids_only.create(100_000, ()).await.unwrap();
     let b = strings.create(7, "short".into()).await.unwrap();
@@ -320,9 +322,11 @@ async fn sessions_go_with_no_sweeper() {
         return;
     };
     let mut raw = common::raw(&server).await;
-    let ids_only: Store<_, ()> = Store::new(layout.clone());
-    let strings: Store<_, String> = Store::new(layout.clone());
-    let short: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let ids_only: Store<_, ()> = Store::new(layout.clone()).without_sweeper();
+    let strings: Store<_, String> = Store::new(layout.clone()).without_sweeper();
+    let short: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     // Long-lived first, then touched down to a second: none can expire
     // before all are written.
     let mut ids = Vec::new();
@@ -344,7 +348,7 @@ async fn sessions_go_with_no_sweeper() {
         assert!(short.touch(id).await.unwrap().is_some());
     }
     // Any record decodes as a JSON value.
-    let any: Store<_, serde_json::Value> = Store::new(layout.clone());
+    let any: Store<_, serde_json::Value> = Store::new(layout.clone()).without_sweeper();
     while common::found(&any, &ids).await > 0 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -378,8 +382,10 @@ async fn the_user_index_stays_right_when_the_server_expires_sessions() {
         return;
     };
     let mut raw = common::raw(&server).await;
-    let long: Store<_, String> = Store::new(layout.clone());
-    let short: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let long: Store<_, String> = Store::new(layout.clone()).without_sweeper();
+    let short: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let mut ids = Vec::new();
     for device in ["phone", "laptop", "tablet"] {
         let s = long.create(7, device.into()).await.unwrap();

@@ -32,7 +32,9 @@ async fn totals(
 async fn expired_sessions_leave_every_key_and_live_ones_stay() {
     let server = common::server();
     let layout = common::bucketed(&server, 4).await;
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(long());
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(long());
     let mut short = Vec::new();
     let mut live = Vec::new();
     let first_created = std::time::Instant::now();
@@ -78,14 +80,22 @@ async fn expired_sessions_leave_every_key_and_live_ones_stay() {
 async fn touches_racing_sweeps_lose_no_live_session_and_revive_no_expired_one() {
     let server = common::server();
     let layout = common::bucketed(&server, 6).await;
-    let store: Arc<Store<_, ()>> = Arc::new(Store::new(layout.clone()).with_ttl(long()));
+    let store: Arc<Store<_, ()>> = Arc::new(
+        Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(long()),
+    );
     // Kept alive by touches only: created (in pipelined batches, so all
     // at once) to expire in 3 s.
     let batch: Vec<(u64, ())> = (0..3000).map(|i| (i, ())).collect();
-    let three: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(3));
+    let three: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(3));
     let kept = Arc::new(three.create_many(&batch).await.unwrap());
     // Left to expire in 1 s, then touched after they expired.
-    let one: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+    let one: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(1));
     let doomed: Vec<SessionId> = one.create_many(&batch[..2000]).await.unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -186,10 +196,14 @@ async fn several_sweepers_share_the_work_once_per_interval() {
     for sweepers in [2usize, 4] {
         let server = common::server();
         let layout = common::bucketed(&server, 8).await;
-        let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(1));
+        let store: Store<_, ()> = Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(Duration::from_secs(1));
         let expired: Vec<(u64, ())> = (0..5000).map(|i| (i, ())).collect();
         store.create_many(&expired).await.unwrap();
-        let live: Store<_, ()> = Store::new(layout.clone()).with_ttl(long());
+        let live: Store<_, ()> = Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(long());
         let alive = live.create_many(&expired).await.unwrap();
         tokio::time::sleep(Duration::from_millis(2100)).await;
 
@@ -224,7 +238,7 @@ async fn the_cap_keeps_the_most_recently_used() {
     let server = common::server();
     // 64 buckets: all are sampled, so the cutoff is exact.
     let layout = common::bucketed(&server, 6).await;
-    let store: Store<_, String> = Store::new(layout.clone());
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();
     let mut sessions = Vec::new();
     for i in 0..3000u64 {
         // Distinct expiries, one second apart: recency order is known.
@@ -272,8 +286,9 @@ async fn a_sampled_cap_holds_within_its_stated_bound() {
     let n = 60_000u64;
     for chunk_start in (0..n).step_by(1000) {
         // 60 expiry seconds, 1000 sessions each: ties at the cutoff matter.
-        let s: Store<_, ()> =
-            Store::new(layout.clone()).with_ttl(Duration::from_secs(5000 + chunk_start / 1000));
+        let s: Store<_, ()> = Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(Duration::from_secs(5000 + chunk_start / 1000));
         let batch: Vec<(u64, ())> = (0..1000).map(|i| (chunk_start + i, ())).collect();
         s.create_many(&batch).await.unwrap();
     }
@@ -391,7 +406,7 @@ async fn the_lock_is_exclusive_and_only_its_holder_releases_it() {
 async fn the_books_cleanup_keeps_the_newest() {
     let server = common::server();
     let book = BookLoginHash::book(common::manager(&server).await, "sp");
-    let store: Store<_, ()> = Store::new(book.clone());
+    let store: Store<_, ()> = Store::new(book.clone()).without_sweeper();
     let mut ids = Vec::new();
     for i in 0..350u64 {
         ids.push(
@@ -466,4 +481,73 @@ async fn a_sweeper_that_stops_gives_its_leases_back() {
     // The task ends on its own after the drop; wait for it, not for a time.
     stats.changed().await.unwrap_err();
     assert_eq!(lease_keys(&server).await, Vec::<String>::new());
+}
+
+/// A store as the quickstart opens it (a growing compact store, nothing
+/// spawned by the app) removes its expired sessions itself, keeps the
+/// live ones, and its sweeper stops, giving its leases back, when the
+/// last clone of the store is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_sweeps_by_itself_and_stops_when_dropped() {
+    let server = common::server();
+    let open = || async {
+        sessionpack::Compact::new(
+            common::manager(&server).await,
+            sessionpack::CompactConfig::default(),
+        )
+        .await
+        .unwrap()
+    };
+    // Sessions written by a process that runs no sweeper: 40 that expire
+    // at once and 10 that live.
+    let writer: Store<_, String> = Store::new(open().await).without_sweeper();
+    assert!(writer.sweep_stats().is_none());
+    let mut live = Vec::new();
+    for i in 0..40u64 {
+        writer
+            .create_with_ttl(i, "x".repeat(90), Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+    for i in 0..10u64 {
+        live.push(writer.create(i, "kept".into()).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+
+    // Leases an hour long: only the stopping sweeper can remove them.
+    let config = SweepConfig::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_run_at_start(true);
+    let store: Store<_, String> = Store::new(open().await).with_sweep_config(config);
+    let clone = store.clone();
+    let mut stats = store.subscribe_sweeps().expect("a store sweeps by default");
+    stats.changed().await.unwrap();
+    let swept = store.sweep_stats().unwrap();
+    assert_eq!((swept.passes, swept.failed_passes), (1, 0), "{swept:?}");
+    assert_eq!(swept.reclaimed, 40, "{swept:?}");
+    for s in &live {
+        assert_eq!(clone.load(&s.id).await.unwrap().as_ref(), Some(s));
+    }
+    assert!(!lease_keys(&server).await.is_empty());
+
+    // One clone dropped: the sweeper runs on for the other.
+    drop(store);
+    assert!(clone.sweep_stats().is_some());
+    assert!(!lease_keys(&server).await.is_empty());
+    // The last: the task ends (its sender goes) and gives its leases back.
+    drop(clone);
+    stats.changed().await.unwrap_err();
+    assert_eq!(lease_keys(&server).await, Vec::<String>::new());
+}
+
+/// Layouts whose keys Redis expires itself start no sweeper.
+#[tokio::test]
+async fn a_key_per_session_store_starts_no_sweeper() {
+    let server = common::server();
+    let layout = sessionpack::session::layout::KeyPerSession::new(
+        common::manager(&server).await,
+        sessionpack::session::layout::Encoding::PackedSetex,
+    );
+    let store: Store<_, ()> = Store::new(layout);
+    assert!(store.sweep_stats().is_none());
 }

@@ -45,7 +45,9 @@ async fn a_store_and_its_sweeper_work_over_tls() {
         .await
         .unwrap();
     let layout = Compact::new(conn, CompactConfig::new(4)).await.unwrap();
-    let store: Store<_, String> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let store: Store<_, String> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let kept = store.create(1, "kept".to_owned()).await.unwrap();
     let brief = store
         .create_with_ttl(2, "brief".to_owned(), Duration::from_secs(1))
@@ -166,7 +168,9 @@ async fn a_cluster_works_over_tls() {
         .await
         .unwrap();
     let layout = Compact::new(conn, CompactConfig::new(6)).await.unwrap();
-    let store: Store<_, String> = Store::new(layout).with_ttl(Duration::from_secs(600));
+    let store: Store<_, String> = Store::new(layout)
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let mut ids = Vec::new();
     for user in 0..200u64 {
         ids.push(store.create(user, format!("u{user}")).await.unwrap().id);

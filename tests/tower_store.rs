@@ -18,10 +18,13 @@ use tower_sessions_core::{ExpiredDeletion, SessionStore};
 
 type Store = TowerStore<redis::aio::ConnectionManager>;
 
+/// A store with no sweeper in the background: some tests count the
+/// commands the server ran.
 async fn store(server: &LocalServer) -> Store {
     TowerStore::new(common::manager(server).await, CompactConfig::new(4))
         .await
         .unwrap()
+        .without_sweeper()
 }
 
 fn data(v: Value) -> HashMap<String, Value> {
@@ -597,4 +600,33 @@ async fn a_growing_store_serves_tower_sessions_through_its_splits() {
             assert_eq!(loaded, None, "a logged-out session came back");
         }
     }
+}
+
+/// The quickstart's store: `connect` opens buckets that grow, a sweeper of
+/// its own, and a write threshold, so a save of unchanged data that moves
+/// the expiry by a second sends nothing.
+#[tokio::test]
+async fn connect_opens_the_recommended_store() {
+    let server = common::server();
+    let store = TowerStore::connect(&server.url()).await.unwrap();
+    assert!(store.layout().shape().is_some(), "buckets that grow");
+    assert!(store.sweep_stats().is_some(), "a sweeper of its own");
+    // The commands are counted below: no sweeps meanwhile.
+    let store = store.without_sweeper();
+    assert!(store.sweep_stats().is_none());
+    let data = data(json!({"n": 1}));
+    let at = OffsetDateTime::now_utc().unix_timestamp() + 3600;
+    let id = store.create_data(1, &data, at, || 2).await.unwrap();
+    assert_eq!(store.load_data(id).await.unwrap().unwrap().0, data);
+    let mut raw = common::raw(&server).await;
+    let before = common::calls(&mut raw, "evalsha").await;
+    assert!(
+        !store.save_data(id, &data, at + 1).await.unwrap(),
+        "skipped"
+    );
+    assert_eq!(common::calls(&mut raw, "evalsha").await, before);
+    // A change of the data is written.
+    let changed = self::data(json!({"n": 2}));
+    assert!(store.save_data(id, &changed, at + 1).await.unwrap());
+    assert_eq!(store.load_data(id).await.unwrap().unwrap().0, changed);
 }

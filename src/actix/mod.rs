@@ -106,12 +106,32 @@ pub struct ActixStore<C> {
     inner: TowerStore<C>,
 }
 
+impl ActixStore<crate::Connection> {
+    /// Connects to the Redis server at `url` (a reconnecting
+    /// [`crate::Connection`]) and opens the store as most apps want it:
+    /// [`crate::tower::recommended_config`], the write threshold
+    /// [`crate::tower::DEFAULT_WRITE_THRESHOLD`], and a sweeper running in
+    /// the background that stops when the last clone of the store is
+    /// dropped ([`ActixStore::without_sweeper`] turns it off). The knobs
+    /// (a user index for "log out everywhere", a fixed bucket count) are
+    /// [`ActixStore::new`]'s.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let conn = crate::connect(url).await?;
+        Ok(Self::new(conn, crate::tower::recommended_config())
+            .await?
+            .with_write_threshold(crate::tower::DEFAULT_WRITE_THRESHOLD))
+    }
+}
+
 impl<C> ActixStore<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// Opens the store: a [`Compact`] layout with `config` and 128-bit
-    /// ids, whatever width `config` names.
+    /// ids, whatever width `config` names. Inside a Tokio runtime (an
+    /// actix-web app's) it starts a sweeper in the background, as
+    /// [`ActixStore::connect`] does; the write threshold is 0 until
+    /// [`ActixStore::with_write_threshold`] sets one.
     pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
         Self::from_layout(Compact::new(conn, config.with_id_width(crate::IdWidth::Bits128)).await?)
     }
@@ -175,10 +195,25 @@ where
         self
     }
 
-    /// Sweeps with `config` in [`ActixStore::sweep`].
+    /// Sweeps with `config` (interval, leases, cap), in the background
+    /// and in [`ActixStore::sweep`], in place of the default.
     pub fn with_sweep_config(mut self, config: SweepConfig) -> Self {
         self.inner = self.inner.with_sweep_config(config);
         self
+    }
+
+    /// Runs no sweeper in the background: for an app whose expired
+    /// sessions a `sessionpack sweep` daemon removes
+    /// ([`TowerStore::without_sweeper`]).
+    pub fn without_sweeper(mut self) -> Self {
+        self.inner = self.inner.without_sweeper();
+        self
+    }
+
+    /// The totals of the sweeper this store runs in the background, for a
+    /// health check; `None` when it runs none.
+    pub fn sweep_stats(&self) -> Option<crate::session::sweep::SweepStats> {
+        self.inner.sweep_stats()
     }
 
     /// The layout underneath.

@@ -13,6 +13,7 @@ use crate::metrics::{self, Op, Outcome};
 use crate::session::id::SessionId;
 use crate::session::layout::{Inserted, Layout, Stored, Written};
 use crate::session::record;
+use crate::session::sweep::{InApp, SweepConfig, SweepStats, Sweepable};
 use crate::ttl::Deadline;
 
 /// Default session lifetime: 30 days.
@@ -55,6 +56,8 @@ pub struct Store<L, A = (), I = u64> {
     absolute_secs: Option<u64>,
     max_record_bytes: usize,
     update_attempts: u32,
+    /// The sweeper this store runs, shared by its clones.
+    sweeping: InApp,
     _attrs: PhantomData<fn() -> (A, I)>,
 }
 
@@ -67,6 +70,7 @@ impl<L: Clone, A, I> Clone for Store<L, A, I> {
             absolute_secs: self.absolute_secs,
             max_record_bytes: self.max_record_bytes,
             update_attempts: self.update_attempts,
+            sweeping: self.sweeping.clone(),
             _attrs: PhantomData,
         }
     }
@@ -81,6 +85,7 @@ impl<L: std::fmt::Debug, A, I> std::fmt::Debug for Store<L, A, I> {
             .field("absolute_secs", &self.absolute_secs)
             .field("max_record_bytes", &self.max_record_bytes)
             .field("update_attempts", &self.update_attempts)
+            .field("sweeping", &self.sweeping)
             .finish()
     }
 }
@@ -97,13 +102,61 @@ fn whole_seconds(d: Duration) -> u64 {
 
 impl<L, A> Store<L, A, u64>
 where
-    L: Layout,
+    L: Layout + Sweepable,
     A: Serialize + DeserializeOwned + Send + Sync,
 {
     /// A store of sessions owned by integer ids, with the default lifetime
-    /// and limits.
+    /// and limits, which removes its expired sessions itself: see
+    /// [`Store::for_identities`].
     pub fn new(layout: L) -> Self {
         Self::for_identities(layout)
+    }
+}
+
+impl<L, A, I> Store<L, A, I>
+where
+    L: Layout + Sweepable,
+    A: Serialize + DeserializeOwned + Send + Sync,
+    I: UserId,
+{
+    /// A store of sessions owned by identities of type `I`, with the
+    /// default lifetime and limits:
+    /// `let store: Store<_, Cart, Uuid> = Store::for_identities(layout);`.
+    ///
+    /// Opened inside a Tokio runtime, the store starts a sweeper of its
+    /// layout's expired sessions ([`SweepConfig::default`]: a pass a
+    /// minute, shared with the other processes' sweepers through leases),
+    /// which stops when the last clone of the store is dropped. A layout
+    /// whose keys Redis expires itself needs none and starts none.
+    /// [`Store::without_sweeper`] turns it off.
+    pub fn for_identities(layout: L) -> Self {
+        let sweeping = InApp::start(&layout, Some(SweepConfig::default()));
+        Self {
+            layout,
+            ttl_secs: DEFAULT_TTL.as_secs(),
+            rolling: true,
+            absolute_secs: None,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            update_attempts: DEFAULT_UPDATE_ATTEMPTS,
+            sweeping,
+            _attrs: PhantomData,
+        }
+    }
+
+    /// Sweeps with `config` (interval, segments, session cap) in place of
+    /// the default.
+    pub fn with_sweep_config(mut self, config: SweepConfig) -> Self {
+        self.sweeping = InApp::start(&self.layout, Some(config));
+        self
+    }
+
+    /// Runs no sweeper: for an app whose expired sessions another process
+    /// removes (`sessionpack sweep`, or a [`crate::session::sweep::Sweeper`]
+    /// of its own). Without one, expired sessions are never returned but
+    /// keep their memory.
+    pub fn without_sweeper(mut self) -> Self {
+        self.sweeping = InApp::default();
+        self
     }
 }
 
@@ -113,19 +166,17 @@ where
     A: Serialize + DeserializeOwned + Send + Sync,
     I: UserId,
 {
-    /// A store of sessions owned by identities of type `I`, with the
-    /// default lifetime and limits:
-    /// `let store: Store<_, Cart, Uuid> = Store::for_identities(layout);`.
-    pub fn for_identities(layout: L) -> Self {
-        Self {
-            layout,
-            ttl_secs: DEFAULT_TTL.as_secs(),
-            rolling: true,
-            absolute_secs: None,
-            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
-            update_attempts: DEFAULT_UPDATE_ATTEMPTS,
-            _attrs: PhantomData,
-        }
+    /// The totals of the sweeper this store runs (passes, failed passes,
+    /// sessions reclaimed, the last error), for a health check; `None`
+    /// when it runs none.
+    pub fn sweep_stats(&self) -> Option<SweepStats> {
+        self.sweeping.stats()
+    }
+
+    /// A receiver of those totals, changed after each pass; `None` when
+    /// the store runs no sweeper.
+    pub fn subscribe_sweeps(&self) -> Option<tokio::sync::watch::Receiver<SweepStats>> {
+        self.sweeping.subscribe()
     }
 
     /// Sets the lifetime given to new and touched sessions, rounded up to

@@ -98,7 +98,7 @@ use crate::session::id::{IdWidth, SessionId};
 use crate::session::layout::compact::NO_OWNER;
 use crate::session::layout::compact::user_index::head;
 use crate::session::layout::{Compact, CompactConfig, Inserted, Layout, Seen, Written};
-use crate::session::sweep::{PassReport, SweepConfig, Sweeper};
+use crate::session::sweep::{InApp, PassReport, SweepConfig, SweepStats, Sweeper};
 use crate::ttl::Deadline;
 use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession};
 
@@ -147,10 +147,31 @@ const CREATE_ATTEMPTS: usize = 8;
 /// [`TowerStore::with_memo_capacity`]).
 pub const DEFAULT_MEMO_CAPACITY: usize = 100_000;
 
+/// The write threshold [`TowerStore::connect`] opens with: a rolling
+/// expiry is written when it moves by a tenth of the session's lifetime
+/// ([`TowerStore::with_write_threshold`]).
+pub const DEFAULT_WRITE_THRESHOLD: f64 = 0.1;
+
+/// The configuration [`TowerStore::connect`] and
+/// [`crate::actix::ActixStore::connect`] open with: buckets that split as
+/// the store grows and merge as it shrinks ([`CompactConfig::default`]),
+/// and with feature `compression` records packed with a dictionary
+/// learned from the app's own first sessions
+/// ([`CompactConfig::with_learned_dictionary`]).
+pub fn recommended_config() -> CompactConfig {
+    let config = CompactConfig::default();
+    #[cfg(feature = "compression")]
+    let config = config.with_learned_dictionary(crate::session::dictionary::Learning::default());
+    config
+}
+
 /// A tower-sessions store over a [`Compact`] layout with 128-bit ids.
 pub struct TowerStore<C> {
     layout: Compact<C>,
+    /// The sweeper `delete_expired` passes with.
     sweeper: Arc<Sweeper<C>>,
+    /// The sweeper this store runs in the background, shared by its clones.
+    sweeping: InApp,
     write_threshold: f64,
     memo: Arc<Memo>,
     /// With a user index: whose a session is, and the data key of its
@@ -172,6 +193,7 @@ where
         Self {
             layout: self.layout.clone(),
             sweeper: self.sweeper.clone(),
+            sweeping: self.sweeping.clone(),
             write_threshold: self.write_threshold,
             memo: self.memo.clone(),
             owner: self.owner,
@@ -191,12 +213,31 @@ impl<C> std::fmt::Debug for TowerStore<C> {
     }
 }
 
+impl TowerStore<crate::Connection> {
+    /// Connects to the Redis server at `url` (a reconnecting
+    /// [`crate::Connection`]) and opens the store as most apps want it:
+    /// [`recommended_config`], the write threshold
+    /// [`DEFAULT_WRITE_THRESHOLD`], and a sweeper running in the
+    /// background that stops when the last clone of the store is dropped
+    /// ([`TowerStore::without_sweeper`] turns it off). The knobs are
+    /// [`TowerStore::new`]'s.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let conn = crate::connect(url).await?;
+        Ok(Self::new(conn, recommended_config())
+            .await?
+            .with_write_threshold(DEFAULT_WRITE_THRESHOLD))
+    }
+}
+
 impl<C> TowerStore<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// Opens the store: a [`Compact`] layout with `config` and 128-bit ids
-    /// (tower-sessions' own), whatever width `config` names.
+    /// (tower-sessions' own), whatever width `config` names. Inside a
+    /// Tokio runtime it starts a sweeper in the background, as
+    /// [`TowerStore::connect`] does; the write threshold is 0 (every save
+    /// writes) until [`TowerStore::with_write_threshold`] sets one.
     pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
         let layout = Compact::new(conn, config.with_id_width(IdWidth::Bits128)).await?;
         Self::from_layout(layout)
@@ -210,12 +251,14 @@ where
             ));
         }
         let sweeper = Arc::new(Sweeper::new(layout.clone(), SweepConfig::default()));
+        let sweeping = InApp::start(&layout, Some(SweepConfig::default()));
         let owner = layout
             .user_index()
             .map(|_| (axum_login_owner as OwnerOf, Some(DEFAULT_LABEL_KEY)));
         Ok(Self {
             layout,
             sweeper,
+            sweeping,
             write_threshold: 0.0,
             memo: Arc::new(Memo::new(DEFAULT_MEMO_CAPACITY)),
             owner,
@@ -290,10 +333,35 @@ where
         self
     }
 
-    /// Sweeps with `config` in `delete_expired` (leases, cap, segments).
+    /// Sweeps with `config` (interval, leases, cap, segments), in the
+    /// background and in `delete_expired`, in place of the default.
     pub fn with_sweep_config(mut self, config: SweepConfig) -> Self {
+        self.sweeping = InApp::start(&self.layout, Some(config.clone()));
         self.sweeper = Arc::new(Sweeper::new(self.layout.clone(), config));
         self
+    }
+
+    /// Runs no sweeper in the background: for an app whose expired
+    /// sessions a `sessionpack sweep` daemon removes (or tower-sessions'
+    /// `continuously_delete_expired`, which calls `delete_expired`).
+    /// Without any, expired sessions are never loaded but keep their
+    /// memory.
+    pub fn without_sweeper(mut self) -> Self {
+        self.sweeping = InApp::default();
+        self
+    }
+
+    /// The totals of the sweeper this store runs in the background
+    /// (passes, failed passes, sessions reclaimed, the last error), for a
+    /// health check; `None` when it runs none.
+    pub fn sweep_stats(&self) -> Option<SweepStats> {
+        self.sweeping.stats()
+    }
+
+    /// A receiver of those totals, changed after each pass; `None` when
+    /// the store runs no sweeper.
+    pub fn subscribe_sweeps(&self) -> Option<tokio::sync::watch::Receiver<SweepStats>> {
+        self.sweeping.subscribe()
     }
 
     /// The layout underneath.

@@ -5,6 +5,7 @@ use std::time::Duration;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use serde::{Deserialize, Serialize};
+use sessionpack::session::sweep::Sweepable;
 use sessionpack::{Error, Layout, SessionId, Store};
 use sessionpack_testkit::LocalServer;
 
@@ -16,11 +17,11 @@ pub struct Attrs {
     pub note: String,
 }
 
-fn store<L: Layout>(layout: L) -> Store<L, Attrs> {
+fn store<L: Layout + Sweepable>(layout: L) -> Store<L, Attrs> {
     Store::new(layout).with_ttl(Duration::from_secs(600))
 }
 
-pub async fn round_trip<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn round_trip<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     let store = store(layout);
     let attrs = Attrs {
         counter: 3,
@@ -51,7 +52,7 @@ pub async fn round_trip<L: Layout>(_: &LocalServer, layout: L) {
     assert_eq!(plain.load(&s.id).await.unwrap().unwrap().identity, u64::MAX);
 }
 
-pub async fn bulk_round_trip<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn bulk_round_trip<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     let store = store(layout);
     let items: Vec<(u64, Attrs)> = (0..2500)
         .map(|i| {
@@ -84,7 +85,7 @@ pub async fn bulk_round_trip<L: Layout>(_: &LocalServer, layout: L) {
     assert_eq!(loaded.last().unwrap(), &None);
 }
 
-pub async fn expires_without_a_sweeper<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn expires_without_a_sweeper<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     let store = store(layout);
     let short = store
         .create_with_ttl(1, Attrs::default(), Duration::from_secs(1))
@@ -110,7 +111,7 @@ pub async fn expires_without_a_sweeper<L: Layout>(_: &LocalServer, layout: L) {
     assert!(store.load(&long.id).await.unwrap().is_some());
 }
 
-pub async fn touch_rolls_expiry_forward<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn touch_rolls_expiry_forward<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     let unix = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -138,7 +139,7 @@ pub async fn touch_rolls_expiry_forward<L: Layout>(_: &LocalServer, layout: L) {
     }
 }
 
-pub async fn update_and_save<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn update_and_save<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     let store = store(layout);
     let s = store.create(9, Attrs::default()).await.unwrap();
     let updated = store
@@ -168,7 +169,7 @@ pub async fn update_and_save<L: Layout>(_: &LocalServer, layout: L) {
     assert_eq!(store.load(&s.id).await.unwrap().unwrap(), replaced);
 }
 
-pub async fn destroy_is_final<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn destroy_is_final<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     let store = store(layout);
     let s = store.create(5, Attrs::default()).await.unwrap();
     let other = store.create(6, Attrs::default()).await.unwrap();
@@ -198,7 +199,7 @@ pub async fn destroy_is_final<L: Layout>(_: &LocalServer, layout: L) {
     assert_eq!(store.load(&big.id).await.unwrap(), None);
 }
 
-pub async fn rotate_moves_the_session<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn rotate_moves_the_session<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     let store = store(layout);
     for note_len in [0, 5_000] {
         let s = store
@@ -225,7 +226,10 @@ pub async fn rotate_moves_the_session<L: Layout>(_: &LocalServer, layout: L) {
     assert_eq!(store.rotate(&missing).await.unwrap(), None);
 }
 
-pub async fn concurrent_updates_lose_nothing<L: Layout + 'static>(_: &LocalServer, layout: L) {
+pub async fn concurrent_updates_lose_nothing<L: Layout + Sweepable + 'static>(
+    _: &LocalServer,
+    layout: L,
+) {
     const TASKS: u32 = 16;
     const EACH: u32 = 25;
     let store = std::sync::Arc::new(store(layout).with_update_attempts(1000));
@@ -264,7 +268,7 @@ pub async fn concurrent_updates_lose_nothing<L: Layout + 'static>(_: &LocalServe
 /// Writes bytes no store would write where a layout keeps `id`'s record.
 pub type Corrupter = fn(&LocalServer, &SessionId, &[u8]);
 
-pub async fn corrupt_record_is_an_error<L: Layout>(
+pub async fn corrupt_record_is_an_error<L: Layout + Sweepable>(
     server: &LocalServer,
     layout: L,
     corrupt: Corrupter,
@@ -303,7 +307,10 @@ pub async fn corrupt_record_is_an_error<L: Layout>(
     assert_eq!(store.load(&s.id).await.unwrap(), None);
 }
 
-pub async fn too_large_is_refused_before_redis<L: Layout>(server: &LocalServer, layout: L) {
+pub async fn too_large_is_refused_before_redis<L: Layout + Sweepable>(
+    server: &LocalServer,
+    layout: L,
+) {
     let store = store(layout).with_max_record_bytes(64 * 1024);
     let mut raw = super::raw(server).await;
     let s = store.create(1, Attrs::default()).await.unwrap();
@@ -366,7 +373,7 @@ fn hostile_ids() -> Vec<String> {
     out
 }
 
-pub async fn hostile_ids_never_reach_redis<L: Layout>(server: &LocalServer, layout: L) {
+pub async fn hostile_ids_never_reach_redis<L: Layout + Sweepable>(server: &LocalServer, layout: L) {
     let width = layout.id_width();
     let store = store(layout);
     let mut raw = super::raw(server).await;
@@ -389,7 +396,7 @@ pub async fn hostile_ids_never_reach_redis<L: Layout>(server: &LocalServer, layo
     assert_eq!(after - before, 1, "only the INFO call itself reached Redis");
 }
 
-pub async fn survives_a_redis_restart<L: Layout>(server: &LocalServer, layout: L) {
+pub async fn survives_a_redis_restart<L: Layout + Sweepable>(server: &LocalServer, layout: L) {
     let store = store(layout);
     let s = store.create(1, Attrs::default()).await.unwrap();
     assert!(store.load(&s.id).await.unwrap().is_some());
@@ -416,7 +423,7 @@ pub async fn survives_a_redis_restart<L: Layout>(server: &LocalServer, layout: L
     assert!(store.load_many(&ids).await.unwrap()[0].is_some());
 }
 
-pub async fn absurd_lifetimes_are_refused<L: Layout>(server: &LocalServer, layout: L) {
+pub async fn absurd_lifetimes_are_refused<L: Layout + Sweepable>(server: &LocalServer, layout: L) {
     let mut raw = server
         .client()
         .unwrap()
@@ -477,6 +484,15 @@ struct TouchBeforeInsert<L> {
     touched: std::sync::Mutex<Option<u64>>,
 }
 
+impl<L: Sweepable> Sweepable for TouchBeforeInsert<L> {
+    fn spawn_sweeper(
+        &self,
+        config: sessionpack::session::sweep::SweepConfig,
+    ) -> Option<sessionpack::session::sweep::SweeperHandle> {
+        self.inner.spawn_sweeper(config)
+    }
+}
+
 impl<L: Layout> Layout for TouchBeforeInsert<L> {
     fn name(&self) -> &'static str {
         self.inner.name()
@@ -526,7 +542,10 @@ impl<L: Layout> Layout for TouchBeforeInsert<L> {
     }
 }
 
-pub async fn rotate_keeps_a_touch_made_meanwhile<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn rotate_keeps_a_touch_made_meanwhile<L: Layout + Sweepable>(
+    _: &LocalServer,
+    layout: L,
+) {
     let short = store(&layout).with_ttl(Duration::from_secs(100));
     for note_len in [0, 5_000] {
         let attrs = Attrs {
@@ -556,7 +575,7 @@ pub async fn rotate_keeps_a_touch_made_meanwhile<L: Layout>(_: &LocalServer, lay
 /// Sessions owned by UUIDs, names and a mix round-trip through every
 /// operation; a name over the limit is refused when made; a store of one
 /// form reading a session of another gets a typed error, not a wrong owner.
-pub async fn identities_of_every_form<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn identities_of_every_form<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     use sessionpack::identity::{Identity, MAX_NAME_BYTES, Name, Uuid};
     let uuids: Store<&L, Attrs, Uuid> =
         Store::for_identities(&layout).with_ttl(Duration::from_secs(600));
@@ -628,7 +647,7 @@ pub async fn identities_of_every_form<L: Layout>(_: &LocalServer, layout: L) {
 /// absolute deadline (sign-in plus the lifetime); past it, loads, batch
 /// loads and touches find nothing; a rotation keeps the sign-in time, so
 /// the deadline with it.
-pub async fn lifetimes_idle_and_absolute<L: Layout>(_: &LocalServer, layout: L) {
+pub async fn lifetimes_idle_and_absolute<L: Layout + Sweepable>(_: &LocalServer, layout: L) {
     let secs = |s| Duration::from_secs(s);
     let unix = || {
         std::time::SystemTime::now()

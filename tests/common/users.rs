@@ -100,9 +100,11 @@ where
 {
     let layout = layout(conn.clone(), base, "listing").await;
     let ttl = Duration::from_secs(600);
-    let plain: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(ttl);
-    let devices: Store<_, Device, u64> = Store::new(layout.clone()).with_ttl(ttl);
-    let names: Store<_, (), Name> = Store::for_identities(layout.clone()).with_ttl(ttl);
+    let plain: Store<_, (), u64> = Store::new(layout.clone()).without_sweeper().with_ttl(ttl);
+    let devices: Store<_, Device, u64> = Store::new(layout.clone()).without_sweeper().with_ttl(ttl);
+    let names: Store<_, (), Name> = Store::for_identities(layout.clone())
+        .without_sweeper()
+        .with_ttl(ttl);
     let before = server_now(&conn).await;
     let user = 70_000u64;
     let mut ids = HashSet::new();
@@ -217,7 +219,7 @@ where
     let bare = Compact::new(conn, CompactConfig::new(6).with_namespace("bare"))
         .await
         .unwrap();
-    let bare: Store<_, (), u64> = Store::new(bare);
+    let bare: Store<_, (), u64> = Store::new(bare).without_sweeper();
     assert!(matches!(
         bare.sessions_of(&user).await,
         Err(sessionpack::Error::Config(_))
@@ -234,7 +236,9 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     let layout = layout(conn.clone(), base, "inflight").await;
-    let store: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let store: Store<_, (), u64> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let users = layout.user_index().unwrap().clone();
     let user = 70_001u64;
     let record = sessionpack::session::record::encode(&user, &()).unwrap();
@@ -342,8 +346,8 @@ where
 {
     let layout = layout(conn.clone(), base, namespace).await;
     let ttl = Duration::from_secs(600);
-    let plain: Store<_, (), u64> = Store::new(layout.clone()).with_ttl(ttl);
-    let devices: Store<_, Device, u64> = Store::new(layout.clone()).with_ttl(ttl);
+    let plain: Store<_, (), u64> = Store::new(layout.clone()).without_sweeper().with_ttl(ttl);
+    let devices: Store<_, Device, u64> = Store::new(layout.clone()).without_sweeper().with_ttl(ttl);
     let users: Vec<u64> = (0..12)
         .map(|i| if i % 3 == 0 { i + 1 } else { 70_000 + i })
         .collect();
@@ -526,8 +530,9 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     let layout = layout(conn, base, namespace).await;
-    let store: Store<_, Device, u64> =
-        Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let store: Store<_, Device, u64> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let (mut rotated, mut refused) = (0, 0);
     let mut reach = 3000u64;
     let mut trial = 0u64;
@@ -584,8 +589,8 @@ pub async fn a_rotation_overtaking_a_slow_revocation_is_revoked<C>(near: C, far:
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let near: Store<_, (), u64> = Store::new(layout(near, fixed(), "slow").await);
-    let far: Store<_, (), u64> = Store::new(layout(far, fixed(), "slow").await);
+    let near: Store<_, (), u64> = Store::new(layout(near, fixed(), "slow").await).without_sweeper();
+    let far: Store<_, (), u64> = Store::new(layout(far, fixed(), "slow").await).without_sweeper();
     let (mut overtook, mut refused) = (0, 0);
     for trial in 0..60u64 {
         let user = 90_000 + trial;

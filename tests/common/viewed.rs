@@ -130,7 +130,9 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     let layout = layout(conn.clone(), "vbook").await;
-    let store: Store<_, Page> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let store: Store<_, Page> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     let session = store.create(7, Page::default()).await.unwrap();
     let token = session.id.to_hex();
     // A catalogue with repeats, and ids of 1 to 8 bytes.
@@ -243,7 +245,9 @@ where
             skew_secs: 1,
         });
     let layout = Compact::new(conn.clone(), config).await.unwrap();
-    let store: Store<_, Page> = Store::new(layout.clone()).with_ttl(Duration::from_secs(600));
+    let store: Store<_, Page> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(600));
     // Items of two bytes each: 25 of them take 75 bytes, two chunks.
     let viewed = |n: u64| (0..30).map(move |i| 256 + n * 100 + i);
     let mut ids = Vec::new();
@@ -294,7 +298,9 @@ where
         .await
         .unwrap();
     // Views that leave the expiry (no idle timeout), so these expire.
-    let fixed: Store<_, Page> = Store::new(layout.clone()).with_lifetimes(None, None);
+    let fixed: Store<_, Page> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_lifetimes(None, None);
     for s in [&short_a, &short_b] {
         for item in 0..5u32 {
             fixed.view(&s.id, &item).await.unwrap().unwrap();

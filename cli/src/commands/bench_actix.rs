@@ -104,6 +104,7 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
                 for capacity in [memo, DEFAULT_MEMO_CAPACITY] {
                     let store = ActixStore::new(target.open(url).await?, config.clone())
                         .await?
+                        .without_sweeper()
                         .with_write_threshold(WRITE_THRESHOLD)
                         .with_memo_capacity(capacity);
                     pair.push(store);

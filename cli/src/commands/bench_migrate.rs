@@ -134,7 +134,8 @@ pub(super) async fn run(args: MigrateBenchArgs) -> Result<()> {
         target.open(&url).await?,
         CompactConfig::new(bits).with_id_width(IdWidth::Bits128),
     )
-    .await?;
+    .await?
+    .without_sweeper();
     let plan = Plan {
         source: Source::tower_sessions_redis_store(),
         dry_run: false,

@@ -349,7 +349,7 @@ where
         None => {
             throughput::measure(
                 label,
-                Store::new(opened),
+                Store::new(opened).without_sweeper(),
                 std::sync::Arc::new(|_| ()),
                 args.clients,
                 args.sessions,
@@ -361,7 +361,7 @@ where
             let attrs: Attrs = std::sync::Arc::new(move |n| profile.data(n));
             throughput::measure(
                 label,
-                Store::new(opened),
+                Store::new(opened).without_sweeper(),
                 attrs,
                 args.clients,
                 args.sessions,

@@ -100,12 +100,15 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                 CompactConfig::new(bits).with_id_width(IdWidth::Bits128),
             )
             .await?
+            .without_sweeper()
             .with_write_threshold(WRITE_THRESHOLD)
             .with_memo_capacity(crate::harness::tower::memo_capacity(
                 args.sessions,
                 args.rounds,
             ));
-            let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
+            let unseen = TowerStore::from_layout(store.layout().clone())?
+                .without_sweeper()
+                .with_memo_capacity(0);
             let mut contenders = vec![Contender {
                 label: format!("sessionpack (compact 2^{bits})"),
                 store: Arc::new(store) as DynStore,
@@ -128,13 +131,16 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                     .with_learned_dictionary(Learning::default());
                 let store = TowerStore::new(target.open(&url).await?, config)
                     .await?
+                    .without_sweeper()
                     .with_write_threshold(WRITE_THRESHOLD)
                     .with_memo_capacity(crate::harness::tower::memo_capacity(
                         args.sessions,
                         args.rounds,
                     ));
                 // The same layout, so the same learning.
-                let unseen = TowerStore::from_layout(store.layout().clone())?.with_memo_capacity(0);
+                let unseen = TowerStore::from_layout(store.layout().clone())?
+                    .without_sweeper()
+                    .with_memo_capacity(0);
                 contenders.push(Contender {
                     label: format!("sessionpack + learned dictionary (compact 2^{bits})"),
                     store: Arc::new(store) as DynStore,

@@ -97,7 +97,10 @@ async fn open_store(
             "a dry run writes nothing, not even a new store: open the store first".into(),
         ));
     }
-    let store = TowerStore::new(manager.clone(), config).await?;
+    // A command, not the app: the app's stores sweep.
+    let store = TowerStore::new(manager.clone(), config)
+        .await?
+        .without_sweeper();
     let Some(id) = args.dictionary_id else {
         return Ok(store);
     };

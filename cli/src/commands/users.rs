@@ -129,7 +129,8 @@ async fn refuse_in_takeover(layout: &Compact<AnyConnection>, namespace: &str) ->
 }
 
 async fn store(args: &UserArgs) -> Result<Store<Compact<AnyConnection>, (), Identity>> {
-    let store: Store<_, (), Identity> = Store::for_identities(open(&args.store).await?);
+    let store: Store<_, (), Identity> =
+        Store::for_identities(open(&args.store).await?).without_sweeper();
     Ok(store.with_ttl(Duration::from_secs(args.ttl_secs)))
 }
 

@@ -71,8 +71,9 @@ where
     let empty = MemorySample::read(conn).await?;
     let half = sessions / 2;
     let batch: Vec<(u64, ())> = (0..1000).map(|i| (1 << 20 | i, ())).collect();
-    let long: Store<&AnyLayout<C>, ()> =
-        Store::new(&layout).with_ttl(Duration::from_secs(24 * 3600));
+    let long: Store<&AnyLayout<C>, ()> = Store::new(&layout)
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(24 * 3600));
     let started = Instant::now();
     create(&long, &batch, half).await?;
     // The churned half must outlive its own creation, which takes about as

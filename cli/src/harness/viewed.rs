@@ -177,7 +177,9 @@ pub async fn packed(
     let mut conn = sessionpack::connect_with(url, options).await?;
     let config = CompactConfig::new(bits).with_viewed(ViewedConfig::new(load.keep, 8));
     let layout = Compact::new(conn.clone(), config).await?;
-    let store: Store<_, ()> = Store::new(layout.clone()).with_ttl(Duration::from_secs(TTL_SECS));
+    let store: Store<_, ()> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(Duration::from_secs(TTL_SECS));
     let empty = settled_sample(&mut conn).await?;
     let mut ids = Vec::with_capacity(load.sessions as usize);
     for start in (0..load.sessions).step_by(BATCH) {

@@ -18,6 +18,7 @@
 //! changed in nothing, and reported in [`PassReport::bad_buckets`], while
 //! the other buckets are swept.
 
+mod background;
 mod cap;
 mod compact;
 mod step;
@@ -32,6 +33,8 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use crate::lock;
 use crate::session::layout::{Bucketed, Compact, Expiry};
+pub(crate) use background::InApp;
+pub use background::Sweepable;
 pub use step::BadBucket;
 use step::{RangeOutcome, sweep_buckets};
 
