@@ -587,3 +587,55 @@ async fn touches_of_records_in_pieces_go_to_the_full_script_first() {
         assert_eq!(stored.expires_at, at);
     }
 }
+
+/// The same with 16 touches in flight at once: the run of touches handed
+/// on is counted as replies come, so only those in flight before it reached
+/// its length try the short script first, and the probes stay one touch
+/// in 32 (they used to be every touch begun while the count stood at a
+/// multiple of 32: 1.4 scripts a touch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touches_in_flight_at_once_cost_about_one_script_each() {
+    const IN_FLIGHT: usize = 16;
+    const ROUNDS: usize = 40;
+    let server = common::server();
+    let layout = compact(&server, 4).await;
+    let mut raw = common::raw(&server).await;
+    let mut ids = Vec::new();
+    for n in 0..IN_FLIGHT {
+        let id = layout.new_id().await.unwrap();
+        layout
+            .insert(&id, &record_of(300, n as u8), sessionpack::Deadline::In(600))
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let at = layout.load(&ids[0]).await.unwrap().unwrap().expires_at + 1_000;
+    let none = layout.new_id().await.unwrap();
+    assert_eq!(layout.touch_until(&none, at).await.unwrap(), None);
+    assert_eq!(layout.touch(&none, 600).await.unwrap(), None);
+    let before = common::calls(&mut raw, "evalsha").await;
+    for round in 0..ROUNDS {
+        let mut touches = tokio::task::JoinSet::new();
+        for id in &ids {
+            let (layout, id) = (layout.clone(), *id);
+            touches.spawn(async move { layout.touch_until(&id, at + round as u64).await });
+        }
+        while let Some(touched) = touches.join_next().await {
+            assert!(touched.unwrap().unwrap().is_some());
+        }
+    }
+    let scripts = common::calls(&mut raw, "evalsha").await - before;
+    let touches = (IN_FLIGHT * ROUNDS) as u64;
+    // One script a touch; twice for at most the first round's and the
+    // probes (one in 32).
+    let most = touches + IN_FLIGHT as u64 + touches.div_ceil(32);
+    assert!(
+        scripts <= most,
+        "{scripts} scripts for {touches} touches (at most {most})"
+    );
+    for (n, id) in ids.iter().enumerate() {
+        let stored = layout.load(id).await.unwrap().unwrap();
+        assert_eq!(stored.record, record_of(300, n as u8));
+        assert_eq!(stored.expires_at, at + ROUNDS as u64 - 1);
+    }
+}

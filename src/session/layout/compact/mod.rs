@@ -410,6 +410,41 @@ fn is_reshaped(e: &redis::RedisError) -> bool {
 /// Touches in a row handed from the short script to the full one after
 /// which the full one goes first ([`Compact::touch_until`]).
 const TOUCHES_BEFORE_FULL: u32 = 4;
+/// Once the full script goes first, one touch in this many still tries
+/// the short one, to notice records kept whole again.
+const TOUCH_PROBE_EVERY: u32 = 32;
+
+/// Which script a touch tries first: a touch does not know the record's
+/// form before it reads it. Shared by a layout's clones.
+#[derive(Debug, Default)]
+struct TouchRoute {
+    /// Touches in a row the short script handed to the full one (records
+    /// in pieces or out of line), since the last it took itself.
+    handed_on: std::sync::atomic::AtomicU32,
+    /// Touches begun: each takes a ticket as it decides, so the probes are
+    /// one in [`TOUCH_PROBE_EVERY`] however many touches are in flight
+    /// (the count of those handed on moves only as their replies come).
+    tickets: std::sync::atomic::AtomicU32,
+}
+
+impl TouchRoute {
+    /// Whether the next touch tries the short script first.
+    fn short_first(&self) -> bool {
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+        self.handed_on.load(Ordering::Relaxed) < TOUCHES_BEFORE_FULL
+            || ticket.is_multiple_of(TOUCH_PROBE_EVERY)
+    }
+
+    /// The short script took a touch itself.
+    fn taken(&self) {
+        self.handed_on.store(0, Ordering::Relaxed);
+    }
+
+    /// A touch went to the full script.
+    fn handed_on(&self) {
+        self.handed_on.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// A record cut for the pieced form with pieces of `size` bytes: the part
 /// its value holds, and the pieces, as `split_record` in
@@ -725,9 +760,8 @@ pub struct Compact<C> {
     /// The pieces a load asks for with the value: as many as the last
     /// pieced value read had.
     piece_guess: Arc<std::sync::atomic::AtomicUsize>,
-    /// Touches in a row the short script handed to the full one (records
-    /// in pieces or out of line), since the last it took itself.
-    touches_handed_on: Arc<std::sync::atomic::AtomicU32>,
+    /// Which script a touch tries first.
+    touches: Arc<TouchRoute>,
     /// Packs record data with the store's dictionary, if it has one, and
     /// unpacks what the namespace's processes packed.
     packer: Arc<Packer>,
@@ -1012,7 +1046,7 @@ where
             pieces: true,
             format: FORMAT_VERSION,
             piece_guess: Default::default(),
-            touches_handed_on: Default::default(),
+            touches: Default::default(),
             packer,
             growth: None,
         }
@@ -1704,22 +1738,19 @@ where
         id.check_width(self.buckets().id_width())?;
         let (_, latest) = self.time_bounds().await?;
         let latest = (latest + MARGIN).ceil() as u64;
-        // A touch does not know the record's form before it reads it. After
-        // a run of records the short script handed on, the full script goes
-        // first, rather than two scripts a touch; one touch in 32 still tries
-        // the short one, to notice records kept whole again.
-        let handed_on = self.touches_handed_on.load(Ordering::Relaxed);
-        if handed_on < TOUCHES_BEFORE_FULL || handed_on.is_multiple_of(32) {
+        // After a run of records the short script handed on, the full
+        // script goes first, rather than two scripts a touch.
+        if self.touches.short_first() {
             match self.rewrite(id, &[], expires_at, latest).await? {
                 Some(0) => return Ok(None),
                 Some(expiry) => {
-                    self.touches_handed_on.store(0, Ordering::Relaxed);
+                    self.touches.taken();
                     return Ok(Some(expiry as u64));
                 }
                 None => {}
             }
         }
-        self.touches_handed_on.fetch_add(1, Ordering::Relaxed);
+        self.touches.handed_on();
         self.call(id, |k| {
             let mut inv = self.invocation(self.script(&COMPACT_TOUCH), k);
             inv.arg(1).arg(expires_at);
