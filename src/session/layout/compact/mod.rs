@@ -1763,11 +1763,12 @@ where
     /// tower-sessions `delete` does. `seen_len` is the length of the
     /// record the caller saw moments before, if it did: one kept in its
     /// bucket then goes with one `HDEL` of its field and its pieces. Any
-    /// other goes with an `HDEL` of its field and as many pieces as the
-    /// last pieced record this process read had, and a `DEL` of its
-    /// out-of-line record's key. Pieces a record had beyond those (another
-    /// process made it longer meanwhile) are left to the sweeper, which
-    /// removes pieces no value names; a record key, to its own expiry, the
+    /// other goes with an `HDEL` of its field and of every piece field a
+    /// record can have (8 at the default `hash-max-listpack-value`), and a
+    /// `DEL` of its out-of-line record's key. Pieces a seen record had
+    /// beyond those seen (another process made it longer meanwhile) are
+    /// left to the sweeper, which removes pieces no value names; a record
+    /// key, to its own expiry, the
     /// session's. Where the store keeps viewed items, their `HDEL`s go in
     /// the same `MULTI`/`EXEC`. The index entry stays a lower bound; the
     /// sweeper rescores it. Returns whether there was a field to remove.
@@ -1799,11 +1800,16 @@ where
         let mut fields = vec![k.field.clone()];
         match seen {
             Some(len) => fields.extend(self.piece_fields(&k.field, len)),
-            None if self.piece_size().is_some() => {
-                let guess = self.piece_guess.load(Ordering::Relaxed);
-                fields.extend((1..=guess).map(|i| piece_field(&k.field, i)));
+            // Unseen, the record may have any number of pieces: every
+            // piece field a record can have goes (an HDEL of a field that
+            // is not there changes nothing), so whoever deletes a session
+            // leaves none of its pieces behind.
+            None => {
+                if let Some(size) = self.piece_size() {
+                    let most = pieces_of_len(MAX_PIECED_RECORD, size).min(MAX_PIECES);
+                    fields.extend((1..=most).map(|i| piece_field(&k.field, i)));
+                }
             }
-            None => {}
         }
         let routed = k.route.is_some();
         let (removed, marked): (i64, bool) = if seen.is_some() && viewed.is_empty() && !routed {
