@@ -605,7 +605,11 @@ async fn touches_in_flight_at_once_cost_about_one_script_each() {
     for n in 0..IN_FLIGHT {
         let id = layout.new_id().await.unwrap();
         layout
-            .insert(&id, &record_of(300, n as u8), sessionpack::Deadline::In(600))
+            .insert(
+                &id,
+                &record_of(300, n as u8),
+                sessionpack::Deadline::In(600),
+            )
             .await
             .unwrap();
         ids.push(id);

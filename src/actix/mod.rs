@@ -6,21 +6,31 @@
 //! of actix-session 0.11 (the current release).
 //!
 //! ```no_run
-//! # async fn run() -> sessionpack::Result<()> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use actix_session::SessionMiddleware;
+//! use actix_web::cookie::Key;
+//! use actix_web::{App, HttpServer};
 //! use sessionpack::actix::ActixStore;
-//! use sessionpack::session::sweep::{SweepConfig, Sweeper};
-//! use sessionpack::{CompactConfig, Connection};
 //!
-//! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
-//! let store: ActixStore<Connection> = ActixStore::new(conn, CompactConfig::default()).await?;
-//! // Expired sessions stay in their buckets until a sweeper removes them:
-//! // run one in every app process (leases share the work between them).
-//! let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
-//! // App::new().wrap(SessionMiddleware::new(store.clone(), key)) ...
-//! // ... serve the app; on the way out:
-//! sweeper.shutdown().await;
+//! let store = ActixStore::connect("redis://127.0.0.1/").await?;
+//! let key = Key::generate(); // a real app reads its key from its secrets
+//! HttpServer::new(move || App::new().wrap(SessionMiddleware::new(store.clone(), key.clone())))
+//!     .bind("127.0.0.1:8080")?
+//!     .run()
+//!     .await?;
 //! # Ok(()) }
 //! ```
+//!
+//! [`ActixStore::connect`] opens the store as most apps want it: buckets
+//! that grow and shrink with the sessions, a write threshold that lets an
+//! `update_ttl` that moves the expiry little send nothing, and a sweeper in
+//! the background that removes expired sessions (every process of the app
+//! runs one; they share the work through leases) and stops when the last
+//! clone of the store is dropped. [`ActixStore::new`] takes a connection
+//! and a [`CompactConfig`] of your own (a user index for "log out
+//! everywhere", a fixed bucket count, a cluster or TLS connection);
+//! [`ActixStore::without_sweeper`] leaves the sweeping to a `sessionpack
+//! sweep` daemon.
 //!
 //! **Keys.** The store issues each session's key itself, as the trait
 //! asks: the 32 lowercase hex digits of a random 128-bit id (stamped with

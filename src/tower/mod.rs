@@ -9,20 +9,22 @@
 //!
 //! ```no_run
 //! # async fn run() -> sessionpack::Result<()> {
-//! use sessionpack::session::sweep::{SweepConfig, Sweeper};
 //! use sessionpack::tower::TowerStore;
-//! use sessionpack::{CompactConfig, Connection};
 //!
-//! let conn = sessionpack::connect("redis://127.0.0.1/").await?;
-//! let store: TowerStore<Connection> = TowerStore::new(conn, CompactConfig::default()).await?;
-//! // Expired sessions stay in their buckets until a sweeper removes them:
-//! // run one in every app process (leases share the work between them).
-//! let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
-//! // let app = Router::new()...layer(SessionManagerLayer::new(store.clone()));
-//! // ... serve the app; on the way out:
-//! sweeper.shutdown().await;
+//! let store = TowerStore::connect("redis://127.0.0.1/").await?;
+//! // let app = Router::new()...layer(SessionManagerLayer::new(store));
 //! # Ok(()) }
 //! ```
+//!
+//! [`TowerStore::connect`] opens the store as most apps want it: buckets
+//! that grow and shrink with the sessions, a write threshold that lets a
+//! request under rolling expiry only read, and a sweeper in the background
+//! that removes expired sessions (every process of the app runs one; they
+//! share the work through leases) and stops when the last clone of the
+//! store is dropped. [`TowerStore::new`] takes a connection and a
+//! [`CompactConfig`] of your own (a user index, a fixed bucket count, a
+//! cluster or TLS connection); [`TowerStore::without_sweeper`] leaves the
+//! sweeping to a `sessionpack sweep` daemon.
 //!
 //! What each call sends (one round trip each, and one `TIME` a second per
 //! process for the clock estimate):
@@ -45,8 +47,8 @@
 //!   expiry moves by less than that fraction of the session's lifetime
 //!   sends nothing.
 //! - `delete`: `HDEL` of the session's field and the pieces this process
-//!   saw its record in; for a session it has not read, with as many
-//!   pieces as its last pieced read had and a `DEL` of an out-of-line
+//!   saw its record in; for a session it has not read, with every piece
+//!   field a record can have and a `DEL` of an out-of-line
 //!   record's key ([`crate::Compact::delete`]).
 //! - `delete_expired`: one sweeper pass ([`crate::session::sweep::Sweeper::pass`]).
 //!

@@ -18,7 +18,6 @@ mod app;
 use actix_web::cookie::Key;
 use sessionpack::CompactConfig;
 use sessionpack::actix::ActixStore;
-use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::users::UserIndexConfig;
 
 #[actix_web::main]
@@ -29,10 +28,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // No bucket count: the buckets grow with the sessions. A user index:
     // "your devices" and "log out everywhere".
     let config = CompactConfig::default().with_user_index(UserIndexConfig::default());
+    // The store sweeps its expired sessions itself (every process of the
+    // app shares the work through leases), until it is dropped.
     let store = app::store(ActixStore::new(conn, config).await?);
-    // One sweeper per process; leases keep several processes from
-    // sweeping the same buckets at once.
-    let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
     // A real deployment reads its key from its secrets: a key generated
     // here logs everyone out at each restart.
     let key = Key::generate();
@@ -43,6 +41,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("listening on http://{bound}");
     }
     server.run().await?;
-    sweeper.shutdown().await;
     Ok(())
 }

@@ -27,7 +27,6 @@ mod app;
 
 use sessionpack::CompactConfig;
 use sessionpack::session::dictionary::Learning;
-use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::tower::TowerStore;
 use sessionpack::users::UserIndexConfig;
 use sessionpack::viewed::ViewedConfig;
@@ -61,9 +60,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let dictionary = sessionpack::session::dictionary::Dictionary::new(id, bytes)?;
         store = store.with_dictionary(&dictionary).await?;
     }
-    // One sweeper per process; leases keep several processes from
-    // sweeping the same buckets at once.
-    let sweeper = Sweeper::new(store.layout().clone(), SweepConfig::default()).spawn();
+    // The store sweeps its expired sessions itself (every process of the
+    // app shares the work through leases), until it is dropped.
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     // The bound address, so that `ADDR=127.0.0.1:0` names a free port.
     println!("listening on http://{}", listener.local_addr()?);
@@ -72,6 +70,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         app::app(store, time::Duration::minutes(30), metrics),
     )
     .await?;
-    sweeper.shutdown().await;
     Ok(())
 }
