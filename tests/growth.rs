@@ -1130,3 +1130,65 @@ async fn a_growing_create_sent_twice_is_done_once_and_a_foreign_index_leaves_not
         "the marker, and the first session where it shares the bucket"
     );
 }
+
+/// A growing store's create of a record in pieces is one short script
+/// after the route's check: a piece an earlier session of the id left
+/// behind is overwritten before anyone reads it, a create sent twice is
+/// done once, and with another program's string where the index goes it
+/// fails typed and leaves neither value nor piece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_growing_create_in_pieces_overwrites_stale_pieces_and_leaves_nothing_on_failure() {
+    let server = server();
+    let layout = open(&server).await;
+    let mut raw = common::raw(&server).await;
+    let shape = layout.shape().expect("a growing store").clone();
+    let record = record_for(2);
+    let id = layout.new_id().await.unwrap();
+    // A first session of the group: its bucket claimed, the script loaded.
+    let first = loop {
+        let other = layout.new_id().await.unwrap();
+        if shape.group_of(&other) == shape.group_of(&id) {
+            break other;
+        }
+    };
+    let created = layout
+        .insert_new(&first, &record, Deadline::In(600))
+        .await
+        .unwrap();
+    assert!(matches!(created, Inserted::Created { .. }), "{created:?}");
+    let group = layout.fetch_shape(shape.group_of(&id)).await.unwrap();
+    let leaf = shape.leaf(&group, &id);
+    let mut stale = shape.field(leaf, &id);
+    stale.push(1);
+    let _: () = raw
+        .hset(shape.bucket_key(leaf), &stale, vec![0xee; 40])
+        .await
+        .unwrap();
+    let before = common::calls(&mut raw, "evalsha").await;
+    for _ in 0..2 {
+        let created = layout
+            .insert_new(&id, &record, Deadline::In(600))
+            .await
+            .unwrap();
+        assert!(matches!(created, Inserted::Created { .. }), "{created:?}");
+    }
+    assert_eq!(common::calls(&mut raw, "evalsha").await - before, 2);
+    assert_eq!(layout.load(&id).await.unwrap().unwrap().record, record);
+
+    let foreign = loop {
+        let other = layout.new_id().await.unwrap();
+        if shape.group_of(&other) != shape.group_of(&id) {
+            break other;
+        }
+    };
+    let index = shape.index_of(Node::root(shape.group_of(&foreign)));
+    let _: () = raw.del(&index).await.unwrap();
+    let _: () = raw.set(&index, "theirs").await.unwrap();
+    let failed = layout
+        .insert_new(&foreign, &record, Deadline::In(600))
+        .await;
+    assert!(matches!(failed, Err(Error::WrongType { .. })), "{failed:?}");
+    let bucket = shape.bucket_key(Node::root(shape.group_of(&foreign)));
+    let fields: Vec<Vec<u8>> = raw.hkeys(&bucket).await.unwrap();
+    assert_eq!(fields, vec![Vec::<u8>::new()], "the marker alone");
+}

@@ -1514,10 +1514,11 @@ where
         }
     }
 
-    /// An insert into a growing store of a record kept whole in its value,
-    /// with the expiry decided: one short script (`compact_add.lua`) after
-    /// the route's check. A taken field is this call's own session (sent
-    /// twice) or a taken id, as for [`Compact::insert_plain`].
+    /// An insert into a growing store of a record kept in its bucket
+    /// (whole in its value, or in pieces), with the expiry decided: one
+    /// short script (`compact_add.lua`) after the route's check. A taken
+    /// field is this call's own session (sent twice) or a taken id, as for
+    /// [`Compact::insert_plain`].
     async fn insert_routed(
         &self,
         id: &SessionId,
@@ -1526,10 +1527,14 @@ where
         at: u64,
     ) -> Result<Inserted> {
         let value = form.value(record, at);
+        let pieces = form.pieces(record);
         let code: i64 = self
             .call(id, |k| {
                 let mut inv = self.short_invocation(self.script(&COMPACT_ADD), k);
                 inv.arg(&value).arg(at);
+                for piece in &pieces {
+                    inv.arg(*piece);
+                }
                 inv
             })
             .await?;
@@ -1557,10 +1562,9 @@ where
                 .await;
         }
         let form = self.form_of(record);
-        // A growing store writes only by script, which checks the route:
-        // a short one for a record kept whole in its value.
-        let short = matches!(form, Form::Integer(_) | Form::Inline);
-        if form != Form::OutOfLine && (self.growth.is_none() || short) {
+        // A growing store writes only by script, which checks the route: a
+        // short one for a record kept in its bucket.
+        if form != Form::OutOfLine {
             match self.decide_expiry(expiry).await? {
                 Some(Ok(at)) if self.growth.is_some() => {
                     self.note(form, record);
