@@ -49,6 +49,11 @@ pub struct TowerArgs {
     /// (`Learning::default()`), in a namespace of its own.
     #[arg(long)]
     dictionary: bool,
+    /// Also measure the store with buckets that grow and shrink
+    /// (`CompactConfig::default()`, what `TowerStore::connect` opens), in a
+    /// namespace of its own, interleaved with the fixed one.
+    #[arg(long)]
+    growing: bool,
     /// Directory for tower.json and tower.md.
     #[arg(long, default_value = "results/tower")]
     out: PathBuf,
@@ -147,6 +152,27 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                     unseen: Arc::new(unseen) as DynStore,
                 });
             }
+            if args.growing {
+                let config = CompactConfig::default()
+                    .with_id_width(IdWidth::Bits128)
+                    .with_namespace(GROWING_NAMESPACE);
+                let store = TowerStore::new(target.open(&url).await?, config)
+                    .await?
+                    .without_sweeper()
+                    .with_write_threshold(WRITE_THRESHOLD)
+                    .with_memo_capacity(crate::harness::tower::memo_capacity(
+                        args.sessions,
+                        args.rounds,
+                    ));
+                let unseen = TowerStore::from_layout(store.layout().clone())?
+                    .without_sweeper()
+                    .with_memo_capacity(0);
+                contenders.push(Contender {
+                    label: "sessionpack (growing)".into(),
+                    store: Arc::new(store) as DynStore,
+                    unseen: Arc::new(unseen) as DynStore,
+                });
+            }
             if let Some(peer) = peer_store(&url).await? {
                 contenders.push(Contender {
                     label: PEER.into(),
@@ -201,6 +227,8 @@ const PEER: &str = "tower-sessions-redis-store 0.16";
 const TRAINING_SESSIONS: u32 = 1250;
 /// The namespace of the store that packs with a dictionary.
 const PACKED_NAMESPACE: &str = "spd";
+/// The namespace of the store whose buckets grow.
+const GROWING_NAMESPACE: &str = "spg";
 /// The store's write threshold in these runs: a rolling save that moves
 /// the expiry by less than a tenth of the lifetime left is not sent.
 const WRITE_THRESHOLD: f64 = 0.1;

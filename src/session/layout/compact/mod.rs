@@ -43,8 +43,8 @@ use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::limits::{FieldTtls, ListpackLimits};
 use crate::scripts::{
-    self, ByExpiry, COMPACT_ADD, COMPACT_CREATE, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE,
-    COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK,
+    self, ByExpiry, COMPACT_ADD, COMPACT_CREATE, COMPACT_DROP, COMPACT_INSERT, COMPACT_REMOVE,
+    COMPACT_REPLACE, COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK,
 };
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
@@ -1767,12 +1767,12 @@ where
     /// tower-sessions `delete` does. `seen_len` is the length of the
     /// record the caller saw moments before, if it did: one kept in its
     /// bucket then goes with one `HDEL` of its field and its pieces. Any
-    /// other goes with an `HDEL` of its field and of every piece field a
-    /// record can have (8 at the default `hash-max-listpack-value`), and a
-    /// `DEL` of its out-of-line record's key. Pieces a seen record had
-    /// beyond those seen (another process made it longer meanwhile) are
-    /// left to the sweeper, which removes pieces no value names; a record
-    /// key, to its own expiry, the
+    /// other goes with one short script that reads its value and removes
+    /// the field with the pieces and the out-of-line record the value
+    /// names, so whoever deletes a session leaves none of them. Pieces a
+    /// seen record had beyond those seen (another process made it longer
+    /// meanwhile) are left to the sweeper, which removes pieces no value
+    /// names; a record key, to its own expiry, the
     /// session's. Where the store keeps viewed items, their `HDEL`s go in
     /// the same `MULTI`/`EXEC`. The index entry stays a lower bound; the
     /// sweeper rescores it. Returns whether there was a field to remove.
@@ -1798,25 +1798,15 @@ where
         k: &Keys,
         seen_len: Option<usize>,
     ) -> Result<Option<bool>> {
+        let Some(len) = seen_len.filter(|&len| self.fits(len)) else {
+            return self.drop_unseen(id, k).await;
+        };
         let mut conn = self.conn.clone();
         let viewed = self.chunk_keys(k);
-        let seen = seen_len.filter(|&len| self.fits(len));
         let mut fields = vec![k.field.clone()];
-        match seen {
-            Some(len) => fields.extend(self.piece_fields(&k.field, len)),
-            // Unseen, the record may have any number of pieces: every
-            // piece field a record can have goes (an HDEL of a field that
-            // is not there changes nothing), so whoever deletes a session
-            // leaves none of its pieces behind.
-            None => {
-                if let Some(size) = self.piece_size() {
-                    let most = pieces_of_len(MAX_PIECED_RECORD, size).min(MAX_PIECES);
-                    fields.extend((1..=most).map(|i| piece_field(&k.field, i)));
-                }
-            }
-        }
+        fields.extend(self.piece_fields(&k.field, len));
         let routed = k.route.is_some();
-        let (removed, marked): (i64, bool) = if seen.is_some() && viewed.is_empty() && !routed {
+        let (removed, marked): (i64, bool) = if viewed.is_empty() && !routed {
             redis::cmd("HDEL")
                 .arg(&k.bucket)
                 .arg(&fields)
@@ -1825,9 +1815,7 @@ where
                 .map(|n| (n, true))
         } else {
             let mut pipe = redis::pipe();
-            if !viewed.is_empty() || routed {
-                pipe.atomic();
-            }
+            pipe.atomic();
             // The marker is read with the delete: a bucket that has it is
             // the session's, and its HDEL the whole answer. HDEL creates
             // nothing, so one sent to a bucket split away is harmless.
@@ -1835,9 +1823,6 @@ where
                 pipe.cmd("HEXISTS").arg(&k.bucket).arg(MARKER);
             }
             pipe.hdel(&k.bucket, &fields);
-            if seen.is_none() {
-                pipe.del(self.out_of_line_key(k)).ignore();
-            }
             for key in viewed {
                 pipe.hdel(key, &k.field).ignore();
             }
@@ -1853,6 +1838,23 @@ where
         }
         .map_err(self.error(id))?;
         Ok((removed > 0 || marked).then_some(removed > 0))
+    }
+
+    /// [`Compact::delete_at`] of a session this process has not read: one
+    /// short script (`compact_drop.lua`) reads its value and removes it
+    /// with its pieces, its out-of-line record and its viewed items.
+    async fn drop_unseen(&self, id: &SessionId, k: &Keys) -> Result<Option<bool>> {
+        let mut inv = self.short_invocation(&COMPACT_DROP, k);
+        inv.key(self.out_of_line_key(k));
+        for key in self.chunk_keys(k) {
+            inv.key(key);
+        }
+        inv.arg(if k.route.is_some() { "routed" } else { "" });
+        let (removed, marked): (i64, i64) = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        Ok((removed > 0 || marked > 0).then_some(removed > 0))
     }
 
     /// [`Layout::load`] from the bucket `k` names; in a growing store
