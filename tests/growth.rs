@@ -17,7 +17,9 @@ use sessionpack::session::meta::StoreMeta;
 use sessionpack::session::record;
 use sessionpack::session::shape::Node;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
-use sessionpack::{Compact, CompactConfig, Deadline, Error, Inserted, Layout, SessionId};
+use sessionpack::{
+    Compact, CompactConfig, Deadline, Error, Inserted, Layout, ListpackLimits, SessionId,
+};
 use sessionpack_testkit::LocalServer;
 
 type Conn = redis::aio::ConnectionManager;
@@ -1191,4 +1193,38 @@ async fn a_growing_create_in_pieces_overwrites_stale_pieces_and_leaves_nothing_o
     let bucket = shape.bucket_key(Node::root(shape.group_of(&foreign)));
     let fields: Vec<Vec<u8>> = raw.hkeys(&bucket).await.unwrap();
     assert_eq!(fields, vec![Vec::<u8>::new()], "the marker alone");
+}
+
+/// A new growing namespace records the field count its buckets split
+/// above, and every process splits by it; one recorded before the count
+/// was recorded keeps splitting at three quarters of the server's entry
+/// limit, and is opened, not refused.
+#[tokio::test]
+async fn a_growing_namespace_records_its_split_count_and_an_older_one_keeps_its_own() {
+    // The server's default limits: the count, not three quarters of them.
+    let server = common::server();
+    let layout = open(&server).await;
+    let split = sessionpack::session::layout::compact::SPLIT_FIELDS;
+    let mut raw = common::raw(&server).await;
+    let entries = ListpackLimits::read(&mut raw).await.unwrap().hash_entries;
+    assert!(split < entries * 3 / 4);
+    assert_eq!(layout.reshape_thresholds(), Some((split, split * 4 / 5)));
+    let recorded = StoreMeta::read(layout.connection(), "sp")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recorded.split_fields, split);
+    assert_eq!(
+        open(&server).await.reshape_thresholds(),
+        Some((split, split * 4 / 5))
+    );
+
+    // The record of an earlier version: no count.
+    let _: () = raw
+        .hdel(StoreMeta::key("sp"), "split_fields")
+        .await
+        .unwrap();
+    let older = open(&server).await;
+    let legacy = entries * 3 / 4;
+    assert_eq!(older.reshape_thresholds(), Some((legacy, legacy * 4 / 5)));
 }

@@ -66,6 +66,11 @@ pub struct StoreMeta {
     /// ([`crate::session::shape`]); `bucket_bits` then counts its groups.
     /// False for stores recorded before that existed.
     pub growing: bool,
+    /// For a growing store: a bucket holding more fields than this splits
+    /// (every process of the namespace splits and merges by the same
+    /// count). 0 for stores recorded before it was recorded, which split
+    /// at three quarters of `hash-max-listpack-entries`.
+    pub split_fields: u64,
 }
 
 impl fmt::Display for StoreMeta {
@@ -94,8 +99,10 @@ impl fmt::Display for StoreMeta {
         if self.server_expiry {
             write!(f, ", fields expired by the server")?;
         }
-        if self.growing {
-            write!(f, ", buckets that split and merge")?;
+        match (self.growing, self.split_fields) {
+            (false, _) => {}
+            (true, 0) => write!(f, ", buckets that split and merge")?,
+            (true, n) => write!(f, ", buckets that split above {n} fields and merge")?,
         }
         Ok(())
     }
@@ -107,7 +114,7 @@ impl StoreMeta {
         format!("{namespace}:meta")
     }
 
-    fn fields(&self) -> [(&'static str, String); 11] {
+    fn fields(&self) -> [(&'static str, String); 12] {
         [
             ("layout", self.layout.clone()),
             ("bucket_bits", self.bucket_bits.to_string()),
@@ -120,6 +127,7 @@ impl StoreMeta {
             ("viewed_item_bytes", self.viewed_item_bytes.to_string()),
             ("server_expiry", u8::from(self.server_expiry).to_string()),
             ("growing", u8::from(self.growing).to_string()),
+            ("split_fields", self.split_fields.to_string()),
         ]
     }
 
@@ -166,6 +174,8 @@ impl StoreMeta {
                 1 => true,
                 _ => return Err(bad("growing")),
             },
+            // Absent from stores recorded before it was recorded.
+            split_fields: optional("split_fields")?,
         })
     }
 
@@ -189,8 +199,9 @@ impl StoreMeta {
     /// Records `self` for `namespace` unless something is recorded there
     /// already, and checks that what is recorded is `self`: a mismatch is
     /// an [`Error::Config`] naming both, but for an older record format
-    /// this version still writes ([`OLDEST_FORMAT`]). Returns what is
-    /// recorded. One script call.
+    /// this version still writes ([`OLDEST_FORMAT`]) and for the split
+    /// count, which a store keeps as recorded. Returns what is recorded.
+    /// One script call.
     pub async fn claim<C>(&self, conn: &C, namespace: &str) -> Result<Self>
     where
         C: redis::aio::ConnectionLike + Clone + Send,
@@ -209,6 +220,7 @@ impl StoreMeta {
         let format_kept = (OLDEST_FORMAT..=self.format).contains(&stored.format);
         let same = Self {
             format: self.format,
+            split_fields: self.split_fields,
             ..stored.clone()
         };
         if same != *self || !format_kept {

@@ -3,14 +3,18 @@
 //! ([`crate::session::shape`]), following a bucket that was split or
 //! merged under a call, and the splits and merges themselves.
 //!
-//! A bucket splits when a write leaves it holding more than three
-//! quarters of `hash-max-listpack-entries` fields: the write's own script
-//! replies with the bucket's field count, and the writer splits it before
-//! its call returns. Each child then holds about half of that, so buckets
-//! hold 192 to 384 entries at the default limit, never near the 512 at
-//! which Redis would convert one, whatever the store has grown to; as full
-//! as the best fixed bucket count for the size is, within a few percent
-//! of its bytes (`sessionpack bench growth`). Two sibling buckets merge
+//! A bucket splits when a write leaves it holding more than
+//! [`SPLIT_FIELDS`] fields (a namespace recorded before that count was
+//! recorded: three quarters of `hash-max-listpack-entries`): the write's
+//! own script replies with the bucket's field count, and the writer splits
+//! it before its call returns. Each child then holds about half of that,
+//! so buckets hold 32 to 64 entries, never near the 512 at which Redis
+//! would convert one, whatever the store has grown to: small enough that
+//! a lookup's scan and a write's move of the listpack cost no more than in
+//! the fixed bucket count that costs the server least, and full enough to
+//! keep within a few percent of the bytes of the one that costs least
+//! memory (`sessionpack bench growth`, `sessionpack bench tower
+//! --growing`). Two sibling buckets merge
 //! back when together they hold at most four fifths of the split
 //! threshold ([`Compact::reshape_groups`], which the sweeper runs on the
 //! groups it sweeps), so a merged bucket has room to grow before it
@@ -50,11 +54,23 @@ pub(crate) struct Route {
     pub(crate) epoch: u64,
 }
 
+/// A new growing store's buckets split above this many fields
+/// ([`crate::session::meta::StoreMeta::split_fields`]): about as full as
+/// the fixed bucket count that costs the server least per call, within a
+/// few percent of the bytes of the one that costs the least memory.
+pub const SPLIT_FIELDS: u64 = 64;
+
 impl Growth {
-    /// Growth for buckets of `shape`, splitting at three quarters of the
-    /// server's entry limit and merging two buckets at three fifths of it.
-    pub(crate) fn new(shape: Shape, limits: ListpackLimits) -> Self {
-        let split_above = (limits.hash_entries * 3 / 4).max(2);
+    /// Growth for buckets of `shape`, splitting above `split_fields`
+    /// fields (0: three quarters of the server's entry limit, as stores
+    /// recorded before the count was recorded do; never above that), and
+    /// merging two buckets at four fifths of it.
+    pub(crate) fn new(shape: Shape, limits: ListpackLimits, split_fields: u64) -> Self {
+        let most = (limits.hash_entries * 3 / 4).max(2);
+        let split_above = match split_fields {
+            0 => most,
+            n => n.clamp(2, most),
+        };
         Self {
             shape,
             cache: ShapeCache::default(),

@@ -65,8 +65,8 @@ mod users;
 pub(crate) mod viewed;
 
 pub(crate) use growth::AnyBucket;
-pub use growth::Reshaping;
 use growth::{Growth, REROUTES, Route};
+pub use growth::{Reshaping, SPLIT_FIELDS};
 pub use health::Health;
 pub use users::NO_OWNER;
 
@@ -832,6 +832,7 @@ where
             Self::check_growing(&config)?;
             meta.growing = true;
             meta.format = GROWING_FORMAT;
+            meta.split_fields = growth::SPLIT_FIELDS;
         }
         if meta.server_expiry {
             check_field_ttls(&conn, &buckets, config.allow_converted_buckets).await?;
@@ -854,7 +855,7 @@ where
                      store needs noeviction or a volatile-* policy"
                 )));
             }
-            layout = layout.with_growth(true);
+            layout = layout.with_growth_splitting(recorded.split_fields);
         }
         layout.eviction_policy = policy;
         layout.format = recorded.format;
@@ -928,8 +929,19 @@ where
     /// metadata check (the benchmarks use it on servers they flush;
     /// [`Compact::new`] follows the namespace's record).
     pub fn with_growth(mut self, growing: bool) -> Self {
-        self.growth =
-            growing.then(|| Arc::new(Growth::new(Shape::new(self.buckets().clone()), self.limits)));
+        self.growth = None;
+        if growing {
+            self = self.with_growth_splitting(growth::SPLIT_FIELDS);
+        }
+        self
+    }
+
+    /// The same layout growing, its buckets splitting above
+    /// `split_fields` fields as its namespace records
+    /// ([`crate::session::meta::StoreMeta::split_fields`]).
+    fn with_growth_splitting(mut self, split_fields: u64) -> Self {
+        let shape = Shape::new(self.buckets().clone());
+        self.growth = Some(Arc::new(Growth::new(shape, self.limits, split_fields)));
         self
     }
 
