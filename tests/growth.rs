@@ -234,8 +234,12 @@ async fn writes_through_a_stale_shape_land_in_the_current_buckets() {
             .unwrap();
         assert_eq!(written, sessionpack::Written::Done);
     }
-    for id in deleted {
-        assert!(stale.delete(id, None).await.unwrap());
+    // Half as a process that has not read them deletes, half as one that
+    // read them moments before (by the record's length): a plain HDEL,
+    // which finds nothing in a bucket split away and then follows.
+    for (n, id) in deleted.iter().enumerate() {
+        let seen = (n % 2 == 1).then(|| record_for(500 + n).len());
+        assert!(stale.delete(id, seen).await.unwrap());
     }
     for id in removed {
         let written = stale.remove(id, None).await.unwrap();

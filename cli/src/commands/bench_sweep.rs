@@ -1,6 +1,8 @@
 //! `sessionpack bench sweep`: reclaim rate of the bucketed, compact and
-//! growing compact sweepers against the book's cleanup, on the same server
-//! in the same run.
+//! growing compact sweepers against the book's cleanup, and their server
+//! CPU per session beside what Redis's own active expiry spends per key of
+//! a key-per-session store (what the peers pay), on the same server in the
+//! same run.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -10,9 +12,11 @@ use serde::Serialize;
 
 use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
-use crate::harness::info::{ServerInfo, server_cpu_secs};
+use crate::harness::info::{ServerInfo, expired_keys, server_cpu_secs};
 use sessionpack::error::{Error, Result};
-use sessionpack::session::layout::{BookLoginHash, Compact, CompactConfig, LayoutKind};
+use sessionpack::session::layout::{
+    BookLoginHash, Compact, CompactConfig, Encoding, KeyPerSession, LayoutKind,
+};
 use sessionpack::session::store::Store;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 
@@ -52,6 +56,12 @@ struct Scenario {
     /// them it merged as they emptied.
     growing_buckets: u64,
     growing_merges: u64,
+    /// Keys of a key-per-session store (packed-setex) Redis's active
+    /// expiry removed while the server's CPU was read, with no client
+    /// sending anything but `INFO`, and its CPU per key.
+    redis_expired: u64,
+    redis_secs: f64,
+    redis_cpu_us: f64,
 }
 
 impl Scenario {
@@ -88,9 +98,18 @@ async fn load<L>(layout: &L, expired: u64, live: u64) -> Result<()>
 where
     L: sessionpack::Layout + sessionpack::session::sweep::Sweepable,
 {
-    let short: Store<&L, ()> = Store::new(layout)
-        .without_sweeper()
-        .with_ttl(Duration::from_secs(1));
+    load_living(layout, expired, live, Duration::from_secs(1)).await?;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    Ok(())
+}
+
+/// Loads `expired` sessions that live `short` and `live` that live an
+/// hour, interleaved.
+async fn load_living<L>(layout: &L, expired: u64, live: u64, short: Duration) -> Result<()>
+where
+    L: sessionpack::Layout + sessionpack::session::sweep::Sweepable,
+{
+    let short: Store<&L, ()> = Store::new(layout).without_sweeper().with_ttl(short);
     let long: Store<&L, ()> = Store::new(layout)
         .without_sweeper()
         .with_ttl(Duration::from_secs(3600));
@@ -104,8 +123,56 @@ where
         long.create_many(&batch[..take]).await?;
         l += take as u64;
     }
-    tokio::time::sleep(Duration::from_millis(2100)).await;
     Ok(())
+}
+
+/// Loads `expired` keys of a key-per-session store (packed-setex, one key
+/// per session with its expiry set, as the peers keep them) that expire
+/// together after the load, and `live` that do not; then reads the
+/// server's CPU while Redis's active expiry removes them, from the first
+/// key it expires to the last, with no client sending anything but
+/// `INFO`. Returns the keys expired in that window, its seconds, and the
+/// CPU seconds spent.
+async fn redis_expiry<C>(conn: &mut C, expired: u64, live: u64) -> Result<(u64, f64, f64)>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let peer = KeyPerSession::new(conn.clone(), Encoding::PackedSetex);
+    // Long enough that none expires during the load: twice the load's
+    // time measured on a first small batch, and a margin.
+    let started = Instant::now();
+    load_living(&peer, expired.min(10_000), 0, Duration::from_secs(3600)).await?;
+    let per_key = started.elapsed().as_secs_f64() / expired.min(10_000) as f64;
+    let _: () = redis::cmd("FLUSHALL").query_async(conn).await?;
+    let lifetime = Duration::from_secs_f64(per_key * (expired + live) as f64 * 2.0 + 5.0);
+    let before = expired_keys(conn).await?;
+    load_living(&peer, expired, live, lifetime).await?;
+    let poll = Duration::from_millis(100);
+    let deadline = Instant::now() + lifetime + Duration::from_secs(600);
+    let (keys0, cpu0, t0) = loop {
+        let keys = expired_keys(conn).await?;
+        if keys > before {
+            break (keys, server_cpu_secs(conn).await?, Instant::now());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Config("Redis expired no key of the load".into()));
+        }
+        tokio::time::sleep(poll).await;
+    };
+    loop {
+        let keys = expired_keys(conn).await?;
+        if keys - before >= expired {
+            let cpu = server_cpu_secs(conn).await?;
+            return Ok((keys - keys0, t0.elapsed().as_secs_f64(), cpu - cpu0));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Config(format!(
+                "Redis expired {} of {expired} keys in the time allowed",
+                keys - before
+            )));
+        }
+        tokio::time::sleep(poll).await;
+    }
 }
 
 pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
@@ -178,6 +245,9 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             .await?;
         let growing_secs = started.elapsed().as_secs_f64();
         let growing_cpu = server_cpu_secs(&mut conn).await? - cpu;
+
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        let (redis_expired, redis_secs, redis_cpu) = redis_expiry(&mut conn, expired, live).await?;
         let scenario = Scenario {
             name,
             expired,
@@ -196,6 +266,9 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             growing_cpu_us: growing_cpu * 1e6 / growing_report.reclaimed.max(1) as f64,
             growing_buckets,
             growing_merges: growing_report.merges,
+            redis_expired,
+            redis_secs,
+            redis_cpu_us: redis_cpu * 1e6 / redis_expired.max(1) as f64,
         };
         println!(
             "{name}: bucketed 2^{bits} sweeper {:.0}/s, compact 2^{compact_bits} {:.0}/s, \
@@ -207,6 +280,11 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             scenario.bucketed_rate() / scenario.book_rate(),
             scenario.compact_rate() / scenario.book_rate(),
             scenario.growing_rate() / scenario.book_rate()
+        );
+        println!(
+            "{name}: server CPU per session reclaimed: compact {:.2} µs, growing {:.2} µs; \
+             Redis's active expiry of packed-setex keys {:.2} µs a key",
+            scenario.compact_cpu_us, scenario.growing_cpu_us, scenario.redis_cpu_us
         );
         if report.reclaimed != expired
             || book_reclaimed != expired
@@ -229,12 +307,12 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
         scenarios,
     };
     let mut md = format!(
-        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the compact sweeper over 2^{} buckets, one script per group of 128 buckets its index names as due, 64 groups per pipeline; the growing compact store (`CompactConfig::growing()`, grown by the load from 16 buckets) one script per index of up to 64 buckets, then merges the buckets that emptied; the book's `clean_sessions` removes 100 tokens per three round trips. Server CPU is the `INFO cpu` (user + sys) delta over the cleanup, per session reclaimed.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | vs book | server CPU µs/session |\n|---|---|---:|---:|---:|---:|---:|\n",
+        "# Reclaiming expired sessions\n\nProduced by `{}` ({}). The bucketed sweeper runs over 2^{} buckets, one script per bucket step, 256 per pipeline; the compact sweeper over 2^{} buckets, one script per group of 128 buckets its index names as due, 64 groups per pipeline; the growing compact store (`CompactConfig::growing()`, grown by the load from 16 buckets) one script per index of up to 64 buckets, then merges the buckets that emptied; the book's `clean_sessions` removes 100 tokens per three round trips; a key-per-session store (packed-setex, as the peers keep sessions) is cleaned by Redis's own active expiry, measured from the first key it expires to the last with no client sending anything but `INFO` every 100 ms. Server CPU is the `INFO cpu` (user + sys) delta over the cleanup, per session reclaimed.\n\n| scenario | cleaner | sessions reclaimed | seconds | sessions/s | vs book | server CPU µs/session |\n|---|---|---:|---:|---:|---:|---:|\n",
         result.command, result.redis_version, bits, compact_bits
     );
     for s in &result.scenarios {
         md += &format!(
-            "| {} ({} expired, {} live) | compact sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | growing compact sweeper ({} buckets, {} merges) | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | book's clean_sessions | {} | {:.2} | {:.0} | | {:.2} |\n",
+            "| {} ({} expired, {} live) | compact sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | growing compact sweeper ({} buckets, {} merges) | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | bucketed sweeper | {} | {:.2} | {:.0} | {:.1}x | {:.2} |\n| | book's clean_sessions | {} | {:.2} | {:.0} | | {:.2} |\n| | Redis's active expiry (packed-setex keys) | {} | {:.2} | {:.0} | | {:.2} |\n",
             s.name,
             s.expired,
             s.live,
@@ -258,7 +336,11 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
             s.book_reclaimed,
             s.book_secs,
             s.book_rate(),
-            s.book_cpu_us
+            s.book_cpu_us,
+            s.redis_expired,
+            s.redis_secs,
+            s.redis_expired as f64 / s.redis_secs,
+            s.redis_cpu_us
         );
     }
     std::fs::create_dir_all(&args.out)

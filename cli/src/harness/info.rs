@@ -56,6 +56,19 @@ fn clients_memory(list: &str) -> u64 {
         .sum()
 }
 
+/// Keys Redis has expired since it started (`INFO stats` `expired_keys`):
+/// those its active expiry removed and those a read found expired.
+pub async fn expired_keys<C>(conn: &mut C) -> Result<u64>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let stats = info(conn, "stats").await?;
+    Ok(stats
+        .get("expired_keys")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
+}
+
 /// CPU time the server has used, user and system, in seconds (`INFO cpu`):
 /// the difference across a piece of work is what that work cost the server.
 pub async fn server_cpu_secs<C>(conn: &mut C) -> Result<f64>

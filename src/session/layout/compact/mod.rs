@@ -1818,14 +1818,21 @@ where
         let mut fields = vec![k.field.clone()];
         fields.extend(self.piece_fields(&k.field, len));
         let routed = k.route.is_some();
-        let (removed, marked): (i64, bool) = if viewed.is_empty() && !routed {
-            redis::cmd("HDEL")
+        if viewed.is_empty() {
+            let removed: i64 = redis::cmd("HDEL")
                 .arg(&k.bucket)
                 .arg(&fields)
                 .query_async(&mut conn)
                 .await
-                .map(|n| (n, true))
-        } else {
+                .map_err(self.error(id))?;
+            // A growing store's bucket that held the field is current: a
+            // split or merge removes the buckets it replaces whole. One that
+            // did not may have moved: the marker decides, below.
+            if removed > 0 || !routed {
+                return Ok(Some(removed > 0));
+            }
+        }
+        let (removed, marked): (i64, bool) = {
             let mut pipe = redis::pipe();
             pipe.atomic();
             // The marker is read with the delete: a bucket that has it is
