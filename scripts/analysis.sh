@@ -36,14 +36,16 @@
 # closed: time, server CPU and memory at each stage. `actix` the
 # actix-session store beside actix-session's RedisSessionStore per state
 # profile; `actix-concurrency` the user-id profile with 4, 16 and 64 calls
-# in flight.
+# in flight. `tower-growing` the tower-sessions store on buckets that grow
+# beside fixed buckets and the peer crate. `sweep` also measures Redis's
+# own active expiry of key-per-session keys, what the peers pay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower actix actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-growing actix actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -118,6 +120,13 @@ for part in "${parts[@]}"; do
       # sessionpack's tower-sessions store beside the peer crate, built in.
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
       $sp bench tower --sessions 200000 --dictionary --out analysis/tower
+      cargo build --release --quiet -p sessionpack-cli ;;
+    tower-growing)
+      # The store as TowerStore::connect opens it (buckets that grow)
+      # beside the advisor's fixed count and the peer crate, interleaved.
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      $sp bench tower --sessions 200000 --profiles axum-login-digest,axum-login-app \
+        --growing --out analysis/tower/growing
       cargo build --release --quiet -p sessionpack-cli ;;
     actix)
       # sessionpack's actix-session store beside actix-session's own Redis
