@@ -45,6 +45,9 @@ pub mod actix;
 ))]
 pub mod tower;
 
+/// The actix-session store: `ActixStore::connect(url)`.
+#[cfg(feature = "actix-session")]
+pub use actix::ActixStore;
 pub use conn::{ConnectOptions, Connection, connect, connect_with};
 pub use error::{Error, InvalidId, Result};
 pub use limits::{LimitsSource, ListpackLimits};
@@ -54,6 +57,9 @@ pub use session::layout::{
     Bucketed, BucketedConfig, Compact, CompactConfig, Inserted, Layout, Stored, Written,
 };
 pub use session::store::{Session, Store};
+/// The tower-sessions (axum) store: `TowerStore::connect(url)`.
+#[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
+pub use tower::TowerStore;
 pub use ttl::Deadline;
 
 /// The `redis` crate this one is built on, for connections.

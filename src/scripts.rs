@@ -138,9 +138,6 @@ pub(crate) const SLOW: i64 = -9;
 /// helpers, for fixed and growing buckets alike; only for stores the
 /// sweeper reclaims.
 pub(crate) static COMPACT_REWRITE: LazyLock<Script> = script!("compact_rewrite.lua");
-/// The delete of a session the caller has not read: its value says which
-/// pieces or record key go with it. No helpers; fixed and growing buckets.
-pub(crate) static COMPACT_DROP: LazyLock<Script> = script!("compact_drop.lua");
 /// The common case of [`COMPACT_INSERT`] in a growing store, with no
 /// helpers.
 pub(crate) static COMPACT_ADD: ByExpiry = by_expiry!("compact_add.lua");

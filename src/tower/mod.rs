@@ -47,9 +47,9 @@
 //!   expiry moves by less than that fraction of the session's lifetime
 //!   sends nothing.
 //! - `delete`: `HDEL` of the session's field and the pieces this process
-//!   saw its record in; for a session it has not read, with every piece
-//!   field a record can have and a `DEL` of an out-of-line
-//!   record's key ([`crate::Compact::delete`]).
+//!   saw its record in; for a session it has not read, with its first
+//!   piece (and then the others, where that was there) and a `DEL` of an
+//!   out-of-line record's key ([`crate::Compact::delete`]).
 //! - `delete_expired`: one sweeper pass ([`crate::session::sweep::Sweeper::pass`]).
 //!
 //! `cycle_id` needs nothing of the store: tower-sessions deletes the old id

@@ -43,8 +43,8 @@ use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::limits::{FieldTtls, ListpackLimits};
 use crate::scripts::{
-    self, ByExpiry, COMPACT_ADD, COMPACT_CREATE, COMPACT_DROP, COMPACT_INSERT, COMPACT_REMOVE,
-    COMPACT_REPLACE, COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK,
+    self, ByExpiry, COMPACT_ADD, COMPACT_CREATE, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE,
+    COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK,
 };
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
@@ -1779,9 +1779,10 @@ where
     /// tower-sessions `delete` does. `seen_len` is the length of the
     /// record the caller saw moments before, if it did: one kept in its
     /// bucket then goes with one `HDEL` of its field and its pieces. Any
-    /// other goes with one short script that reads its value and removes
-    /// the field with the pieces and the out-of-line record the value
-    /// names, so whoever deletes a session leaves none of them. Pieces a
+    /// other goes with an `HDEL` of its field and its first piece's and a
+    /// `DEL` of its out-of-line record's key, and where the first piece
+    /// was there, an `HDEL` of the others: whoever deletes a session leaves
+    /// none of its pieces. Pieces a
     /// seen record had beyond those seen (another process made it longer
     /// meanwhile) are left to the sweeper, which removes pieces no value
     /// names; a record key, to its own expiry, the
@@ -1859,21 +1860,57 @@ where
         Ok((removed > 0 || marked).then_some(removed > 0))
     }
 
-    /// [`Compact::delete_at`] of a session this process has not read: one
-    /// short script (`compact_drop.lua`) reads its value and removes it
-    /// with its pieces, its out-of-line record and its viewed items.
+    /// [`Compact::delete_at`] of a session this process has not read: an
+    /// `HDEL` of its field and its first piece's, and a `DEL` of its
+    /// out-of-line record's key, in one round trip (a transaction where
+    /// the store keeps viewed items, whose `HDEL`s go in it, or the bucket
+    /// may have moved); where both fields were there, the record was in
+    /// pieces, and an `HDEL` of every other piece field a record can have
+    /// follows. So a record kept whole costs one field more than a seen
+    /// one, and whoever deletes a session leaves none of its pieces.
     async fn drop_unseen(&self, id: &SessionId, k: &Keys) -> Result<Option<bool>> {
-        let mut inv = self.short_invocation(&COMPACT_DROP, k);
-        inv.key(self.out_of_line_key(k));
-        for key in self.chunk_keys(k) {
-            inv.key(key);
+        let mut conn = self.conn.clone();
+        let viewed = self.chunk_keys(k);
+        let routed = k.route.is_some();
+        let most = self.piece_size().map_or(0, |size| {
+            pieces_of_len(MAX_PIECED_RECORD, size).min(MAX_PIECES)
+        });
+        let mut fields = vec![k.field.clone()];
+        if most > 0 {
+            fields.push(piece_field(&k.field, 1));
         }
-        inv.arg(if k.route.is_some() { "routed" } else { "" });
-        let (removed, marked): (i64, i64) = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
-        Ok((removed > 0 || marked > 0).then_some(removed > 0))
+        let mut pipe = redis::pipe();
+        if !viewed.is_empty() || routed {
+            pipe.atomic();
+        }
+        if routed {
+            pipe.cmd("HEXISTS").arg(&k.bucket).arg(MARKER);
+        }
+        pipe.hdel(&k.bucket, &fields);
+        pipe.del(self.out_of_line_key(k)).ignore();
+        for key in viewed {
+            pipe.hdel(key, &k.field).ignore();
+        }
+        let (removed, marked): (i64, bool) = if routed {
+            pipe.query_async::<(bool, i64)>(&mut conn)
+                .await
+                .map(|(m, n)| (n, m))
+        } else {
+            pipe.query_async::<(i64,)>(&mut conn)
+                .await
+                .map(|(n,)| (n, true))
+        }
+        .map_err(self.error(id))?;
+        if most > 1 && removed == 2 {
+            let rest: Vec<Vec<u8>> = (2..=most).map(|i| piece_field(&k.field, i)).collect();
+            let _: i64 = redis::cmd("HDEL")
+                .arg(&k.bucket)
+                .arg(rest)
+                .query_async(&mut conn)
+                .await
+                .map_err(self.error(id))?;
+        }
+        Ok((removed > 0 || marked).then_some(removed > 0))
     }
 
     /// [`Layout::load`] from the bucket `k` names; in a growing store
