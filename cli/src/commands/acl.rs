@@ -11,8 +11,9 @@ use sessionpack::session::buckets::DEFAULT_NAMESPACE;
 #[derive(Debug, Args)]
 pub struct AclArgs {
     /// The role the user plays: `store` (the app), `sweeper`, `users`;
-    /// repeat for a process that plays several (an app running its
-    /// sweeper in-process: `--role store --role sweeper`). Add
+    /// repeat for a process that plays several (an app whose store sweeps
+    /// in the background, as stores do unless opened `without_sweeper()`:
+    /// `--role store --role sweeper`). Add
     /// `server-expiry` for a store whose fields the server expires.
     #[arg(long, required = true, value_parser = ["store", "sweeper", "users", "server-expiry"])]
     role: Vec<String>,
