@@ -100,25 +100,10 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
             // deletes after its creates, so it remembers every session it
             // loads or creates (in an app, a request saves or deletes what
             // it loaded moments before).
-            let store = TowerStore::new(
-                target.open(&url).await?,
-                CompactConfig::new(bits).with_id_width(IdWidth::Bits128),
-            )
-            .await?
-            .without_sweeper()
-            .with_write_threshold(WRITE_THRESHOLD)
-            .with_memo_capacity(crate::harness::tower::memo_capacity(
-                args.sessions,
-                args.rounds,
-            ));
-            let unseen = TowerStore::from_layout(store.layout().clone())?
-                .without_sweeper()
-                .with_memo_capacity(0);
-            let mut contenders = vec![Contender {
-                label: format!("sessionpack (compact 2^{bits})"),
-                store: Arc::new(store) as DynStore,
-                unseen: Arc::new(unseen) as DynStore,
-            }];
+            let config = CompactConfig::new(bits).with_id_width(IdWidth::Bits128);
+            let label = format!("sessionpack (compact 2^{bits})");
+            let mut contenders =
+                vec![contender(target.open(&url).await?, config, label, &args).await?];
             let mut packed_mean = None;
             if args.dictionary {
                 // The advisor's column: a dictionary trained as the store
@@ -134,44 +119,15 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                     .with_id_width(IdWidth::Bits128)
                     .with_namespace(PACKED_NAMESPACE)
                     .with_learned_dictionary(Learning::default());
-                let store = TowerStore::new(target.open(&url).await?, config)
-                    .await?
-                    .without_sweeper()
-                    .with_write_threshold(WRITE_THRESHOLD)
-                    .with_memo_capacity(crate::harness::tower::memo_capacity(
-                        args.sessions,
-                        args.rounds,
-                    ));
-                // The same layout, so the same learning.
-                let unseen = TowerStore::from_layout(store.layout().clone())?
-                    .without_sweeper()
-                    .with_memo_capacity(0);
-                contenders.push(Contender {
-                    label: format!("sessionpack + learned dictionary (compact 2^{bits})"),
-                    store: Arc::new(store) as DynStore,
-                    unseen: Arc::new(unseen) as DynStore,
-                });
+                let label = format!("sessionpack + learned dictionary (compact 2^{bits})");
+                contenders.push(contender(target.open(&url).await?, config, label, &args).await?);
             }
             if args.growing {
                 let config = CompactConfig::default()
                     .with_id_width(IdWidth::Bits128)
                     .with_namespace(GROWING_NAMESPACE);
-                let store = TowerStore::new(target.open(&url).await?, config)
-                    .await?
-                    .without_sweeper()
-                    .with_write_threshold(WRITE_THRESHOLD)
-                    .with_memo_capacity(crate::harness::tower::memo_capacity(
-                        args.sessions,
-                        args.rounds,
-                    ));
-                let unseen = TowerStore::from_layout(store.layout().clone())?
-                    .without_sweeper()
-                    .with_memo_capacity(0);
-                contenders.push(Contender {
-                    label: "sessionpack (growing)".into(),
-                    store: Arc::new(store) as DynStore,
-                    unseen: Arc::new(unseen) as DynStore,
-                });
+                let label = "sessionpack (growing)".to_owned();
+                contenders.push(contender(target.open(&url).await?, config, label, &args).await?);
             }
             if let Some(peer) = peer_store(&url).await? {
                 contenders.push(Contender {
@@ -219,6 +175,34 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
     }
     target.flush().await?;
     write_report(&args, &server, &rows)
+}
+
+/// A sessionpack store opened with `config`, as the bench measures it: no
+/// sweeper of its own, the write threshold, a memo of every session it
+/// meets; and the same layout as a process that has met none (`unseen`:
+/// the same layout, so the same learning).
+async fn contender(
+    conn: sessionpack::Connection,
+    config: CompactConfig,
+    label: String,
+    args: &TowerArgs,
+) -> Result<Contender> {
+    let store = TowerStore::new(conn, config)
+        .await?
+        .without_sweeper()
+        .with_write_threshold(WRITE_THRESHOLD)
+        .with_memo_capacity(crate::harness::tower::memo_capacity(
+            args.sessions,
+            args.rounds,
+        ));
+    let unseen = TowerStore::from_layout(store.layout().clone())?
+        .without_sweeper()
+        .with_memo_capacity(0);
+    Ok(Contender {
+        label,
+        store: Arc::new(store) as DynStore,
+        unseen: Arc::new(unseen) as DynStore,
+    })
 }
 
 const PEER: &str = "tower-sessions-redis-store 0.16";

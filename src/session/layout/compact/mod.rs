@@ -1814,16 +1814,14 @@ where
         let Some(len) = seen_len.filter(|&len| self.fits(len)) else {
             return self.drop_unseen(id, k).await;
         };
-        let mut conn = self.conn.clone();
-        let viewed = self.chunk_keys(k);
         let mut fields = vec![k.field.clone()];
         fields.extend(self.piece_fields(&k.field, len));
         let routed = k.route.is_some();
-        if viewed.is_empty() {
+        if self.viewed_chunks() == 0 {
             let removed: i64 = redis::cmd("HDEL")
                 .arg(&k.bucket)
                 .arg(&fields)
-                .query_async(&mut conn)
+                .query_async(&mut self.conn.clone())
                 .await
                 .map_err(self.error(id))?;
             // A growing store's bucket that held the field is current: a
@@ -1833,31 +1831,52 @@ where
                 return Ok(Some(removed > 0));
             }
         }
-        let (removed, marked): (i64, bool) = {
-            let mut pipe = redis::pipe();
-            pipe.atomic();
-            // The marker is read with the delete: a bucket that has it is
-            // the session's, and its HDEL the whole answer. HDEL creates
-            // nothing, so one sent to a bucket split away is harmless.
-            if routed {
-                pipe.cmd("HEXISTS").arg(&k.bucket).arg(MARKER);
-            }
-            pipe.hdel(&k.bucket, &fields);
-            for key in viewed {
-                pipe.hdel(key, &k.field).ignore();
-            }
-            if routed {
-                pipe.query_async::<(bool, i64)>(&mut conn)
-                    .await
-                    .map(|(m, n)| (n, m))
-            } else {
-                pipe.query_async::<(i64,)>(&mut conn)
-                    .await
-                    .map(|(n,)| (n, true))
-            }
-        }
-        .map_err(self.error(id))?;
+        let (removed, marked) = self.hdel_marked(id, k, &fields, false).await?;
         Ok((removed > 0 || marked).then_some(removed > 0))
+    }
+
+    /// `HDEL` of `fields` from `k`'s bucket, with the `HDEL`s of the
+    /// session's viewed items and, if `record_key`, the `DEL` of its
+    /// out-of-line record's key, in one round trip: a transaction where
+    /// the store keeps viewed items or the bucket may have moved, whose
+    /// marker is then read with it. Returns the fields removed and whether
+    /// the bucket holds its marker (a fixed store's always does).
+    async fn hdel_marked(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        fields: &[Vec<u8>],
+        record_key: bool,
+    ) -> Result<(i64, bool)> {
+        let mut conn = self.conn.clone();
+        let viewed = self.chunk_keys(k);
+        let routed = k.route.is_some();
+        let mut pipe = redis::pipe();
+        if !viewed.is_empty() || routed {
+            pipe.atomic();
+        }
+        // HDEL creates nothing, so one sent to a bucket split away is
+        // harmless.
+        if routed {
+            pipe.cmd("HEXISTS").arg(&k.bucket).arg(MARKER);
+        }
+        pipe.hdel(&k.bucket, fields);
+        if record_key {
+            pipe.del(self.out_of_line_key(k)).ignore();
+        }
+        for key in viewed {
+            pipe.hdel(key, &k.field).ignore();
+        }
+        if routed {
+            pipe.query_async::<(bool, i64)>(&mut conn)
+                .await
+                .map(|(m, n)| (n, m))
+        } else {
+            pipe.query_async::<(i64,)>(&mut conn)
+                .await
+                .map(|(n,)| (n, true))
+        }
+        .map_err(self.error(id))
     }
 
     /// [`Compact::delete_at`] of a session this process has not read: an
@@ -1869,9 +1888,6 @@ where
     /// follows. So a record kept whole costs one field more than a seen
     /// one, and whoever deletes a session leaves none of its pieces.
     async fn drop_unseen(&self, id: &SessionId, k: &Keys) -> Result<Option<bool>> {
-        let mut conn = self.conn.clone();
-        let viewed = self.chunk_keys(k);
-        let routed = k.route.is_some();
         let most = self.piece_size().map_or(0, |size| {
             pieces_of_len(MAX_PIECED_RECORD, size).min(MAX_PIECES)
         });
@@ -1879,34 +1895,13 @@ where
         if most > 0 {
             fields.push(piece_field(&k.field, 1));
         }
-        let mut pipe = redis::pipe();
-        if !viewed.is_empty() || routed {
-            pipe.atomic();
-        }
-        if routed {
-            pipe.cmd("HEXISTS").arg(&k.bucket).arg(MARKER);
-        }
-        pipe.hdel(&k.bucket, &fields);
-        pipe.del(self.out_of_line_key(k)).ignore();
-        for key in viewed {
-            pipe.hdel(key, &k.field).ignore();
-        }
-        let (removed, marked): (i64, bool) = if routed {
-            pipe.query_async::<(bool, i64)>(&mut conn)
-                .await
-                .map(|(m, n)| (n, m))
-        } else {
-            pipe.query_async::<(i64,)>(&mut conn)
-                .await
-                .map(|(n,)| (n, true))
-        }
-        .map_err(self.error(id))?;
+        let (removed, marked) = self.hdel_marked(id, k, &fields, true).await?;
         if most > 1 && removed == 2 {
             let rest: Vec<Vec<u8>> = (2..=most).map(|i| piece_field(&k.field, i)).collect();
             let _: i64 = redis::cmd("HDEL")
                 .arg(&k.bucket)
                 .arg(rest)
-                .query_async(&mut conn)
+                .query_async(&mut self.conn.clone())
                 .await
                 .map_err(self.error(id))?;
         }
