@@ -33,6 +33,18 @@ pub const MAX_AGE: Duration = Duration::from_secs(1);
 /// reading to be used.
 pub const MAX_SPREAD: Duration = Duration::from_millis(250);
 
+/// The interval the server's time lies in now, from one `TIME` reply
+/// (seconds, microseconds) to a request sent at `sent`: (earliest,
+/// latest), however far apart request and reply were.
+pub fn interval(secs: u64, micros: u64, sent: Instant) -> (f64, f64) {
+    let server = secs as f64 + micros as f64 / 1e6;
+    let now = Instant::now();
+    (
+        server,
+        server + now.saturating_duration_since(sent).as_secs_f64(),
+    )
+}
+
 /// What an estimate says of an expiry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -166,6 +178,14 @@ mod tests {
         assert!(!clock.record(1_000, 0, sent));
         assert_eq!(clock.judge(1_002), Verdict::Ask);
         assert!(!clock.is_fresh());
+    }
+
+    #[test]
+    fn a_late_reply_still_bounds_the_server_time() {
+        let sent = Instant::now() - Duration::from_secs(2);
+        let (earliest, latest) = interval(1_000, 250_000, sent);
+        assert_eq!(earliest, 1_000.25);
+        assert!((2.0..3.0).contains(&(latest - earliest)));
     }
 
     #[test]
