@@ -37,7 +37,9 @@
 # actix-session store beside actix-session's RedisSessionStore per state
 # profile; `actix-concurrency` the user-id profile with 4, 16 and 64 calls
 # in flight. `tower-growing` the tower-sessions store on buckets that grow
-# beside fixed buckets and the peer crate. `sweep` also measures Redis's
+# beside fixed buckets and the peer crate; `quickstart` what
+# TowerStore::connect gives (growing, packed) per session shape beside the
+# peer on Redis 7.0 and Valkey 9.1.2. `sweep` also measures Redis's
 # own active expiry of key-per-session keys, what the peers pay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -127,6 +129,20 @@ for part in "${parts[@]}"; do
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
       $sp bench tower --sessions 200000 --profiles axum-login-digest,axum-login-app \
         --growing --out analysis/tower/growing
+      cargo build --release --quiet -p sessionpack-cli ;;
+    quickstart)
+      # What TowerStore::connect gives (growing buckets, records packed with
+      # a learned dictionary) beside the fixed unpacked store and the peer
+      # crate, at the server's default limits, on Redis 7.0 and Valkey
+      # 9.1.2: the app session, random text, a shop cart, an OAuth login.
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      quickstart_args=(--sessions 200000 --rounds 1 --default-limits --quickstart
+        --profiles axum-login-app,axum-login-app-text,shop-cart,oauth-login)
+      $sp bench tower "${quickstart_args[@]}" --out analysis/tower/quickstart/redis-7.0
+      while read -r name path; do
+        SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${quickstart_args[@]}" \
+          --out "analysis/tower/quickstart/$name"
+      done < <(scripts/ensure-servers.sh valkey-9.1.2)
       cargo build --release --quiet -p sessionpack-cli ;;
     actix)
       # sessionpack's actix-session store beside actix-session's own Redis

@@ -718,7 +718,19 @@ async fn tombstones_and_forward_records_move_with_their_bucket() {
     const FORWARD: u8 = 0xc2;
     let server = server();
     let mut raw = common::raw(&server).await;
-    let layout = common::users::layout(common::manager(&server).await, two_groups(), "marks").await;
+    // A grace far longer than the test, so that the late create below is
+    // refused by the tombstone, however slow the machine, and never as
+    // late.
+    let config =
+        two_groups()
+            .with_namespace("marks")
+            .with_user_index(sessionpack::users::UserIndexConfig {
+                grace_secs: 600,
+                ..common::users::config()
+            });
+    let layout = Compact::new(common::manager(&server).await, config)
+        .await
+        .unwrap();
     let user = record::encode(&7u64, &()).unwrap();
     // A create in flight: its entry written, its session not yet, when
     // the user is revoked.

@@ -630,3 +630,41 @@ async fn connect_opens_the_recommended_store() {
     assert!(store.save_data(id, &changed, at + 1).await.unwrap());
     assert_eq!(store.load_data(id).await.unwrap().unwrap().0, changed);
 }
+
+#[tokio::test]
+async fn connect_packs_where_the_policy_keeps_the_dictionary_and_not_elsewhere() {
+    let data = |n: u64| {
+        let locale = ["de-DE", "en-GB", "fr-FR"][n as usize % 3];
+        self::data(json!({
+            "csrf_token": format!("{:016x}{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15), n),
+            "locale": locale,
+        }))
+    };
+    let at = OffsetDateTime::now_utc().unix_timestamp() + 3600;
+    for (policy, packs) in [("noeviction", true), ("allkeys-lru", false)] {
+        let server = LocalServer::start_with(&["--maxmemory-policy", policy]).unwrap();
+        let store = TowerStore::connect(&server.url())
+            .await
+            .unwrap_or_else(|e| panic!("{policy}: {e}"))
+            .without_sweeper();
+        // Under allkeys-* the buckets stay fixed too: their shape's keys
+        // could be evicted.
+        assert_eq!(store.layout().shape().is_some(), packs, "{policy}");
+        let mut ids = Vec::new();
+        for n in 0..1001u64 {
+            let id = (i128::from(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) << 64) | i128::from(n);
+            ids.push(
+                store
+                    .create_data(id, &data(n), at, || id + 1)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let expected = packs.then_some(255);
+        assert_eq!(store.layout().dictionary_id(), expected, "{policy}");
+        for (n, id) in ids.into_iter().enumerate().step_by(97) {
+            let loaded = store.load_data(id).await.unwrap().unwrap().0;
+            assert_eq!(loaded, data(n as u64), "{policy}");
+        }
+    }
+}

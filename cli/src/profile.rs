@@ -25,20 +25,32 @@ pub enum Profile {
     /// digest profile with a csrf token (64 hex digits), a locale and a
     /// flash message. 132 bytes.
     AxumLoginApp,
-    /// The app session with 226 characters of text more (a draft, a
-    /// message: words, as people write them). 361 bytes.
+    /// The app session with 226 characters more, drawn at random from
+    /// letters, digits and space (free text, a token blob: nothing a
+    /// compressor has seen before). 361 bytes.
     AxumLoginAppText,
+    /// A shop's session: the login, a csrf token, a currency and a cart of
+    /// two to five items (a random SKU, a quantity, a price), with the time
+    /// it was last changed. About 250 bytes.
+    ShopCart,
+    /// A login through an OAuth provider: the login, a csrf token, the
+    /// provider's name, the subject and email it gave, its access and
+    /// refresh tokens (random base64url) and their expiry. About 480
+    /// bytes.
+    OAuthLogin,
 }
 
 impl Profile {
     /// Every profile, in report order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::IdentityOnly,
         Self::AxumLoginDigest,
         Self::AxumLoginPasswordHash,
         Self::Django,
         Self::AxumLoginApp,
         Self::AxumLoginAppText,
+        Self::ShopCart,
+        Self::OAuthLogin,
     ];
 
     /// Its name on the command line and in reports.
@@ -50,6 +62,8 @@ impl Profile {
             Self::Django => "django",
             Self::AxumLoginApp => "axum-login-app",
             Self::AxumLoginAppText => "axum-login-app-text",
+            Self::ShopCart => "shop-cart",
+            Self::OAuthLogin => "oauth-login",
         }
     }
 
@@ -71,6 +85,23 @@ impl Profile {
                 .map(|b| ALPHABET[usize::from(b % 64)] as char)
                 .collect()
         };
+        // Base64url, as OAuth providers write their tokens, drawn from a
+        // stream of its own (`salt`).
+        let b64url = |salt: u64, len: usize| -> String {
+            const ALPHABET: &[u8] =
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+            (0..len as u64)
+                .map(|i| {
+                    let r = splitmix64(n.wrapping_mul(1 << 20) ^ (salt << 12) ^ i);
+                    ALPHABET[(r % 64) as usize] as char
+                })
+                .collect()
+        };
+        // A number below `max` from a stream of its own.
+        let draw = |salt: u64, max: u64| splitmix64(n.wrapping_mul(0x1_0001) ^ (salt << 40)) % max;
+        let pick = |options: &[&'static str], salt: u64| {
+            options[(n.wrapping_mul(0x9e37_79b9).wrapping_add(salt) >> 3) as usize % options.len()]
+        };
         let value = match self {
             Self::IdentityOnly => json!({ "user_id": user }),
             Self::AxumLoginDigest => {
@@ -87,10 +118,6 @@ impl Profile {
                 "_auth_user_hash": hex::encode(bytes(32)),
             }),
             Self::AxumLoginApp | Self::AxumLoginAppText => {
-                let pick = |options: &[&'static str], salt: u64| {
-                    options[(n.wrapping_mul(0x9e37_79b9).wrapping_add(salt) >> 3) as usize
-                        % options.len()]
-                };
                 let mut app = json!({
                     "axum-login.data": { "user_id": user, "auth_hash": bytes(32) },
                     // A token of its own, not the digest's bytes again.
@@ -102,6 +129,39 @@ impl Profile {
                     app["messages"] = text(n, TEXT_CHARS).into();
                 }
                 app
+            }
+            Self::ShopCart => {
+                let items: Vec<Value> = (0..2 + draw(1, 4))
+                    .map(|i| {
+                        json!({
+                            "sku": format!("SKU-{:08}", draw(10 + i, 100_000_000)),
+                            "qty": 1 + draw(20 + i, 5),
+                            "price_cents": 99 + draw(30 + i, 49_900),
+                        })
+                    })
+                    .collect();
+                json!({
+                    "axum-login.data": { "user_id": user, "auth_hash": bytes(32) },
+                    "csrf_token": hex::encode(bytes(48).split_off(16)),
+                    "currency": pick(&["EUR", "USD", "GBP"], 3),
+                    "cart": { "items": items, "updated_at": 1_795_000_000 + draw(2, 1_000_000) },
+                })
+            }
+            Self::OAuthLogin => {
+                let domain = pick(&["gmail.com", "outlook.com", "example.org", "proton.me"], 4);
+                json!({
+                    "axum-login.data": { "user_id": user, "auth_hash": bytes(32) },
+                    "csrf_token": hex::encode(bytes(48).split_off(16)),
+                    "oauth": {
+                        "provider": pick(&["google", "github", "microsoft"], 5),
+                        "subject": format!("{:021}", draw(3, 10u64.pow(19))),
+                        "email": format!("{}@{domain}", b64url(1, 6 + draw(4, 8) as usize).to_lowercase()),
+                        "access_token": format!("ya29.{}", b64url(2, 140)),
+                        "refresh_token": format!("1//{}", b64url(3, 80)),
+                        "expires_at": 1_795_000_000 + draw(5, 1_000_000),
+                        "scope": "openid email profile",
+                    },
+                })
             }
         };
         serde_json::from_value(value).unwrap_or_default()
@@ -119,27 +179,17 @@ fn splitmix64(x: u64) -> u64 {
 /// Characters of text the `axum-login-app-text` profile adds.
 const TEXT_CHARS: usize = 226;
 
-/// `len` characters of words, different for each `n`.
+/// `len` characters drawn at random from letters, digits and space,
+/// different for each `n`: text no dictionary has seen, at about six bits
+/// a character.
 fn text(n: u64, len: usize) -> String {
-    const WORDS: &[&str] = &[
-        "the", "order", "was", "shipped", "to", "your", "address", "and", "will", "arrive",
-        "within", "three", "days", "please", "check", "account", "for", "updates", "on",
-        "delivery", "status", "we", "have", "received", "payment", "thank", "you", "shopping",
-        "with", "us", "today", "new", "items", "in", "cart", "saved", "later", "review",
-    ];
-    let mut state = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-    let mut out = String::with_capacity(len + 16);
-    while out.len() < len {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(WORDS[(state >> 33) as usize % WORDS.len()]);
-    }
-    out.truncate(len);
-    out
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 ";
+    (0..len as u64)
+        .map(|i| {
+            let r = splitmix64(n.wrapping_mul(1 << 24) ^ (0x7e57 << 48) ^ i);
+            ALPHABET[(r % ALPHABET.len() as u64) as usize] as char
+        })
+        .collect()
 }
 
 impl std::fmt::Display for Profile {
@@ -169,7 +219,7 @@ mod tests {
 
     #[test]
     fn profiles_have_the_documented_sizes() {
-        let sizes: Vec<usize> = Profile::ALL
+        let sizes: Vec<usize> = Profile::ALL[..6]
             .iter()
             .map(|p| json_map::encode(&p.data(12_345)).unwrap().len())
             .collect();
@@ -184,6 +234,29 @@ mod tests {
         );
         let phc = &Profile::AxumLoginPasswordHash.data(1)["axum-login.data"]["auth_hash"];
         assert_eq!(phc.as_array().unwrap().len(), 97);
+    }
+
+    #[test]
+    fn carts_and_oauth_logins_vary_around_their_sizes() {
+        for (profile, low, high) in [
+            (Profile::ShopCart, 230.0, 270.0),
+            (Profile::OAuthLogin, 460.0, 500.0),
+        ] {
+            let sizes: Vec<usize> = (0..1000)
+                .map(|n| json_map::encode(&profile.data(n)).unwrap().len())
+                .collect();
+            let mean = sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
+            assert!((low..high).contains(&mean), "{profile}: mean {mean}");
+            assert_ne!(profile.data(1), profile.data(2));
+        }
+    }
+
+    #[test]
+    fn text_is_drawn_from_a_wide_alphabet() {
+        let text = text(7, 10_000);
+        let distinct: std::collections::HashSet<char> = text.chars().collect();
+        assert_eq!(distinct.len(), 63, "letters, digits and space");
+        assert_ne!(super::text(1, 50), super::text(2, 50));
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub struct ActixStore<C> {
 impl ActixStore<crate::Connection> {
     /// Connects to the Redis server at `url` (a reconnecting
     /// [`crate::Connection`]) and opens the store as most apps want it:
-    /// [`crate::tower::recommended_config`], the write threshold
+    /// [`crate::tower::recommended_config_for`] the server, the write threshold
     /// [`crate::tower::DEFAULT_WRITE_THRESHOLD`], and a sweeper running in
     /// the background that stops when the last clone of the store is
     /// dropped ([`ActixStore::without_sweeper`] turns it off). The knobs
@@ -127,7 +127,8 @@ impl ActixStore<crate::Connection> {
     /// [`ActixStore::new`]'s.
     pub async fn connect(url: &str) -> Result<Self> {
         let conn = crate::connect(url).await?;
-        Ok(Self::new(conn, crate::tower::recommended_config())
+        let config = crate::tower::recommended_config_for(&conn).await?;
+        Ok(Self::new(conn, config)
             .await?
             .with_write_threshold(crate::tower::DEFAULT_WRITE_THRESHOLD))
     }

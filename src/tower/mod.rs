@@ -167,6 +167,30 @@ pub fn recommended_config() -> CompactConfig {
     config
 }
 
+/// [`recommended_config`] for the server behind `conn`, what
+/// [`TowerStore::connect`] and [`crate::actix::ActixStore::connect`] open:
+/// where its `maxmemory-policy` may evict any key (`allkeys-*`), records
+/// are stored unpacked (losing the dictionary's key would leave every
+/// record packed with it unreadable) and the buckets stay fixed
+/// ([`CompactConfig::resolve`]); a warning says so.
+pub async fn recommended_config_for<C>(conn: &C) -> Result<CompactConfig>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+{
+    let mut config = recommended_config();
+    let policy = crate::limits::eviction_policy(&mut conn.clone()).await?;
+    if let Some(policy) = policy.filter(|p| crate::limits::evicts_persistent_keys(p))
+        && config.learn_dictionary.take().is_some()
+    {
+        tracing::warn!(
+            policy,
+            "maxmemory-policy may evict the key of a learned dictionary: records are \
+             stored unpacked (set noeviction or a volatile-* policy to pack them)"
+        );
+    }
+    Ok(config)
+}
+
 /// A tower-sessions store over a [`Compact`] layout with 128-bit ids.
 pub struct TowerStore<C> {
     layout: Compact<C>,
@@ -218,14 +242,15 @@ impl<C> std::fmt::Debug for TowerStore<C> {
 impl TowerStore<crate::Connection> {
     /// Connects to the Redis server at `url` (a reconnecting
     /// [`crate::Connection`]) and opens the store as most apps want it:
-    /// [`recommended_config`], the write threshold
+    /// [`recommended_config_for`] the server, the write threshold
     /// [`DEFAULT_WRITE_THRESHOLD`], and a sweeper running in the
     /// background that stops when the last clone of the store is dropped
     /// ([`TowerStore::without_sweeper`] turns it off). The knobs are
     /// [`TowerStore::new`]'s.
     pub async fn connect(url: &str) -> Result<Self> {
         let conn = crate::connect(url).await?;
-        Ok(Self::new(conn, recommended_config())
+        let config = recommended_config_for(&conn).await?;
+        Ok(Self::new(conn, config)
             .await?
             .with_write_threshold(DEFAULT_WRITE_THRESHOLD))
     }

@@ -54,6 +54,16 @@ pub struct TowerArgs {
     /// namespace of its own, interleaved with the fixed one.
     #[arg(long)]
     growing: bool,
+    /// Also measure the store exactly as `TowerStore::connect` opens it
+    /// (`tower::recommended_config()`: growing buckets, and records packed
+    /// with a dictionary learned from the first sessions), in a namespace
+    /// of its own.
+    #[arg(long)]
+    quickstart: bool,
+    /// Measure at the server's own `hash-max-listpack-value` only, not
+    /// also at the one the advisor recommends for the profile.
+    #[arg(long)]
+    default_limits: bool,
     /// Directory for tower.json and tower.md.
     #[arg(long, default_value = "results/tower")]
     out: PathBuf,
@@ -88,7 +98,7 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
         let mean = sizes.iter().sum::<u64>() as f64 / sizes.len() as f64;
         let recommended = advisor::recommend_hash_value(&sizes, default_value);
         let mut values = vec![default_value];
-        if recommended != default_value {
+        if recommended != default_value && !args.default_limits {
             values.push(recommended);
         }
         for value in values {
@@ -127,6 +137,13 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                     .with_id_width(IdWidth::Bits128)
                     .with_namespace(GROWING_NAMESPACE);
                 let label = "sessionpack (growing)".to_owned();
+                contenders.push(contender(target.open(&url).await?, config, label, &args).await?);
+            }
+            if args.quickstart {
+                let config = sessionpack::tower::recommended_config()
+                    .with_id_width(IdWidth::Bits128)
+                    .with_namespace(QUICKSTART_NAMESPACE);
+                let label = QUICKSTART.to_owned();
                 contenders.push(contender(target.open(&url).await?, config, label, &args).await?);
             }
             if let Some(peer) = peer_store(&url).await? {
@@ -213,6 +230,10 @@ const TRAINING_SESSIONS: u32 = 1250;
 const PACKED_NAMESPACE: &str = "spd";
 /// The namespace of the store whose buckets grow.
 const GROWING_NAMESPACE: &str = "spg";
+/// The namespace of the store as the quickstart opens it.
+const QUICKSTART_NAMESPACE: &str = "spq";
+/// Its label in reports.
+const QUICKSTART: &str = "sessionpack (TowerStore::connect)";
 /// The store's write threshold in these runs: a rolling save that moves
 /// the expiry by less than a tenth of the lifetime left is not sent.
 const WRITE_THRESHOLD: f64 = 0.1;
