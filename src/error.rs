@@ -272,6 +272,9 @@ impl Error {
         if denied_by_acl(&err) {
             return Self::NoPermission(err);
         }
+        if let Some(why) = tls_refusal(&err) {
+            return Self::Config(why);
+        }
         let transient = |code: &str| TRANSIENT_CODES.contains(&code);
         if err.is_io_error()
             || err.is_connection_refusal()
@@ -307,6 +310,56 @@ fn denied_by_acl(err: &redis::RedisError) -> bool {
                 .iter()
                 .any(|(_, e)| denied(e.code(), e.details().unwrap_or_default()))
         })
+}
+
+/// What to fix, where a TLS handshake failed over a certificate: the
+/// server's that the client cannot verify (an unknown issuer, a name the
+/// certificate does not cover, expired), or the client's that the server
+/// asked for and refused. No retry can succeed, so it is a configuration
+/// error, not [`Error::Unavailable`]. The client keeps rustls's error
+/// behind a shared pointer that hides its type, so it is told by rustls's
+/// wording (checked against the linked rustls by this module's tests).
+fn tls_refusal(err: &redis::RedisError) -> Option<String> {
+    /// The alerts a server sends when it refuses the client's certificate.
+    const CLIENT_CERT_ALERTS: &[&str] = &[
+        "CertificateRequired",
+        "BadCertificate",
+        "UnknownCA",
+        "CertificateUnknown",
+        "CertificateExpired",
+        "CertificateRevoked",
+        "UnsupportedCertificate",
+        "AccessDenied",
+    ];
+    if !err.is_io_error() {
+        return None;
+    }
+    let text = err.to_string();
+    if let Some(at) = text.find("invalid peer certificate") {
+        return Some(format!(
+            "TLS: the server's certificate was refused ({}): trust the CA that signed it \
+             (--tls-ca-cert, TlsConfig) and connect by a name or address it covers",
+            &text[at..]
+        ));
+    }
+    if let Some(at) = text.find("received fatal alert: ") {
+        let alert = text[at + "received fatal alert: ".len()..].trim();
+        if CLIENT_CERT_ALERTS.contains(&alert) {
+            return Some(format!(
+                "TLS: the server refused this client's certificate ({alert}): give a \
+                 certificate and key signed by a CA the server trusts (--tls-cert and \
+                 --tls-key, TlsConfig)"
+            ));
+        }
+    }
+    if let Some(at) = text.find("peer is incompatible") {
+        return Some(format!(
+            "TLS: the server and this client share no protocol version or cipher ({}): \
+             check the server's tls-protocols and tls-ciphersuites",
+            &text[at..]
+        ));
+    }
+    None
 }
 
 /// A Redis error as text, with a failed pipeline's errors summed up: a
@@ -369,3 +422,37 @@ impl From<redis::ParsingError> for Error {
 
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::Error;
+
+    fn tls_failure(e: rustls::Error) -> Error {
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        Error::from(redis::RedisError::from(io))
+    }
+
+    #[test]
+    fn a_refused_certificate_is_a_configuration_error_not_a_transient_one() {
+        use rustls::{AlertDescription, CertificateError};
+        for e in [
+            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
+            rustls::Error::InvalidCertificate(CertificateError::NotValidForName),
+            rustls::Error::InvalidCertificate(CertificateError::Expired),
+            rustls::Error::AlertReceived(AlertDescription::CertificateRequired),
+            rustls::Error::AlertReceived(AlertDescription::BadCertificate),
+        ] {
+            let err = tls_failure(e);
+            assert!(
+                matches!(&err, Error::Config(m) if m.starts_with("TLS: ")),
+                "{err:?}"
+            );
+            assert!(!err.is_transient(), "{err:?}");
+        }
+        // A connection cut mid-handshake may come back.
+        let cut = Error::from(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        assert!(cut.is_transient(), "{cut:?}");
+    }
+}

@@ -322,3 +322,76 @@ async fn a_growing_store_splits_and_merges_within_the_rules() {
     assert!(report.merges > 0);
     assert!(store.load(&kept.id).await.unwrap().is_some());
 }
+
+/// A sweeper whose user lacks one command of its rule, whichever: its pass
+/// either fails as `NoPermission` (the connection's trouble, not a bad
+/// bucket's) or has done all its work: the expired sessions reclaimed and
+/// the cap enforced. Never a pass that reports success around a refusal
+/// (a cap left unenforced, sessions left expired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweeper_one_command_short_fails_typed_or_does_all_its_work() {
+    let server = common::server();
+    let mut admin = common::raw(&server).await;
+    let mut short: Vec<&str> = Role::Sweeper.commands().to_vec();
+    short.extend(["time", "evalsha", "config|get"]);
+    // Each case in its own namespace: 3 live sessions and 2 expired ones.
+    let mut cases = Vec::new();
+    let mut brief_ids = Vec::new();
+    for (i, &command) in short.iter().enumerate() {
+        let namespace = format!("short{i}");
+        let conn = sessionpack::connect(&server.url()).await.unwrap();
+        let layout = Compact::new(conn, config().with_namespace(namespace.clone()))
+            .await
+            .unwrap();
+        let store: Store<_, String> = Store::new(layout).without_sweeper();
+        let mut live = Vec::new();
+        for owner in 0..3u64 {
+            live.push(store.create(owner, "live".into()).await.unwrap().id);
+        }
+        for owner in 3..5u64 {
+            let brief = store
+                .create_with_ttl(owner, "brief".into(), Duration::from_secs(1))
+                .await
+                .unwrap();
+            brief_ids.push((store.clone(), brief.id));
+        }
+        cases.push((command, namespace, store, live));
+    }
+    for (store, id) in &brief_ids {
+        while store.load(id).await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for (command, namespace, store, live) in cases {
+        let name = format!("sweeper{}", namespace.trim_start_matches("short"));
+        let text = format!(
+            "{} -{command}",
+            rule(&[Role::Sweeper], &namespace, Topology::Server)
+        );
+        let () = setuser(&name, &text).query_async(&mut admin).await.unwrap();
+        let url = format!("redis://{name}:{PASSWORD}@127.0.0.1:{}/", server.port());
+        let outcome = async {
+            let conn = sessionpack::connect(&url).await?;
+            let layout = Compact::new(conn, config().with_namespace(namespace.clone())).await?;
+            let sweeper = Sweeper::new(layout, SweepConfig::default().with_max_sessions(2));
+            let pass = sweeper.pass().await;
+            let _ = sweeper.release_leases().await;
+            pass
+        }
+        .await;
+        match outcome {
+            Err(Error::NoPermission(_)) => {}
+            Ok(report) => {
+                // Nothing refused on this path: the work is all done.
+                assert_eq!(report.bad_buckets, 0, "without {command}: {report:?}");
+                assert_eq!(report.evicted, 1, "without {command}: {report:?}");
+                let mut kept = 0;
+                for id in &live {
+                    kept += usize::from(store.load(id).await.unwrap().is_some());
+                }
+                assert_eq!(kept, 2, "without {command}: the cap of 2 was not kept");
+            }
+            Err(e) => panic!("without {command}: an untyped or wrongly typed failure: {e:?}"),
+        }
+    }
+}

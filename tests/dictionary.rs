@@ -653,3 +653,36 @@ async fn a_refused_dictionary_is_not_offered_again_on_every_write() {
         "no offer after the refusal"
     );
 }
+
+/// A server flushed (or restarted empty) under a running app: the store's
+/// next sweep records the namespace's metadata and its dictionary again,
+/// so the command-line tools find the namespace and a process starting
+/// next packs with the same dictionary, not one learned anew under its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_namespace_is_recorded_again_by_the_next_sweep() {
+    let server = common::server();
+    let (store, dictionary) = packing(&server, CompactConfig::default(), 9).await;
+    let recorded = StoreMeta::read(store.layout().connection(), "sp")
+        .await
+        .unwrap()
+        .expect("recorded at open");
+    let mut raw = common::raw(&server).await;
+    let () = redis::cmd("FLUSHALL")
+        .arg("SYNC")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        StoreMeta::read(&raw, "sp").await.unwrap().is_none(),
+        "flushed"
+    );
+    store.sweep().await.unwrap();
+    assert_eq!(StoreMeta::read(&raw, "sp").await.unwrap(), Some(recorded));
+    let stored = Dictionary::fetch(&raw, "sp", 9).await.unwrap();
+    assert_eq!(
+        stored.map(|d| d.bytes().to_vec()),
+        Some(dictionary.bytes().to_vec())
+    );
+    // A second sweep finds them there and writes nothing.
+    assert!(!store.layout().record_again_if_gone().await.unwrap());
+}

@@ -281,3 +281,66 @@ fn the_readme_lists_every_metric() {
         }
     }
 }
+
+/// `records_written` counts each record whose write is done, once: not a
+/// write the store refused (a save of a session gone), and not each
+/// attempt of one that followed its bucket through splits (a growing
+/// store with a user index, 16 creates in flight).
+#[tokio::test]
+async fn records_written_counts_each_write_done_once() {
+    let recorder = DebuggingRecorder::new();
+    let seen = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let server = common::server();
+    let layout = compact(
+        &server,
+        CompactConfig::default()
+            .with_growth()
+            .with_user_index(UserIndexConfig::new(2)),
+    )
+    .await;
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();
+    Seen::take(&seen);
+
+    // 16 in flight on this thread (the recorder is the thread's).
+    let mut sessions = Vec::new();
+    let mut in_flight = tokio::task::JoinSet::new();
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            for user in 0..2000u64 {
+                let store = store.clone();
+                in_flight.spawn_local(async move { store.create(user, "short".into()).await });
+                if in_flight.len() >= 16 {
+                    sessions.push(in_flight.join_next().await.unwrap().unwrap().unwrap());
+                }
+            }
+            while let Some(created) = in_flight.join_next().await {
+                sessions.push(created.unwrap().unwrap());
+            }
+        })
+        .await;
+    let shape = layout.shape().expect("a growing store");
+    let mut buckets = 0;
+    for group in 0..shape.group_count() {
+        buckets += layout.group_buckets(group).await.unwrap().len();
+    }
+    assert!(buckets > 16, "the store never split: {buckets} buckets");
+    for s in &sessions[..300] {
+        assert!(store.destroy(&s.id).await.unwrap());
+    }
+    // Every third saved: 100 of them destroyed above, 567 live.
+    let mut saved = 0;
+    for s in sessions.iter().step_by(3) {
+        let mut s = s.clone();
+        s.attrs = "changed".into();
+        saved += u64::from(store.save(&s).await.unwrap());
+    }
+    assert_eq!(saved, 567);
+    let s = Seen::take(&seen);
+    let written = s.counter(
+        sessionpack::metrics::RECORDS_WRITTEN,
+        &[("layout", "compact"), ("placement", "inline")],
+    );
+    assert_eq!(written, sessions.len() as u64 + saved);
+}

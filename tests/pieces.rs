@@ -644,3 +644,62 @@ async fn touches_in_flight_at_once_cost_about_one_script_each() {
         assert_eq!(stored.expires_at, at + ROUNDS as u64 - 1);
     }
 }
+
+/// A record with a piece gone (damage: pieces go with their value in one
+/// step) is `CorruptRecord` to every call that reads it, a rotation
+/// included, and nothing carries the damage to a new id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_missing_a_piece_is_corrupt_to_every_reader() {
+    let server = common::server();
+    for growing in [false, true] {
+        let config = if growing {
+            CompactConfig::growing().with_namespace("grown")
+        } else {
+            CompactConfig::new(4)
+        };
+        missing_a_piece(&server, config).await;
+    }
+}
+
+async fn missing_a_piece(server: &LocalServer, config: CompactConfig) {
+    let layout = Compact::new(common::manager(server).await, config)
+        .await
+        .unwrap();
+    let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();
+    let session = store.create(1, "p".repeat(300)).await.unwrap();
+    let mut raw = common::raw(server).await;
+    // The one bucket holding the session's value: its pieces are beside it.
+    let mut piece = None;
+    let keys: Vec<String> = raw.keys("*").await.unwrap();
+    for key in keys {
+        let Ok(fields) = raw.hkeys::<_, Vec<Vec<u8>>>(&key).await else {
+            continue;
+        };
+        // Piece 1 is the session's field and the byte 1.
+        for field in &fields {
+            let mut first = field.clone();
+            first.push(1);
+            if !field.is_empty() && fields.contains(&first) {
+                piece = Some((key.clone(), first));
+            }
+        }
+    }
+    let (key, piece) = piece.expect("the record was not in pieces");
+    let removed: u64 = raw.hdel(&key, &piece).await.unwrap();
+    assert_eq!(removed, 1);
+    let keys_before: Vec<String> = raw.keys("*").await.unwrap();
+
+    fn corrupt<T>(r: &sessionpack::Result<T>) -> bool {
+        matches!(r, Err(sessionpack::Error::CorruptRecord { .. }))
+    }
+    let loaded = store.load(&session.id).await;
+    assert!(corrupt(&loaded), "{loaded:?}");
+    let rotated = store.rotate(&session.id).await;
+    assert!(corrupt(&rotated), "{rotated:?}");
+    let updated = store.update(&session.id, |a| a.push('!')).await;
+    assert!(corrupt(&updated), "{updated:?}");
+    let many = store.load_many(&[session.id]).await;
+    assert!(corrupt(&many), "{many:?}");
+    let keys_after: Vec<String> = raw.keys("*").await.unwrap();
+    assert_eq!(keys_after.len(), keys_before.len(), "a call wrote a key");
+}

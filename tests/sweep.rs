@@ -551,3 +551,68 @@ async fn a_key_per_session_store_starts_no_sweeper() {
     let store: Store<_, ()> = Store::new(layout);
     assert!(store.sweep_stats().is_none());
 }
+
+/// A pass counts each expired session it removes once, as reclaimed,
+/// whether the user index's sweep found it first or the buckets' sweep
+/// did: with and without an index, the same sessions give the same count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_sessions_count_as_reclaimed_with_or_without_a_user_index() {
+    use sessionpack::users::UserIndexConfig;
+    use sessionpack::{Compact, CompactConfig};
+    let server = common::server();
+    for indexed in [false, true] {
+        let mut config = CompactConfig::new(4).with_namespace(format!("reclaim{indexed}"));
+        if indexed {
+            config = config.with_user_index(UserIndexConfig {
+                bits: 2,
+                grace_secs: 1,
+                skew_secs: 0,
+            });
+        }
+        let layout = Compact::new(common::manager(&server).await, config)
+            .await
+            .unwrap();
+        let store: Store<_, String> = Store::new(layout.clone())
+            .without_sweeper()
+            .with_ttl(long());
+        let mut brief = Vec::new();
+        for owner in 0..3u64 {
+            brief.push(
+                store
+                    .create_with_ttl(owner, "brief".into(), Duration::from_secs(1))
+                    .await
+                    .unwrap()
+                    .id,
+            );
+            store.create(owner, "live".into()).await.unwrap();
+        }
+        while common::found(&store, &brief).await > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Full passes (the index's sweep runs on those) until all three
+        // are counted; an index entry inside its grace is judged a pass
+        // later, and a session is counted wherever it is removed.
+        let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+        let units = sweeper.units();
+        let mut reclaimed = 0;
+        let mut dropped = 0;
+        let mut passes = 0;
+        while reclaimed < 3 || (indexed && dropped < 3) {
+            let report = sweeper.sweep_range_full(0..units).await.unwrap();
+            reclaimed += report.reclaimed;
+            dropped += report.index_dropped;
+            passes += 1;
+            assert!(passes < 600, "never reclaimed: {reclaimed} {dropped}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(reclaimed, 3, "indexed: {indexed}");
+        if indexed {
+            assert_eq!(dropped, 3);
+            let audit = layout.audit_users().await.unwrap();
+            assert_eq!((audit.sessions, audit.entries), (3, 3), "{audit:?}");
+            assert_eq!((audit.orphans, audit.unindexed), (0, 0), "{audit:?}");
+        }
+        let again = sweeper.sweep_range_full(0..units).await.unwrap();
+        assert_eq!((again.reclaimed, again.index_dropped), (0, 0));
+    }
+}

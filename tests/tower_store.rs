@@ -668,3 +668,40 @@ async fn connect_packs_where_the_policy_keeps_the_dictionary_and_not_elsewhere()
         }
     }
 }
+
+/// Calls on sessions that are not there write nothing on a fresh growing
+/// store (the quickstart's): a save, a load, a delete, an expiry check of
+/// ids never created leave no key behind, not even a bucket holding only
+/// its marker (which no sweep would remove).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_absent_sessions_leave_nothing_behind() {
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let store = TowerStore::new(conn, sessionpack::tower::recommended_config())
+        .await
+        .unwrap()
+        .without_sweeper();
+    let mut raw = common::raw(&server).await;
+    let keys = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let mut keys: Vec<String> = raw.keys("*").await.unwrap();
+            keys.sort();
+            keys
+        }
+    };
+    let before = keys(&mut raw).await;
+    for _ in 0..64 {
+        let absent = record(axum_login(1, b"h"), 600);
+        assert!(store.load(&absent.id).await.unwrap().is_none());
+        store.delete(&absent.id).await.unwrap();
+        // A save of a session gone (deleted, expired) under its id: the
+        // store creates it anew only through `create`; nothing here is a
+        // marker-only bucket afterwards.
+        let saved = absent.clone();
+        store.save(&saved).await.unwrap();
+        store.delete(&saved.id).await.unwrap();
+    }
+    let after = keys(&mut raw).await;
+    assert_eq!(after, before, "keys left by calls on absent sessions");
+}

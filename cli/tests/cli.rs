@@ -366,6 +366,25 @@ async fn the_sweep_daemon_and_the_advisor_take_a_cluster() {
     let out = sessionpack(&["sweep", "--redis-url", &seed, "--cluster-url", &seed]);
     assert!(!out.status.success());
 
+    // A migration refuses a cluster node before it writes anything.
+    let sizes = || async {
+        let mut sizes = Vec::new();
+        for node in cluster.primaries() {
+            let mut conn = common::raw(node).await;
+            let n: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+            sizes.push(n);
+        }
+        sizes
+    };
+    let before = sizes().await;
+    for namespace in ["sp", "fresh", "other"] {
+        let out = sessionpack(&["migrate", "--redis-url", &seed, "--namespace", namespace]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("Redis Cluster"), "{err}");
+    }
+    assert_eq!(sizes().await, before, "a refused migration wrote keys");
+
     let text = stdout(&sessionpack(&[
         "advise",
         "--cluster-url",
@@ -867,6 +886,18 @@ async fn commands_reach_a_tls_only_server() {
         !refused.status.success(),
         "served without a client certificate"
     );
+    // The migration too (a namespace of its own: it fills a tower store).
+    let migrate = ["migrate", "--redis-url", &url, "--namespace", "taken"];
+    let text = stdout(&sessionpack(
+        &[
+            &migrate[..],
+            &["--tls-ca-cert", ca, "--tls-cert", cert, "--tls-key", key],
+        ]
+        .concat(),
+    ));
+    assert!(text.contains("copied"), "{text}");
+    let refused = sessionpack(&[&migrate[..], &["--tls-ca-cert", ca]].concat());
+    assert!(!refused.status.success(), "migrated without a certificate");
     let unpaired = sessionpack(&[&sweep[..], &["--tls-ca-cert", ca, "--tls-cert", cert]].concat());
     assert!(!unpaired.status.success());
     assert!(
@@ -1090,4 +1121,70 @@ fn bench_actix_measures_every_call_of_every_store() {
         );
     }
     assert!(dir.path().join("actix.md").exists());
+}
+
+/// `sweep --passes N` is a job a cron or a script runs: it exits non-zero
+/// when a pass failed (here its user lacks `TIME`) or left a bucket
+/// unswept (a key of another type), and says what to fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_job_whose_pass_fails_exits_non_zero() {
+    use sessionpack::acl::{Role, Topology, rule};
+    let server = common::server();
+    let layout = sessionpack::Compact::new(
+        common::manager(&server).await,
+        sessionpack::CompactConfig::new(4),
+    )
+    .await
+    .unwrap();
+    let store: Store<_, ()> = Store::new(layout).without_sweeper();
+    store.create(1, ()).await.unwrap();
+    let mut admin = common::raw(&server).await;
+    let text = format!("{} -time", rule(&[Role::Sweeper], "sp", Topology::Server));
+    let mut setuser = redis::cmd("ACL");
+    setuser
+        .arg("SETUSER")
+        .arg("notime")
+        .arg("reset")
+        .arg("on")
+        .arg(">pw");
+    for word in text.split_whitespace() {
+        setuser.arg(word);
+    }
+    let () = setuser.query_async(&mut admin).await.unwrap();
+    let url = format!("redis://notime:pw@127.0.0.1:{}/", server.port());
+    let out = sessionpack(&["sweep", "--redis-url", &url, "--passes", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a failed pass exited 0: {err}");
+    assert!(err.contains("1 of 1 sweep passes failed"), "{err}");
+    assert!(err.contains("ACL"), "{err}");
+
+    // A bucket key of another type: the pass sweeps the rest, and the job
+    // fails naming it.
+    let () = redis::cmd("SET")
+        .arg("sp:{0}:0")
+        .arg("not a bucket")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let out = sessionpack(&["sweep", "--redis-url", &server.url(), "--passes", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a pass with a bad bucket exited 0: {err}"
+    );
+    assert!(err.contains("could not be swept"), "{err}");
+    let fine = sessionpack(&["sweep", "--redis-url", &server.url(), "--passes", "1"]);
+    assert!(!fine.status.success());
+    let () = redis::cmd("DEL")
+        .arg("sp:{0}:0")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    stdout(&sessionpack(&[
+        "sweep",
+        "--redis-url",
+        &server.url(),
+        "--passes",
+        "1",
+    ]));
 }

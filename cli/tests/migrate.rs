@@ -515,3 +515,56 @@ async fn with_no_count_a_new_namespace_grows_as_sessions_come_in() {
     assert!(splits >= 16, "{splits} splits");
     assert_in_store(&store, &records).await;
 }
+
+/// The source keys left (every key but the store's own and the migration's).
+async fn source_keys(server: &LocalServer) -> usize {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut common::raw(server).await)
+        .await
+        .unwrap();
+    keys.iter().filter(|k| !k.starts_with("sp:")).count()
+}
+
+/// A close killed part way (`kill -9` of the command in its one batch,
+/// before it wrote any report): the run that finishes it reports every key
+/// the close removed, across both runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_killed_part_way_counts_every_key_it_deleted() {
+    let server = common::server();
+    let records = fill(&peer(&server).await, 2000).await;
+    let copied = migrate_with(&server, &plan()).await;
+    assert_eq!(copied.get("copied"), 2000, "{copied:?}");
+    let url = server.url();
+    let mut close = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(["migrate", "--redis-url", &url, "--delete-copied"])
+        .args(["--batch", "100000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once its close has deleted some keys (or, on a machine fast
+    // enough to finish first, not at all: the count must hold either way).
+    loop {
+        if close.try_wait().unwrap().is_some() {
+            break;
+        }
+        if source_keys(&server).await < 2000 {
+            close.kill().unwrap();
+            close.wait().unwrap();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let rest = migrate_with(
+        &server,
+        &Plan {
+            delete_copied: true,
+            ..plan()
+        },
+    )
+    .await;
+    assert!(rest.complete && rest.closed, "{rest:?}");
+    assert_eq!(source_keys(&server).await, 0);
+    assert_eq!(rest.deleted, 2000, "{rest:?}");
+    assert_in_store(&tower_store(&server).await, &records).await;
+}

@@ -73,7 +73,9 @@
 //! [`Identity::Name`]) and offers "your devices"
 //! ([`ActixStore::sessions_of`]) and "log out everywhere"
 //! ([`ActixStore::revoke_all`], [`ActixStore::revoke_others`]). A log-out
-//! (`Session::purge`) deletes the session, and its entry goes with it.
+//! (`Session::purge`) deletes the session; its index entry goes at the
+//! sweeper's next full pass, and no listing shows it meanwhile (a listing
+//! skips entries whose session is gone).
 //!
 //! [actix-session]: https://docs.rs/actix-session
 

@@ -75,12 +75,17 @@ where
 /// expiry copied, and marks the session moved, in one step. `KEYS[1]` the
 /// old key, `KEYS[2]` the marks; `ARGV[1]` the value, `ARGV[2]` its
 /// expiry (unix ms), `ARGV[3]` the session's field, `ARGV[4]` the
-/// session's expiry (unix s). Returns 1 if closed, 0 if the key changed.
-/// Both keys in one script: one server, not a cluster.
+/// session's expiry (unix s); `KEYS[3]`, if given, a counter of the keys
+/// closed, raised in the same step (so a count survives a close killed
+/// part way). Returns 1 if closed, 0 if the key changed.
+/// Every key in one script: one server, not a cluster.
 pub const CLOSE_SCRIPT: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1]
     and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(ARGV[2]) then
   redis.call('DEL', KEYS[1])
+  if KEYS[3] then
+    redis.call('INCR', KEYS[3])
+  end
   redis.call('HSET', KEYS[2], ARGV[3], 'c')
   redis.call('EXPIREAT', KEYS[2], ARGV[4], 'NX')
   redis.call('EXPIREAT', KEYS[2], ARGV[4], 'GT')

@@ -21,10 +21,13 @@ use crate::migrate::{self, Plan};
 /// Arguments of `sessionpack migrate`.
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// The server holding both stores (one server; a cluster is not
-    /// supported yet).
+    /// The server holding both stores (one server; a cluster is refused
+    /// before anything is written: not supported yet).
     #[arg(long, value_name = "URL")]
     redis_url: String,
+    /// Certificates for a `rediss://` URL.
+    #[command(flatten)]
+    tls: super::tls_args::TlsArgs,
     /// The sessionpack store's namespace.
     #[arg(long, default_value = sessionpack::session::buckets::DEFAULT_NAMESPACE)]
     namespace: String,
@@ -116,17 +119,37 @@ async fn open_store(
     store.with_dictionary(&dictionary).await
 }
 
+/// Refuses a Redis Cluster node before anything is written: a migration
+/// reads and writes one server's keyspace, and on a cluster its keys and
+/// the store's live on several nodes.
+async fn refuse_cluster(manager: &redis::aio::ConnectionManager) -> Result<()> {
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut manager.clone())
+        .await?;
+    if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+        return Err(Error::Config(
+            "the server is a Redis Cluster node: migrate does not support clusters yet \
+             (nothing was written)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) async fn run(args: MigrateArgs) -> Result<()> {
+    let options = args.tls.apply(
+        sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs(30)),
+    )?;
     let conn = sessionpack::conn::Endpoint::Server(args.redis_url.clone())
-        .connect_with(
-            &sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs(30)),
-        )
+        .connect_with(&options)
         .await?;
     let AnyConnection::Server(manager) = conn else {
         return Err(Error::Config(
             "migrate takes one server, not a cluster".into(),
         ));
     };
+    refuse_cluster(&manager).await?;
     let store = open_store(&manager, &args).await?;
     let plan = Plan {
         source: args.source.source(),

@@ -108,6 +108,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
     let mut terminate = Terminate::listen()?;
     let handle = Sweeper::new(target, config).spawn();
     let mut stats = handle.subscribe();
+    let mut totals = None;
     loop {
         tokio::select! {
             changed = stats.changed() => {
@@ -115,7 +116,7 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
                     break;
                 }
                 let s = stats.borrow_and_update().clone();
-                let last = s.last.unwrap_or_default();
+                let last = s.last.clone().unwrap_or_default();
                 println!(
                     "pass {}: {} buckets in {} segments ({} held by others), {} reclaimed, {} evicted, {} repaired, {} bad buckets{}{}, lag {}s, {:.1} ms | totals: {} reclaimed, {} evicted, {} failed passes{}",
                     s.passes,
@@ -137,9 +138,11 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
                     s.reclaimed,
                     s.evicted,
                     s.failed_passes,
-                    s.last_error.map(|e| format!(" (last error: {e})")).unwrap_or_default(),
+                    s.last_error.as_ref().map(|e| format!(" (last error: {e})")).unwrap_or_default(),
                 );
-                if args.passes.is_some_and(|n| s.passes + s.failed_passes >= n) {
+                let done = args.passes.is_some_and(|n| s.passes + s.failed_passes >= n);
+                totals = Some(s);
+                if done {
                     break;
                 }
             }
@@ -156,6 +159,38 @@ pub(super) async fn run(args: SweepArgs) -> Result<()> {
     // Waits for the sweeper to give its segment leases back, so a daemon
     // started next sweeps at once.
     handle.shutdown().await;
+    match totals {
+        // A run of counted passes is a job (cron's, a script's): it fails
+        // where any pass failed or left buckets unswept.
+        Some(s) if args.passes.is_some() => passes_outcome(&s),
+        _ => Ok(()),
+    }
+}
+
+/// The outcome of a run of counted passes: an error naming what to fix if
+/// any pass failed, or any bucket was skipped.
+fn passes_outcome(s: &sessionpack::session::sweep::SweepStats) -> Result<()> {
+    if s.failed_passes > 0 {
+        return Err(Error::Config(format!(
+            "{} of {} sweep passes failed; the last: {}",
+            s.failed_passes,
+            s.passes + s.failed_passes,
+            s.last_error.as_deref().unwrap_or("unknown")
+        )));
+    }
+    if s.bad_buckets > 0 {
+        let first = s
+            .last
+            .as_ref()
+            .and_then(|r| r.bad.first())
+            .map(|b| format!(" (bucket {}: {})", b.bucket, b.error))
+            .unwrap_or_default();
+        return Err(Error::Config(format!(
+            "{} buckets could not be swept: a key of theirs holds another type or an \
+             unreadable value{first}",
+            s.bad_buckets
+        )));
+    }
     Ok(())
 }
 

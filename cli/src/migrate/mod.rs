@@ -116,13 +116,25 @@ pub async fn run(
              alone now, and a copy from old keys could bring back what it deleted"
         )));
     }
-    let mut report = if plan.dry_run || plan.restart {
-        Report::default()
+    let stored = if plan.dry_run || plan.restart {
+        None
     } else {
-        Report::read(&mut redis, &state).await?.unwrap_or_default()
+        Report::read(&mut redis, &state).await?
     };
-    if report.complete || report.cursor == 0 {
-        report = Report::default();
+    // A pass in progress is resumed; none, or a finished one, begins a new
+    // pass, recorded at once as begun.
+    let new_pass = stored.as_ref().is_none_or(|r| r.complete);
+    let mut report = stored.filter(|r| !r.complete).unwrap_or_default();
+    // Keys closed this pass, counted by the close script itself, so a
+    // close killed part way (even in its first batch) still counts every
+    // key it deleted.
+    let deleted_key = format!("{state}:deleted");
+    if new_pass && !plan.dry_run {
+        let _: () = redis::cmd("DEL")
+            .arg(&deleted_key)
+            .query_async(&mut redis)
+            .await?;
+        report.write(&mut redis, &state).await?;
     }
     let started = Instant::now();
     let cpu_before = crate::harness::info::server_cpu_secs(&mut redis).await?;
@@ -179,17 +191,23 @@ pub async fn run(
             let closed: i64 = close
                 .key(&read.key)
                 .key(tower_store::marks_key(store.layout(), &read.taken.id))
+                .key(&deleted_key)
                 .arg(&read.value)
                 .arg(read.expire_ms)
                 .arg(read.taken.id.as_bytes())
                 .arg(read.taken.expires_at)
                 .invoke_async(&mut redis)
                 .await?;
-            if closed == 1 {
-                report.deleted += 1;
-            } else {
+            if closed != 1 {
                 report.kept_changed += 1;
             }
+        }
+        if plan.delete_copied && !plan.dry_run {
+            let deleted: Option<u64> = redis::cmd("GET")
+                .arg(&deleted_key)
+                .query_async(&mut redis)
+                .await?;
+            report.deleted = deleted.unwrap_or(0);
         }
         report.cursor = cursor;
         report.batches += 1;

@@ -260,6 +260,11 @@ impl Packer {
         })
     }
 
+    /// Packs with `dictionary` from now on, learning no more.
+    pub(crate) fn pack_with(&self, dictionary: &Dictionary) -> Result<()> {
+        self.adopt(dictionary).map(|_| ())
+    }
+
     /// Packs with `dictionary` from now on.
     fn adopt(&self, dictionary: &Dictionary) -> Result<Arc<codec::Codec>> {
         let codec = Arc::new(codec::Codec::new(dictionary)?);
@@ -279,6 +284,11 @@ impl Packer {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The dictionary it packs with.
+    pub(crate) fn current_dictionary(&self) -> Option<Dictionary> {
+        self.current().and_then(|c| c.dictionary().cloned())
     }
 
     /// The id of the dictionary it packs with.
@@ -578,6 +588,10 @@ mod codec {
             self.dictionary.id()
         }
 
+        pub(super) fn dictionary(&self) -> Option<&Dictionary> {
+            Some(&self.dictionary)
+        }
+
         fn compressor(&self) -> Result<Compressor<'static>> {
             self.compressors.take(|| {
                 let mut c =
@@ -674,6 +688,10 @@ mod codec {
 
         pub(super) fn id(&self) -> u8 {
             self.0
+        }
+
+        pub(super) fn dictionary(&self) -> Option<&Dictionary> {
+            None
         }
 
         pub(super) fn pack(&self, _: &[u8]) -> Option<Vec<u8>> {

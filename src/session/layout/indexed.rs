@@ -152,6 +152,19 @@ where
         inv
     }
 
+    /// Counts a record whose write is done (never one refused or failed).
+    fn wrote(&self, record: &[u8]) {
+        let inline = self.fits_inline(record.len());
+        crate::metrics::record_written(self.name, crate::metrics::Placement::of(!inline));
+    }
+
+    fn wrote_if_created(&self, record: &[u8], inserted: Inserted) -> Inserted {
+        if matches!(inserted, Inserted::Created { .. }) {
+            self.wrote(record);
+        }
+        inserted
+    }
+
     fn insert_invocation<'a>(
         &self,
         id: &SessionId,
@@ -160,7 +173,6 @@ where
     ) -> ScriptInvocation<'a> {
         let keys = self.keys(id);
         let inline = self.fits_inline(record.len());
-        crate::metrics::record_written(self.name, crate::metrics::Placement::of(!inline));
         let mut inv = BUCKET_INSERT.prepare_invoke();
         // Callers check the expiry first (`Deadline::check`).
         inv.key(&keys.hash).key(&keys.zset);
@@ -229,7 +241,7 @@ where
         let code = self
             .call(id, &self.insert_invocation(id, record, expiry))
             .await?;
-        Ok(Inserted::from_code(code))
+        Ok(self.wrote_if_created(record, Inserted::from_code(code)))
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
@@ -272,13 +284,16 @@ where
         expected: Option<&[u8]>,
     ) -> Result<Written> {
         let inline = self.fits_inline(record.len());
-        crate::metrics::record_written(self.name, crate::metrics::Placement::of(!inline));
         let mut inv = self.invocation(&BUCKET_REPLACE, id);
         inv.arg(record)
             .arg(scripts::flag(inline))
             .arg(scripts::flag(expected.is_some()))
             .arg(expected.unwrap_or_default());
-        Ok(Written::from_code(self.call(id, &inv).await?))
+        let written = Written::from_code(self.call(id, &inv).await?);
+        if written == Written::Done {
+            self.wrote(record);
+        }
+        Ok(written)
     }
 
     async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {
@@ -303,7 +318,9 @@ where
                 .collect();
             let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
             let codes: Vec<i64> = self.pipelined(&ids, &invocations, &BUCKET_INSERT).await?;
-            out.extend(codes.into_iter().map(Inserted::from_code));
+            for ((_, record), code) in chunk.iter().zip(codes) {
+                out.push(self.wrote_if_created(record, Inserted::from_code(code)));
+            }
         }
         Ok(out)
     }

@@ -3,7 +3,7 @@
 
 use rand::seq::index;
 
-use super::step::Cutoff;
+use super::step::{Cutoff, counted};
 use crate::error::Result;
 use crate::session::buckets::Buckets;
 
@@ -38,7 +38,9 @@ where
                 .arg("+inf");
         }
         let replies: Vec<redis::RedisResult<u64>> = pipe.query_async(&mut conn.clone()).await?;
-        total += replies.into_iter().flatten().sum::<u64>();
+        for reply in replies {
+            total += counted(reply)?.unwrap_or(0);
+        }
     }
     Ok(total)
 }
@@ -74,13 +76,14 @@ where
         let replies: Vec<redis::RedisResult<Vec<Entry>>> =
             pipe.query_async(&mut conn.clone()).await?;
         // A bad bucket is skipped here; the eviction sweep reports it.
-        entries.extend(
-            replies
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|(field, expiry)| (expiry as u64, field)),
-        );
+        for reply in replies {
+            entries.extend(
+                counted(reply)?
+                    .into_iter()
+                    .flatten()
+                    .map(|(field, expiry)| (expiry as u64, field)),
+            );
+        }
     }
     Ok(cutoff_among(entries, total, max))
 }

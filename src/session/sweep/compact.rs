@@ -3,7 +3,7 @@
 //! sweeps them and rescores their index entries.
 
 use super::cap::{cutoff_among, sample_buckets};
-use super::step::{Cutoff, RangeOutcome};
+use super::step::{Cutoff, RangeOutcome, counted};
 use crate::error::{Error, Result};
 use crate::scripts::{self, COMPACT_CAP, COMPACT_EVICT, COMPACT_SWEEP};
 use crate::session::layout::Compact;
@@ -63,7 +63,7 @@ where
                 match reply {
                     Ok(members) => due.push(members),
                     Err(e) => {
-                        out.bad_bucket(scheme.group_buckets(g).start, e.to_string());
+                        out.bucket_failed(scheme.group_buckets(g).start, e)?;
                         due.push(Vec::new());
                     }
                 }
@@ -187,7 +187,7 @@ where
                             work.insert((group, index), due);
                         }
                     }
-                    Err(e) => out.bad_bucket(group, e.to_string()),
+                    Err(e) => out.bucket_failed(group, e)?,
                 }
             }
         }
@@ -300,11 +300,9 @@ where
         }
         let replies: Vec<redis::RedisResult<u64>> =
             pipe.query_async(&mut layout.connection().clone()).await?;
-        total += replies
-            .into_iter()
-            .flatten()
-            .map(|n| n.saturating_sub(marked))
-            .sum::<u64>();
+        for reply in replies {
+            total += counted(reply)?.map_or(0, |n| n.saturating_sub(marked));
+        }
     }
     Ok(total)
 }
@@ -341,7 +339,7 @@ where
             let b = every[i as usize];
             let field_len = layout.field_len_in(b);
             // A bucket of another type: the eviction reports it.
-            for (field, value) in reply.into_iter().flatten() {
+            for (field, value) in counted(reply)?.into_iter().flatten() {
                 if field.is_empty() {
                     // A growing store's bucket marker.
                     continue;
@@ -545,7 +543,7 @@ where
         for ((b, _), reply) in out_of_line.iter().zip(replies) {
             match reply.and_then(|v| redis::from_redis_value::<u64>(v).map_err(Into::into)) {
                 Ok(n) => out.evicted += n,
-                Err(e) => out.bad_bucket(reported(*b), e.to_string()),
+                Err(e) => out.bucket_failed(reported(*b), e)?,
             }
         }
     }
@@ -579,7 +577,7 @@ fn group_reply(
             .map(Some)
             .map_err(|e| Error::Config(format!("unexpected reply from a group script: {e}"))),
         Err(e) => {
-            out.bad_bucket(base, e.to_string());
+            out.bucket_failed(base, e)?;
             Ok(None)
         }
     }

@@ -384,6 +384,7 @@ where
                 .await?;
             report.index_checked = swept.checked;
             report.index_dropped = swept.dropped;
+            report.reclaimed = swept.reclaimed;
             report.bad_buckets = swept.bad;
         }
         let outcome = match &self.target {
@@ -437,6 +438,9 @@ where
 
     async fn pass_unobserved(&self) -> Result<PassReport> {
         let started = Instant::now();
+        if let SweepTarget::Compact(l) = &self.target {
+            l.record_again_if_gone().await?;
+        }
         let segments = self.segments();
         let first = rand::random_range(0..segments);
         let every = u64::from(self.config.full_pass_every.max(1));

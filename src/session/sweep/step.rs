@@ -90,6 +90,35 @@ impl RangeOutcome {
             self.bad.push(BadBucket { bucket, error });
         }
     }
+
+    /// A command on one bucket failed. What is the bucket's own (a key of
+    /// another type, a value a script cannot read) skips it, reported; the
+    /// pass goes on for the rest. What is the connection's (the ACL refused
+    /// a command, the server went away) fails the pass: every bucket would
+    /// fail the same way, and the operator has something to fix.
+    pub(super) fn bucket_failed(&mut self, bucket: u32, e: redis::RedisError) -> Result<()> {
+        match Error::from_redis(e, || format!("bucket {bucket}")) {
+            e @ (Error::NoPermission(_) | Error::Unavailable(_) | Error::Config(_)) => Err(e),
+            e => {
+                self.bad_bucket(bucket, e.to_string());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One bucket's reply to a command that counts or samples it: `None` for
+/// a key of another type, which the sweep or eviction that visits it
+/// reports. Any other failure (a refused command, a server gone) fails the
+/// call: a cap placed around a bucket it could not count would be wrong.
+pub(super) fn counted<T>(reply: redis::RedisResult<T>) -> Result<Option<T>> {
+    match reply {
+        Ok(v) => Ok(Some(v)),
+        Err(e) => match Error::from_redis(e, || "a bucket counted for the cap".to_owned()) {
+            Error::WrongType { .. } => Ok(None),
+            e => Err(e),
+        },
+    }
 }
 
 /// Sweeps every bucket of `buckets` completely: expired entries, or with
@@ -135,7 +164,7 @@ where
                 let step = match reply {
                     Ok(value) => parse_step(&value)?,
                     Err(e) => {
-                        out.bad_bucket(bucket, e.to_string());
+                        out.bucket_failed(bucket, e)?;
                         continue;
                     }
                 };
@@ -204,7 +233,7 @@ where
     for ((bucket, _), reply) in evictions.iter().zip(replies) {
         match reply.and_then(|v| redis::from_redis_value::<u64>(v).map_err(Into::into)) {
             Ok(n) => evicted += n,
-            Err(e) => out.bad_bucket(*bucket, e.to_string()),
+            Err(e) => out.bucket_failed(*bucket, e)?,
         }
     }
     Ok(evicted)

@@ -767,6 +767,9 @@ pub struct Compact<C> {
     packer: Arc<Packer>,
     /// The shape of a growing store; none for fixed buckets.
     growth: Option<Arc<Growth>>,
+    /// The namespace's metadata as recorded when the store opened (none
+    /// for a layout made without [`Compact::new`]).
+    recorded: Option<Arc<StoreMeta>>,
 }
 
 impl<C> std::fmt::Debug for Compact<C> {
@@ -859,6 +862,7 @@ where
         }
         layout.eviction_policy = policy;
         layout.format = recorded.format;
+        layout.recorded = Some(Arc::new(recorded));
         if let Some(learning) = config.learn_dictionary {
             layout = layout.learning_dictionary(learning).await?;
         }
@@ -981,11 +985,13 @@ where
     /// writes; another dictionary there under the same id is an
     /// [`Error::Config`], as is a namespace recorded before record format
     /// 3, whose processes would not unpack.
-    pub async fn with_dictionary(mut self, dictionary: &Dictionary) -> Result<Self> {
+    pub async fn with_dictionary(self, dictionary: &Dictionary) -> Result<Self> {
         let namespace = self.buckets().namespace().to_owned();
         self.check_packed_format()?;
         dictionary.publish(&self.conn, &namespace).await?;
-        self.packer = Arc::new(Packer::new(&namespace).packing_with(dictionary)?);
+        // In the packer its clones share (a store's sweeper holds one),
+        // so each knows the dictionary to record again should it go.
+        self.packer.pack_with(dictionary)?;
         Ok(self)
     }
 
@@ -1061,7 +1067,50 @@ where
             touches: Default::default(),
             packer,
             growth: None,
+            recorded: None,
         }
+    }
+
+    /// Records the namespace's metadata again, and the dictionary this
+    /// process packs with, where they are gone: the server restarted
+    /// empty, or was flushed, under a running app. Without them the
+    /// command-line tools refuse the namespace, and a process starting
+    /// next would learn another dictionary under the same id. The
+    /// store's sweeper calls this each pass (one `EXISTS`). Returns
+    /// whether the metadata was written.
+    pub async fn record_again_if_gone(&self) -> Result<bool> {
+        let Some(meta) = &self.recorded else {
+            return Ok(false);
+        };
+        let namespace = self.buckets().namespace();
+        let key = StoreMeta::key(namespace);
+        let there: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::from_redis(e, || key.clone()))?;
+        if there {
+            return Ok(false);
+        }
+        meta.claim(&self.conn, namespace).await?;
+        if let Some(dictionary) = self.packer.current_dictionary()
+            && let Err(e) = dictionary.publish(&self.conn, namespace).await
+        {
+            // Another process learned one under the id meanwhile: records
+            // each packs are unreadable to the other until one restarts.
+            tracing::error!(
+                namespace,
+                error = %e,
+                "the dictionary this process packs with was gone, and another is stored \
+                 under its id: restart this process to adopt it"
+            );
+        }
+        tracing::warn!(
+            namespace,
+            "the namespace's metadata was gone (the server restarted empty or was \
+             flushed): recorded again"
+        );
+        Ok(true)
     }
 
     /// The connection the layout uses.
@@ -1147,14 +1196,30 @@ where
     /// How a record is stored (the integer form where it is smaller, in
     /// pieces or out of line where the value would exceed the listpack
     /// value limit), noted for the metrics and the out-of-line warning.
-    fn form(&self, record: &[u8]) -> Form {
-        let form = self.form_of(record);
-        self.note(form, record);
-        form
+    /// Notes a record whose write is done, for the metrics and the
+    /// out-of-line warning: once per write, never for one refused or
+    /// failed, however many attempts it took.
+    fn wrote(&self, record: &[u8]) {
+        self.note(self.form_of(record), record);
     }
 
-    /// Notes a record written in `form`, for the metrics and the
-    /// out-of-line warning.
+    /// [`Compact::wrote`] where `inserted` says the record went in.
+    fn wrote_if_created(&self, record: &[u8], inserted: Inserted) -> Inserted {
+        if matches!(inserted, Inserted::Created { .. }) {
+            self.wrote(record);
+        }
+        inserted
+    }
+
+    /// [`Compact::wrote`] where `written` says the record went in.
+    fn wrote_if_done(&self, record: &[u8], written: Written) -> Written {
+        if written == Written::Done {
+            self.wrote(record);
+        }
+        written
+    }
+
+    /// Notes a record written in `form`.
     fn note(&self, form: Form, record: &[u8]) {
         let len = (record.len() + EXPIRY_BYTES) as u64;
         let out_of_line = form == Form::OutOfLine;
@@ -1282,7 +1347,7 @@ where
         expiry: Deadline,
         indexed_at: Option<u64>,
     ) -> ScriptInvocation<'static> {
-        let form = self.form(record);
+        let form = self.form_of(record);
         let mut inv = self.script(&COMPACT_INSERT).prepare_invoke();
         inv.key(&k.bucket).key(&k.index);
         // The out-of-line key is named only when it will be written.
@@ -1325,10 +1390,38 @@ where
         id: &SessionId,
         build: impl Fn(&Keys) -> ScriptInvocation<'static>,
     ) -> Result<T> {
+        self.routed(id, build, true)
+            .await?
+            .ok_or_else(|| self.reshaped(id))
+    }
+
+    /// [`Compact::call`] for a script that acts on a session already
+    /// there (a save, a touch, a removal): where the shape routes `id` to
+    /// a current bucket that was never marked, no session can be in it, so
+    /// the reply is `T::default()` (none, 0: no session) and nothing is
+    /// written, not even the marker a create would claim the bucket with.
+    async fn call_on_session<T: redis::FromRedisValue + Default>(
+        &self,
+        id: &SessionId,
+        build: impl Fn(&Keys) -> ScriptInvocation<'static>,
+    ) -> Result<T> {
+        Ok(self.routed(id, build, false).await?.unwrap_or_default())
+    }
+
+    /// A script call on `id`'s bucket, following it through splits and
+    /// merges; `None` where `claim` is false and the bucket the shape
+    /// routes to is current but unmarked.
+    async fn routed<T: redis::FromRedisValue>(
+        &self,
+        id: &SessionId,
+        build: impl Fn(&Keys) -> ScriptInvocation<'static>,
+        claim: bool,
+    ) -> Result<Option<T>> {
         if self.growth.is_none() {
             return build(&self.keys(id))
                 .invoke_async(&mut self.conn.clone())
                 .await
+                .map(Some)
                 .map_err(self.error(id));
         }
         for _ in 0..REROUTES {
@@ -1339,10 +1432,12 @@ where
             {
                 Ok((reply, fields)) => {
                     self.split_if_full(&k, fields).await;
-                    return Ok(reply);
+                    return Ok(Some(reply));
                 }
                 Err(e) if is_reshaped(&e) => {
-                    self.reroute(id, &k, true).await?;
+                    if !self.reroute(id, &k, claim).await? {
+                        return Ok(None);
+                    }
                 }
                 Err(e) => return Err(self.error(id)(e)),
             }
@@ -1587,11 +1682,9 @@ where
         if form != Form::OutOfLine {
             match self.decide_expiry(expiry).await? {
                 Some(Ok(at)) if self.growth.is_some() => {
-                    self.note(form, record);
                     return self.insert_routed(id, form, record, at).await;
                 }
                 Some(Ok(at)) => {
-                    self.note(form, record);
                     return self.insert_plain(id, form, record, at, fresh).await;
                 }
                 Some(Err(())) => return Ok(Inserted::AlreadyExpired),
@@ -1696,17 +1789,17 @@ where
         id.check_width(self.buckets().id_width())?;
         let (_, latest) = self.time_bounds().await?;
         let latest = (latest + MARGIN).ceil() as u64;
-        let form = self.form(record);
+        let form = self.form_of(record);
         let value = form.value(record, expires_at);
         if matches!(form, Form::Integer(_) | Form::Inline)
             && let Some(code) = self.rewrite(id, &value, expires_at, latest).await?
         {
-            return Ok(Written::from_code(code.min(1)));
+            return Ok(self.wrote_if_done(record, Written::from_code(code.min(1))));
         }
         let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
         let pieces = form.pieces(record);
         let code = self
-            .call(id, |k| {
+            .call_on_session(id, |k| {
                 let mut inv = self.invocation(self.script(&COMPACT_SAVE), k);
                 inv.arg(&value).arg(expires_at).arg(side).arg(latest);
                 for piece in &pieces {
@@ -1715,7 +1808,7 @@ where
                 inv
             })
             .await?;
-        Ok(Written::from_code(code))
+        Ok(self.wrote_if_done(record, Written::from_code(code)))
     }
 
     /// The common case of a save (`value`, a record kept whole) or of a
@@ -1742,8 +1835,11 @@ where
             }
             match inv.invoke_async::<i64>(&mut self.conn.clone()).await {
                 Ok(code) => return Ok((code != scripts::SLOW).then_some(code)),
+                // A current bucket never marked holds no session.
                 Err(e) if is_reshaped(&e) => {
-                    self.reroute(id, &k, true).await?;
+                    if !self.reroute(id, &k, false).await? {
+                        return Ok(Some(0));
+                    }
                 }
                 Err(e) => return Err(self.error(id)(e)),
             }
@@ -1775,7 +1871,7 @@ where
             }
         }
         self.touches.handed_on();
-        self.call(id, |k| {
+        self.call_on_session(id, |k| {
             let mut inv = self.invocation(self.script(&COMPACT_TOUCH), k);
             inv.arg(1).arg(expires_at);
             inv
@@ -2166,7 +2262,8 @@ where
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Deadline) -> Result<Inserted> {
-        self.insert_checked(id, record, expiry, false).await
+        let inserted = self.insert_checked(id, record, expiry, false).await?;
+        Ok(self.wrote_if_created(record, inserted))
     }
 
     async fn insert_new(
@@ -2175,7 +2272,8 @@ where
         record: &[u8],
         expiry: Deadline,
     ) -> Result<Inserted> {
-        self.insert_checked(id, record, expiry, true).await
+        let inserted = self.insert_checked(id, record, expiry, true).await?;
+        Ok(self.wrote_if_created(record, inserted))
     }
 
     async fn insert_successor(
@@ -2191,9 +2289,10 @@ where
         {
             let expiry = expiry.check()?;
             id.check_width(self.buckets().id_width())?;
-            return self
+            let inserted = self
                 .insert_indexed(users, head, id, record, expiry, Some((from, prev)))
-                .await;
+                .await?;
+            return Ok(self.wrote_if_created(record, inserted));
         }
         self.insert(id, record, expiry).await
     }
@@ -2212,7 +2311,7 @@ where
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
         let ttl = check_ttl(ttl_secs)?;
-        self.call(id, |k| {
+        self.call_on_session(id, |k| {
             let mut inv = self.invocation(self.script(&COMPACT_TOUCH), k);
             inv.arg(ttl);
             inv
@@ -2226,7 +2325,7 @@ where
         record: &[u8],
         expected: Option<&[u8]>,
     ) -> Result<Written> {
-        let form = self.form(record);
+        let form = self.form_of(record);
         let payload = Self::payload(form, record);
         let invocation = |k: &Keys, owner: Option<&[u8]>| {
             let mut inv = self.invocation(self.script(&COMPACT_REPLACE), k);
@@ -2246,20 +2345,21 @@ where
             None => None,
         };
         if let Some(head) = owner {
-            let code: i64 = self.call(id, |k| invocation(k, Some(head))).await?;
+            let code: i64 = self
+                .call_on_session(id, |k| invocation(k, Some(head)))
+                .await?;
             if code != -3 {
-                return Ok(Written::from_code(code));
+                return Ok(self.wrote_if_done(record, Written::from_code(code)));
             }
             self.ensure_entry(head, id).await?;
         }
-        Ok(Written::from_code(
-            self.call(id, |k| invocation(k, None)).await?,
-        ))
+        let code = self.call_on_session(id, |k| invocation(k, None)).await?;
+        Ok(self.wrote_if_done(record, Written::from_code(code)))
     }
 
     async fn remove(&self, id: &SessionId, expected: Option<&Stored>) -> Result<Written> {
         let code = self
-            .call(id, |k| {
+            .call_on_session(id, |k| {
                 let mut inv = self.invocation(self.script(&COMPACT_REMOVE), k);
                 Self::expected_args(&mut inv, expected.map(|e| e.record.as_slice()));
                 inv.arg(expected.map_or(0, |e| e.expires_at));
@@ -2276,7 +2376,11 @@ where
     ) -> Result<Vec<Inserted>> {
         check_batch(items, ttl_secs, self.buckets().id_width())?;
         if self.growth.is_some() {
-            return self.insert_many_growing(items, ttl_secs).await;
+            let inserted = self.insert_many_growing(items, ttl_secs).await?;
+            for ((_, record), i) in items.iter().zip(&inserted) {
+                self.wrote_if_created(record, *i);
+            }
+            return Ok(inserted);
         }
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(PIPELINE_CHUNK) {
@@ -2302,7 +2406,9 @@ where
                 self.script(&COMPACT_INSERT),
             )
             .await?;
-            out.extend(codes.into_iter().map(Inserted::from_code));
+            for ((_, record), code) in chunk.iter().zip(codes) {
+                out.push(self.wrote_if_created(record, Inserted::from_code(code)));
+            }
         }
         Ok(out)
     }

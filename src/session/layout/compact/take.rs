@@ -18,7 +18,7 @@ where
     pub async fn take(&self, id: &SessionId) -> Result<Option<Stored>> {
         id.check_width(self.id_width())?;
         let reply: Option<(Vec<u8>, Vec<u8>)> = self
-            .call(id, |k| self.invocation(self.script(&COMPACT_TAKE), k))
+            .call_on_session(id, |k| self.invocation(self.script(&COMPACT_TAKE), k))
             .await?;
         let Some((bytes, side)) = reply else {
             return Ok(None);

@@ -40,6 +40,9 @@ pub(crate) struct IndexSwept {
     /// Entries removed: their sessions were gone or expired, or the field
     /// was no id of this store.
     pub(crate) dropped: u64,
+    /// Expired sessions found through their entries and reclaimed with
+    /// them (before the buckets' sweep would have).
+    pub(crate) reclaimed: u64,
     /// Index keys of another type, skipped.
     pub(crate) bad: u64,
 }
@@ -169,7 +172,7 @@ where
                 .arg(self.id_width().bytes());
             inv
         };
-        match self.call::<i64>(from, build).await? {
+        match self.call_on_session::<i64>(from, build).await? {
             1 => Ok(true),
             0 => Ok(false),
             _ => Err(Error::Contended { attempts: 3 }),
@@ -461,10 +464,15 @@ where
             for (&b, reply) in chunk.iter().zip(replies) {
                 let key = users.key(b);
                 let pairs: Vec<(Vec<u8>, Vec<u8>)> = match reply {
-                    Value::ServerError(e) => {
+                    Value::ServerError(e) if e.code() == "WRONGTYPE" => {
                         tracing::warn!(key, error = ?e, "user index key of another type; skipped");
                         out.bad += 1;
                         continue;
+                    }
+                    // Refused by the ACL, or the server not ready: the
+                    // pass fails, as it would at every other key.
+                    Value::ServerError(e) => {
+                        return Err(Error::from_redis(e.into(), || key.clone()));
                     }
                     other => redis::from_redis_value(other)?,
                 };
@@ -504,6 +512,8 @@ where
                 let ids: Vec<SessionId> = gone.iter().map(|(_, id)| *id).collect();
                 let settled = self.revoke_each(&ids, "", &[], None).await?;
                 for ((key, id), (code, _)) in gone.into_iter().zip(settled) {
+                    // 3: the session had expired, and went with its entry.
+                    out.reclaimed += u64::from(code == 3);
                     if code >= 2 {
                         dead.push((key.clone(), id.as_bytes().to_vec()));
                     }

@@ -248,7 +248,7 @@ where
                 newest.push(item.as_ref());
             }
         }
-        self.call(id, |k| {
+        self.call_on_session(id, |k| {
             let mut inv = self.invocation(self.script(&VIEWED_ADD), k);
             inv.arg(&ttl)
                 .arg(config.keep)
