@@ -617,14 +617,19 @@ async fn sweeper_passes(sweeper: &sessionpack::session::sweep::SweeperHandle, af
 /// connection succeed again, and the sweeper passes again. (The cluster
 /// client used to wedge for good on either fault: every call timed out,
 /// nothing sent.)
-async fn sweeper_survives_reshard_and_pause<L>(c: &LocalCluster, layout: L)
+///
+/// `bulk` is the same store over a connection that waits long for its
+/// replies: the 20,000 sessions it creates are setup, and on a loaded
+/// machine a pipeline of them may take longer than the short timeouts the
+/// faults are tested with.
+async fn sweeper_survives_reshard_and_pause<L>(c: &LocalCluster, layout: L, bulk: L)
 where
     L: sessionpack::Layout
         + sessionpack::session::sweep::Sweepable
         + Clone
         + Into<sessionpack::session::sweep::SweepTarget<cluster::Cluster>>,
 {
-    let short: Store<_, String> = Store::new(layout.clone())
+    let short: Store<_, String> = Store::new(bulk)
         .without_sweeper()
         .with_ttl(Duration::from_secs(1));
     let batch: Vec<(u64, String)> = (0..20_000).map(|i| (i, "x".repeat(20))).collect();
@@ -670,6 +675,13 @@ fn short_timeouts() -> sessionpack::ConnectOptions {
     sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs(2))
 }
 
+/// A connection for setup in bulk, whose replies may take a minute.
+async fn patient(c: &LocalCluster) -> cluster::Cluster {
+    let options =
+        sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs(60));
+    cluster::connect_with(&c.urls(), &options).await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bucketed_sweepers_connection_recovers_from_a_reshard_and_a_paused_primary() {
     let c = LocalCluster::start(3, 1).expect("a local cluster");
@@ -677,7 +689,10 @@ async fn a_bucketed_sweepers_connection_recovers_from_a_reshard_and_a_paused_pri
         .await
         .unwrap();
     let layout = Bucketed::new(conn, BucketedConfig::new(12)).await.unwrap();
-    sweeper_survives_reshard_and_pause(&c, layout).await;
+    let bulk = Bucketed::new(patient(&c).await, BucketedConfig::new(12))
+        .await
+        .unwrap();
+    sweeper_survives_reshard_and_pause(&c, layout, bulk).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -687,5 +702,8 @@ async fn a_compact_sweepers_connection_recovers_from_a_reshard_and_a_paused_prim
         .await
         .unwrap();
     let layout = Compact::new(conn, CompactConfig::new(16)).await.unwrap();
-    sweeper_survives_reshard_and_pause(&c, layout).await;
+    let bulk = Compact::new(patient(&c).await, CompactConfig::new(16))
+        .await
+        .unwrap();
+    sweeper_survives_reshard_and_pause(&c, layout, bulk).await;
 }

@@ -1244,3 +1244,102 @@ async fn a_growing_namespace_records_its_split_count_and_an_older_one_keeps_its_
     let legacy = entries * 3 / 4;
     assert_eq!(older.reshape_thresholds(), Some((legacy, legacy * 4 / 5)));
 }
+
+/// A group's shape damaged by hand (an epoch that is no number): a new
+/// process's calls on that group fail typed (`CorruptRecord`, naming the
+/// shape's key) rather than read no session or write a bucket of their
+/// own; once the shape is put back, every session is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_shape_is_a_typed_error_and_nothing_is_lost() {
+    let server = server();
+    let layout = open(&server).await;
+    let ids = insert_all(&layout, 400).await;
+    let shape = layout.shape().unwrap().clone();
+    let group = (0..shape.group_count())
+        .max_by_key(|&g| ids.iter().filter(|id| shape.group_of(id) == g).count())
+        .unwrap();
+    let key = shape.shape_key(group);
+    let mut raw = common::raw(&server).await;
+    let epoch: String = raw.hget(&key, "epoch").await.unwrap();
+    assert!(epoch.parse::<u64>().unwrap() > 0, "the group never split");
+    let () = raw.hset(&key, "epoch", "not a number").await.unwrap();
+    let before: Vec<String> = raw.keys("*").await.unwrap();
+
+    let fresh = open(&server).await;
+    let theirs: Vec<&SessionId> = ids
+        .iter()
+        .filter(|id| shape.group_of(id) == group)
+        .collect();
+    let mut refused = 0;
+    for id in &theirs {
+        match fresh.load(id).await {
+            Err(Error::CorruptRecord { location, .. }) => {
+                assert_eq!(location, key);
+                refused += 1;
+            }
+            Ok(Some(_)) => {}
+            other => panic!("a session of a damaged group: {other:?}"),
+        }
+    }
+    assert!(refused > 0, "no call on the group read its shape");
+    let after: Vec<String> = raw.keys("*").await.unwrap();
+    assert_eq!(after.len(), before.len(), "a call wrote a key");
+
+    let () = raw.hset(&key, "epoch", &epoch).await.unwrap();
+    let mended = open(&server).await;
+    for id in &ids {
+        assert!(mended.load(id).await.unwrap().is_some());
+    }
+}
+
+/// A group's shape key deleted by hand: a new process's loads of the
+/// group's sessions and its creates there fail typed and write nothing
+/// (no root bucket of their own); once the key is restored exactly, every
+/// session is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_shape_is_a_typed_error_and_nothing_is_lost() {
+    let server = server();
+    let layout = open(&server).await;
+    let ids = insert_all(&layout, 400).await;
+    let shape = layout.shape().unwrap().clone();
+    let group = (0..shape.group_count())
+        .max_by_key(|&g| ids.iter().filter(|id| shape.group_of(id) == g).count())
+        .unwrap();
+    let key = shape.shape_key(group);
+    let mut raw = common::raw(&server).await;
+    let saved: Vec<(Vec<u8>, Vec<u8>)> = raw.hgetall(&key).await.unwrap();
+    let () = raw.del(&key).await.unwrap();
+    let before: Vec<String> = raw.keys("*").await.unwrap();
+
+    let fresh = open(&server).await;
+    for id in ids.iter().filter(|id| shape.group_of(id) == group) {
+        let loaded = fresh.load(id).await;
+        assert!(
+            matches!(&loaded, Err(Error::CorruptRecord { location, .. }) if *location == key),
+            "{loaded:?}"
+        );
+    }
+    let mut refused = 0;
+    while refused < 3 {
+        let id = fresh.new_id().await.unwrap();
+        if shape.group_of(&id) != group {
+            continue;
+        }
+        let inserted = fresh
+            .insert_new(&id, &record_for(1), Deadline::In(600))
+            .await;
+        assert!(
+            matches!(&inserted, Err(Error::CorruptRecord { .. })),
+            "{inserted:?}"
+        );
+        refused += 1;
+    }
+    let after: Vec<String> = raw.keys("*").await.unwrap();
+    assert_eq!(after.len(), before.len(), "a call wrote a key");
+
+    let () = raw.hset_multiple(&key, &saved).await.unwrap();
+    let mended = open(&server).await;
+    for id in &ids {
+        assert!(mended.load(id).await.unwrap().is_some());
+    }
+}

@@ -31,7 +31,11 @@ local MARKER = ''
 -- The shape's epoch and trie.
 local function current_shape()
   local shape = redis.call('HMGET', KEYS[1], 'epoch', 'trie')
-  return tonumber(shape[1] or '0'), shape[2] or ''
+  local epoch = tonumber(shape[1] or '0')
+  if not epoch then
+    error({err = 'CORRUPT the group shape epoch is not a number: ' .. KEYS[1]})
+  end
+  return epoch, shape[2] or ''
 end
 
 -- Whether node `n` is split in `trie`.

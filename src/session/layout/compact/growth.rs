@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::limits::ListpackLimits;
 use crate::scripts::{self, COMPACT_CLAIM, COMPACT_MERGE, COMPACT_SPLIT};
 use crate::session::id::SessionId;
-use crate::session::shape::{GroupShape, Node, Shape, ShapeCache};
+use crate::session::shape::{GroupShape, INDEX_BAND, Node, Shape, ShapeCache};
 
 /// How many times one call follows its bucket to where a split or merge
 /// moved it before it gives up with [`Error::Reshaped`].
@@ -106,6 +106,13 @@ impl Growth {
         }
     }
 }
+
+/// A group's shape HASH as `HMGET epoch trie` reads it.
+type ShapeFields = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The members of a group root's index, and how many indexes of the
+/// trie's second band exist.
+type Indexed = (Vec<u32>, u64);
 
 /// What [`Compact::reshape_groups`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -207,18 +214,31 @@ where
         for key in &keys {
             pipe.cmd("HMGET").arg(key).arg("epoch").arg("trie");
         }
-        let replies: Vec<(Option<u64>, Option<Vec<u8>>)> = pipe
+        let replies: Vec<ShapeFields> = pipe
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| Error::from_redis(e, || keys.join(", ")))?;
-        Ok(groups
+        groups
             .iter()
+            .zip(&keys)
             .zip(replies)
-            .map(|(&group, (epoch, trie))| {
-                let shape = GroupShape::new(epoch.unwrap_or(0), trie.unwrap_or_default());
-                growth.cache.set(group, shape)
+            .map(|((&group, key), (epoch, trie))| {
+                // Only split and merge scripts write it: anything else
+                // there is damage, not a shape to route by.
+                let epoch = match epoch {
+                    None => 0,
+                    Some(text) => std::str::from_utf8(&text)
+                        .ok()
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .ok_or_else(|| Error::CorruptRecord {
+                            location: key.clone(),
+                            reason: "the group's shape has an epoch that is not a number".into(),
+                        })?,
+                };
+                let shape = GroupShape::new(epoch, trie.unwrap_or_default());
+                Ok(growth.cache.set(group, shape))
             })
-            .collect())
+            .collect()
     }
 
     /// The split and merge thresholds, in fields, of a growing store.
@@ -251,6 +271,9 @@ where
         if growth.shape.leaf(&shape, id) != route.node {
             return Ok(true);
         }
+        if shape.epoch() == 0 {
+            self.check_never_split(group).await?;
+        }
         if !claim {
             // Moved away and back since the read, or never marked.
             return Ok(shape.epoch() != route.epoch);
@@ -268,6 +291,48 @@ where
             self.fetch_shape(group).await?;
         }
         Ok(true)
+    }
+
+    /// Checks that `group`, whose shape reads as never split, has indexed
+    /// no bucket but its root: entries of others mean its shape key was
+    /// lost or reset (deleted by hand, say), and routing by it would miss
+    /// every session of the group and write a root of its own. Looks at
+    /// the indexes of the trie's first two bands (buckets to depth 13,
+    /// over 8,000 a group), in one round trip; only calls that find a
+    /// group's root unmarked pay it.
+    async fn check_never_split(&self, group: u32) -> Result<()> {
+        let growth = self.growing()?;
+        let root = Node::root(group);
+        let index = growth.shape.index_of(root);
+        let second: Vec<String> = (1u32 << INDEX_BAND..2u32 << INDEX_BAND)
+            .map(|n| growth.shape.index_key(group, n))
+            .collect();
+        let read: redis::RedisResult<Indexed> = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(&index)
+            .arg(0)
+            .arg(-1)
+            .cmd("EXISTS")
+            .arg(&second)
+            .query_async(&mut self.conn.clone())
+            .await;
+        let (members, deeper) = match read.map_err(|e| Error::from_redis(e, || index.clone())) {
+            Ok(read) => read,
+            // Another program's key where the root's index goes: the
+            // call's own command on it reports that.
+            Err(Error::WrongType { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if deeper > 0 || members.iter().any(|&m| m != root.index_member()) {
+            return Err(Error::CorruptRecord {
+                location: growth.shape.shape_key(group),
+                reason: "the group's shape is missing or reset, but buckets it split into \
+                         are indexed: restore the shape key (its sessions cannot be found \
+                         without it)"
+                    .into(),
+            });
+        }
+        Ok(())
     }
 
     /// After a write left `fields` fields in the bucket `k` names: splits
