@@ -288,7 +288,20 @@ where
             replies[i] = answer;
         }
     }
+    // A slot moving under the pipeline: the node answered some calls with
+    // a redirection, running none of them. Each goes again on its own, as
+    // a single call, which the cluster client follows (`ASKING` included).
+    for (reply, inv) in replies.iter_mut().zip(invocations) {
+        if reply.as_ref().is_err_and(is_redirection) {
+            *reply = inv.invoke_async(&mut conn).await;
+        }
+    }
     Ok(replies)
+}
+
+/// Whether a call was redirected, not run: a cluster's `ASK` or `MOVED`.
+fn is_redirection(e: &redis::RedisError) -> bool {
+    matches!(e.code(), Some("ASK" | "MOVED"))
 }
 
 /// A script flag argument.

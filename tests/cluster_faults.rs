@@ -618,22 +618,28 @@ async fn sweeper_passes(sweeper: &sessionpack::session::sweep::SweeperHandle, af
 /// client used to wedge for good on either fault: every call timed out,
 /// nothing sent.)
 ///
-/// `bulk` is the same store over a connection that waits long for its
-/// replies: the 20,000 sessions it creates are setup, and on a loaded
+/// `bulk` opens the same store over a new connection that waits long for
+/// its replies: the 20,000 sessions it creates are setup, and on a loaded
 /// machine a pipeline of them may take longer than the short timeouts the
-/// faults are tested with.
-async fn sweeper_survives_reshard_and_pause<L>(c: &LocalCluster, layout: L, bulk: L)
-where
+/// faults are tested with. A new one each time, so it starts from the
+/// slot map after the reshard.
+async fn sweeper_survives_reshard_and_pause<L>(
+    c: &LocalCluster,
+    layout: L,
+    bulk: impl AsyncFn() -> L,
+) where
     L: sessionpack::Layout
         + sessionpack::session::sweep::Sweepable
         + Clone
         + Into<sessionpack::session::sweep::SweepTarget<cluster::Cluster>>,
 {
-    let short: Store<_, String> = Store::new(bulk)
-        .without_sweeper()
-        .with_ttl(Duration::from_secs(1));
+    let short = async || {
+        Store::<_, String>::new(bulk().await)
+            .without_sweeper()
+            .with_ttl(Duration::from_secs(1))
+    };
     let batch: Vec<(u64, String)> = (0..20_000).map(|i| (i, "x".repeat(20))).collect();
-    short.create_many(&batch).await.unwrap();
+    short().await.create_many(&batch).await.unwrap();
     let sweeper = sweeping(layout.clone());
     let store: Store<_, String> = Store::new(layout).without_sweeper().with_ttl(TTL);
 
@@ -641,7 +647,7 @@ where
     tokio::task::block_in_place(|| c.reshard(primaries[0], primaries[1], 2000)).unwrap();
     calls_recover(&store, "the reshard").await;
     sweeper_passes(&sweeper, "the reshard").await;
-    short.create_many(&batch).await.unwrap();
+    short().await.create_many(&batch).await.unwrap();
 
     let victim = c.primaries()[2];
     let replica = c
@@ -689,9 +695,11 @@ async fn a_bucketed_sweepers_connection_recovers_from_a_reshard_and_a_paused_pri
         .await
         .unwrap();
     let layout = Bucketed::new(conn, BucketedConfig::new(12)).await.unwrap();
-    let bulk = Bucketed::new(patient(&c).await, BucketedConfig::new(12))
-        .await
-        .unwrap();
+    let bulk = async || {
+        Bucketed::new(patient(&c).await, BucketedConfig::new(12))
+            .await
+            .unwrap()
+    };
     sweeper_survives_reshard_and_pause(&c, layout, bulk).await;
 }
 
@@ -702,8 +710,10 @@ async fn a_compact_sweepers_connection_recovers_from_a_reshard_and_a_paused_prim
         .await
         .unwrap();
     let layout = Compact::new(conn, CompactConfig::new(16)).await.unwrap();
-    let bulk = Compact::new(patient(&c).await, CompactConfig::new(16))
-        .await
-        .unwrap();
+    let bulk = async || {
+        Compact::new(patient(&c).await, CompactConfig::new(16))
+            .await
+            .unwrap()
+    };
     sweeper_survives_reshard_and_pause(&c, layout, bulk).await;
 }

@@ -110,10 +110,6 @@ impl Growth {
 /// A group's shape HASH as `HMGET epoch trie` reads it.
 type ShapeFields = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-/// The members of a group root's index, and how many indexes of the
-/// trie's second band exist.
-type Indexed = (Vec<u32>, u64);
-
 /// What [`Compact::reshape_groups`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reshaping {
@@ -293,41 +289,31 @@ where
         Ok(true)
     }
 
-    /// Checks that `group`, whose shape reads as never split, has indexed
-    /// no bucket but its root: entries of others mean its shape key was
-    /// lost or reset (deleted by hand, say), and routing by it would miss
-    /// every session of the group and write a root of its own. Looks at
-    /// the indexes of the trie's first two bands (buckets to depth 13,
-    /// over 8,000 a group), in one round trip; only calls that find a
-    /// group's root unmarked pay it.
+    /// Checks that `group`, whose shape reads as never split, has no
+    /// bucket below its root: one means its shape key was lost or reset
+    /// (deleted by hand, say), and routing by it would miss every session
+    /// of the group and write a root of its own. One `EXISTS` (a command
+    /// every role has) of the buckets at depths 1 to 6 and of the
+    /// indexes of depths 7 to 13 (over 8,000 buckets a group); only calls
+    /// that find a group's root unmarked pay it.
     async fn check_never_split(&self, group: u32) -> Result<()> {
         let growth = self.growing()?;
-        let root = Node::root(group);
-        let index = growth.shape.index_of(root);
-        let second: Vec<String> = (1u32 << INDEX_BAND..2u32 << INDEX_BAND)
-            .map(|n| growth.shape.index_key(group, n))
+        let s = &growth.shape;
+        let band = 1u32 << INDEX_BAND;
+        let mut keys: Vec<String> = (2..band)
+            .map(|node| s.bucket_key(Node { group, node }))
             .collect();
-        let read: redis::RedisResult<Indexed> = redis::pipe()
-            .cmd("ZRANGE")
-            .arg(&index)
-            .arg(0)
-            .arg(-1)
-            .cmd("EXISTS")
-            .arg(&second)
+        keys.extend((band..2 * band).map(|n| s.index_key(group, n)));
+        let found: u64 = redis::cmd("EXISTS")
+            .arg(&keys)
             .query_async(&mut self.conn.clone())
-            .await;
-        let (members, deeper) = match read.map_err(|e| Error::from_redis(e, || index.clone())) {
-            Ok(read) => read,
-            // Another program's key where the root's index goes: the
-            // call's own command on it reports that.
-            Err(Error::WrongType { .. }) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        if deeper > 0 || members.iter().any(|&m| m != root.index_member()) {
+            .await
+            .map_err(|e| Error::from_redis(e, || s.tag(group)))?;
+        if found > 0 {
             return Err(Error::CorruptRecord {
-                location: growth.shape.shape_key(group),
+                location: s.shape_key(group),
                 reason: "the group's shape is missing or reset, but buckets it split into \
-                         are indexed: restore the shape key (its sessions cannot be found \
+                         are there: restore the shape key (its sessions cannot be found \
                          without it)"
                     .into(),
             });
