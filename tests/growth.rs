@@ -15,7 +15,7 @@ use redis::AsyncCommands;
 use sessionpack::session::layout::compact::{DEFAULT_BUCKET_BITS, DEFAULT_GROWING_BITS};
 use sessionpack::session::meta::StoreMeta;
 use sessionpack::session::record;
-use sessionpack::session::shape::Node;
+use sessionpack::session::shape::{Node, Shape};
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{
     Compact, CompactConfig, Deadline, Error, Inserted, Layout, ListpackLimits, SessionId,
@@ -1245,6 +1245,18 @@ async fn a_growing_namespace_records_its_split_count_and_an_older_one_keeps_its_
     assert_eq!(older.reshape_thresholds(), Some((legacy, legacy * 4 / 5)));
 }
 
+/// A growing store of 400 sessions: their ids, its shape, and the group
+/// holding the most of them (split several times over).
+async fn busiest_group(server: &LocalServer) -> (Vec<SessionId>, Shape, u32) {
+    let layout = open(server).await;
+    let ids = insert_all(&layout, 400).await;
+    let shape = layout.shape().unwrap().clone();
+    let group = (0..shape.group_count())
+        .max_by_key(|&g| ids.iter().filter(|id| shape.group_of(id) == g).count())
+        .unwrap();
+    (ids, shape, group)
+}
+
 /// A group's shape damaged by hand (an epoch that is no number): a new
 /// process's calls on that group fail typed (`CorruptRecord`, naming the
 /// shape's key) rather than read no session or write a bucket of their
@@ -1252,12 +1264,7 @@ async fn a_growing_namespace_records_its_split_count_and_an_older_one_keeps_its_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_shape_is_a_typed_error_and_nothing_is_lost() {
     let server = server();
-    let layout = open(&server).await;
-    let ids = insert_all(&layout, 400).await;
-    let shape = layout.shape().unwrap().clone();
-    let group = (0..shape.group_count())
-        .max_by_key(|&g| ids.iter().filter(|id| shape.group_of(id) == g).count())
-        .unwrap();
+    let (ids, shape, group) = busiest_group(&server).await;
     let key = shape.shape_key(group);
     let mut raw = common::raw(&server).await;
     let epoch: String = raw.hget(&key, "epoch").await.unwrap();
@@ -1299,12 +1306,7 @@ async fn a_damaged_shape_is_a_typed_error_and_nothing_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_shape_is_a_typed_error_and_nothing_is_lost() {
     let server = server();
-    let layout = open(&server).await;
-    let ids = insert_all(&layout, 400).await;
-    let shape = layout.shape().unwrap().clone();
-    let group = (0..shape.group_count())
-        .max_by_key(|&g| ids.iter().filter(|id| shape.group_of(id) == g).count())
-        .unwrap();
+    let (ids, shape, group) = busiest_group(&server).await;
     let key = shape.shape_key(group);
     let mut raw = common::raw(&server).await;
     let saved: Vec<(Vec<u8>, Vec<u8>)> = raw.hgetall(&key).await.unwrap();

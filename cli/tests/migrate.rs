@@ -566,5 +566,13 @@ async fn a_close_killed_part_way_counts_every_key_it_deleted() {
     assert!(rest.complete && rest.closed, "{rest:?}");
     assert_eq!(source_keys(&server).await, 0);
     assert_eq!(rest.deleted, 2000, "{rest:?}");
+    // The pass's count is in its report: its counter is gone.
+    let counter = format!("{}:deleted", migrate::state_key("sp", &plan().source));
+    let left: bool = redis::cmd("EXISTS")
+        .arg(&counter)
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    assert!(!left, "{counter} left behind");
     assert_in_store(&tower_store(&server).await, &records).await;
 }

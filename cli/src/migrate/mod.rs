@@ -231,6 +231,14 @@ pub async fn run(
     report.server_cpu_secs += crate::harness::info::server_cpu_secs(&mut redis).await? - cpu_before;
     if !plan.dry_run {
         report.write(&mut redis, &state).await?;
+        if report.complete {
+            // Its count is in the report now; a pass killed before this
+            // has it deleted when the next pass begins.
+            let _: () = redis::cmd("DEL")
+                .arg(&deleted_key)
+                .query_async(&mut redis)
+                .await?;
+        }
     }
     Ok(report)
 }

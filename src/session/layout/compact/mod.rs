@@ -1193,9 +1193,6 @@ where
             .collect()
     }
 
-    /// How a record is stored (the integer form where it is smaller, in
-    /// pieces or out of line where the value would exceed the listpack
-    /// value limit), noted for the metrics and the out-of-line warning.
     /// Notes a record whose write is done, for the metrics and the
     /// out-of-line warning: once per write, never for one refused or
     /// failed, however many attempts it took.
