@@ -90,12 +90,30 @@ const BASE: [&str; 5] = ["ping", "config|get", "time", "evalsha", "script|load"]
 const CLUSTER: [&str; 3] = ["cluster|slots", "cluster|nodes", "asking"];
 
 /// The app: every compact-store script an app path runs, the reads
-/// (`HGET`, `HMGET` of a value and its pieces, `HGETALL`), the
-/// transactions of bulk writes, the user index's direct writes, and a
-/// growing store's splits (`HLEN`, `ZSCORE`, `ZREM`).
+/// (`HGET`, `HMGET` of a value and its pieces, `HGETALL`), the user
+/// index's direct writes, and a growing store's splits (`HLEN`, `HKEYS`,
+/// `RENAME`, `OBJECT ENCODING`, `ZSCORE`, `ZREM`). No transaction
+/// commands: what must happen in one step is a script.
 const STORE: &[&str] = &[
-    "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hmget",
-    "hgetall", "hset", "hsetnx", "hdel", "hexists", "hlen", "zadd", "zscore", "zrem",
+    "get",
+    "set",
+    "del",
+    "exists",
+    "expireat",
+    "hget",
+    "hmget",
+    "hgetall",
+    "hkeys",
+    "hset",
+    "hsetnx",
+    "hdel",
+    "hexists",
+    "hlen",
+    "rename",
+    "object|encoding",
+    "zadd",
+    "zscore",
+    "zrem",
 ];
 
 /// The sweeper: its scripts (sweep, cap, evict), the cap's reads of the
@@ -110,8 +128,8 @@ const SWEEPER: &[&str] = &[
 /// The users command: it opens the store as the app does, reads a
 /// user's index and sessions, and revokes with the store's scripts.
 const USERS: &[&str] = &[
-    "multi", "exec", "discard", "get", "set", "del", "exists", "expireat", "hget", "hmget",
-    "hgetall", "hset", "hsetnx", "hdel", "hexists", "hlen", "zadd",
+    "get", "set", "del", "exists", "expireat", "hget", "hmget", "hgetall", "hset", "hsetnx",
+    "hdel", "hexists", "hlen", "zadd",
 ];
 
 /// Field TTLs, and the check of how the server keeps them.

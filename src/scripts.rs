@@ -138,14 +138,9 @@ pub(crate) const SLOW: i64 = -9;
 /// helpers, for fixed and growing buckets alike; only for stores the
 /// sweeper reclaims.
 pub(crate) static COMPACT_REWRITE: LazyLock<Script> = script!("compact_rewrite.lua");
-/// The common case of [`COMPACT_INSERT`] in a growing store, with no
-/// helpers.
+/// The common case of [`COMPACT_INSERT`]: a record kept in its bucket,
+/// its expiry decided by the caller, with no helpers.
 pub(crate) static COMPACT_ADD: ByExpiry = by_expiry!("compact_add.lua");
-pub(crate) static COMPACT_CREATE: ByExpiry = by_expiry!(
-    "compact_pieces.lua",
-    "compact_expiry.lua",
-    "compact_create.lua"
-);
 pub(crate) static COMPACT_REMOVE: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_pieces.lua",
@@ -173,6 +168,75 @@ pub(crate) static COMPACT_SPLIT: LazyLock<Script> =
 pub(crate) static COMPACT_MERGE: LazyLock<Script> =
     script!("shape_common.lua", "compact_merge.lua");
 pub(crate) static COMPACT_CLAIM: LazyLock<Script> = script!("compact_claim.lua");
+/// The removal of a session this process has not read, with its bucket's
+/// marker read in the same step.
+pub(crate) static COMPACT_DROP: LazyLock<Script> = script!("compact_drop.lua");
+/// Reads of one session's keys in one step ([`Reads`]).
+static READ_TOGETHER: LazyLock<Script> = script!("read_together.lua");
+
+/// Whether the script of hash `sha` only reads (a store waiting for
+/// replicas need not wait after it).
+pub(crate) fn only_reads(sha: &[u8]) -> bool {
+    sha == Reads::sha().as_bytes()
+}
+
+/// Reads of several keys of one session sent as one script
+/// (`read_together.lua`), so a write moving a record between them is
+/// never seen half done: what a `MULTI`/`EXEC` of the reads gave, without
+/// asking the store's user for transaction commands. The reply is each
+/// read's, in order.
+#[derive(Default)]
+pub(crate) struct Reads {
+    keys: Vec<String>,
+    args: Vec<(&'static str, Vec<u8>)>,
+}
+
+impl Reads {
+    /// `GET key`.
+    pub(crate) fn get(mut self, key: impl Into<String>) -> Self {
+        self.keys.push(key.into());
+        self.args.push(("GET", Vec::new()));
+        self
+    }
+
+    /// `HGET key field`.
+    pub(crate) fn hget(self, key: impl Into<String>, field: &[u8]) -> Self {
+        self.read("HGET", key, field)
+    }
+
+    /// `HEXISTS key field`.
+    pub(crate) fn hexists(self, key: impl Into<String>, field: &[u8]) -> Self {
+        self.read("HEXISTS", key, field)
+    }
+
+    /// `ZSCORE key member`.
+    pub(crate) fn zscore(self, key: impl Into<String>, member: &[u8]) -> Self {
+        self.read("ZSCORE", key, member)
+    }
+
+    fn read(mut self, command: &'static str, key: impl Into<String>, arg: &[u8]) -> Self {
+        self.keys.push(key.into());
+        self.args.push((command, arg.to_vec()));
+        self
+    }
+
+    /// The hash the read script is called by.
+    pub(crate) fn sha() -> &'static str {
+        READ_TOGETHER.get_hash()
+    }
+
+    /// The script call making these reads.
+    pub(crate) fn invocation(&self) -> redis::ScriptInvocation<'static> {
+        let mut inv = READ_TOGETHER.prepare_invoke();
+        for key in &self.keys {
+            inv.key(key);
+        }
+        for (command, arg) in &self.args {
+            inv.arg(*command).arg(arg);
+        }
+        inv
+    }
+}
 
 pub(crate) static COMPACT_SWEEP: LazyLock<Script> = script!(
     "server_clock.lua",

@@ -80,7 +80,34 @@ async fn app_work(url: &str) -> sessionpack::Result<()> {
     store.revoke_others(&7, &rotated).await?;
     store.revoke_all(&7).await?;
     store.destroy(&brief.id).await?;
+    // Records in pieces and out of line, read and removed by a process
+    // that never saw them: the paths that read or remove several keys in
+    // one step.
+    let elsewhere: Store<_, String> =
+        Store::new(Compact::new(sessionpack::connect(url).await?, config()).await?)
+            .without_sweeper();
+    for len in [200, 2_000] {
+        let big = store.create(9, noise(len)).await?;
+        let read = elsewhere.load(&big.id).await?.expect("live");
+        assert_eq!(read.attrs.len(), len);
+        elsewhere.destroy(&big.id).await?;
+        assert!(store.load(&big.id).await?.is_none());
+    }
     Ok(())
+}
+
+/// `len` letters that do not compress (a record packed small would stay
+/// in its value).
+fn noise(len: usize) -> String {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect()
 }
 
 /// What the sweeper does: passes over every bucket (reclaiming expired
@@ -122,6 +149,9 @@ async fn outside_every_rule(url: &str) {
         "KEYS *",
         "CONFIG SET maxmemory-policy allkeys-lru",
         "EVAL return(1) 0",
+        // Every step that must be atomic is a script: no role needs a
+        // transaction.
+        "MULTI",
         "SCRIPT FLUSH",
         &format!("PUBLISH {NAMESPACE}:c m"),
         "ACL LIST",

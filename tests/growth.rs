@@ -173,6 +173,80 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
     out
 }
 
+/// A split below a byte's last bit keeps child 0 in the parent's listpack
+/// (renamed) and moves only child 1's fields; a bucket the server has
+/// converted (its limits lowered under it) is written anew instead, so
+/// both children are listpacks again. Every session reads back whole.
+#[tokio::test]
+async fn a_bucket_the_server_converted_splits_into_listpacks_again() {
+    let server = server();
+    let layout = open(&server).await;
+    let mut raw = common::raw(&server).await;
+    let mut ids = insert_all(&layout, 600).await;
+    // Values of one byte at most: each bucket written next converts.
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-value")
+            .arg(1),
+    );
+    ids.extend(insert_all(&layout, 300).await);
+    common::raw_command(
+        &server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-value")
+            .arg(64),
+    );
+    let before = survey(&mut raw, &layout).await;
+    assert!(before.converted > 0, "no bucket converted");
+    let shape = layout.shape().unwrap();
+    let mut converted = HashSet::new();
+    for node in &before.buckets {
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(shape.bucket_key(*node))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if encoding != "listpack" {
+            converted.insert(*node);
+        }
+    }
+    ids.extend(insert_all(&layout, 3000).await);
+    let after = survey(&mut raw, &layout).await;
+    let now: HashSet<Node> = after.buckets.iter().copied().collect();
+    let split: Vec<&Node> = converted.iter().filter(|n| !now.contains(n)).collect();
+    assert!(!split.is_empty(), "no converted bucket split");
+    let old: HashSet<Node> = before.buckets.iter().copied().collect();
+    for node in &after.buckets {
+        if old.contains(node) {
+            continue;
+        }
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(shape.bucket_key(*node))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(encoding, "listpack", "{node:?}");
+    }
+    assert!(after.strays.is_empty(), "{:?}", after.strays);
+    assert_eq!(after.sessions, ids.len() as u64);
+    let loaded = open(&server).await.load_many(&ids).await.unwrap();
+    for (i, got) in loaded.iter().enumerate() {
+        let want = record_for(if i < 600 {
+            i
+        } else if i < 900 {
+            i - 600
+        } else {
+            i - 900
+        });
+        assert_eq!(got.as_ref().map(|s| &s.record), Some(&want), "session {i}");
+    }
+}
+
 #[tokio::test]
 async fn a_store_grows_and_a_process_with_a_stale_shape_finds_every_session() {
     let server = server();

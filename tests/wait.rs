@@ -36,6 +36,9 @@ async fn writes_wait_for_the_replica_and_say_when_it_did_not_confirm() {
     let layout = Compact::new(conn, CompactConfig::new(6)).await.unwrap();
     let store: Store<_, String> = Store::new(layout).with_ttl(Duration::from_secs(600));
 
+    // The first create finds its script unloaded (`NOSCRIPT`, a `WAIT`
+    // with it); counted from the next.
+    store.create(3, "c".into()).await.unwrap();
     let waits = common::calls(&mut raw, "wait").await;
     let kept = store.create(1, "a".into()).await.unwrap();
     let doomed = store.create(2, "b".into()).await.unwrap();

@@ -104,7 +104,12 @@ fn writes(cmd: &Cmd) -> bool {
         b"CLUSTER",
         b"WAIT",
     ];
-    match cmd.args_iter().next() {
+    let mut args = cmd.args_iter();
+    match args.next() {
+        // The script that only reads (`Reads`) waits for nothing.
+        Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"EVALSHA") => {
+            !matches!(args.next(), Some(redis::Arg::Simple(sha)) if crate::scripts::only_reads(sha))
+        }
         Some(redis::Arg::Simple(name)) => !READS.iter().any(|r| r.eq_ignore_ascii_case(name)),
         _ => true,
     }
@@ -250,6 +255,8 @@ mod tests {
         assert!(writes(redis::cmd("HSET").arg("k").arg("f").arg("v")));
         assert!(writes(redis::cmd("EVALSHA").arg("abc").arg(1).arg("k")));
         assert!(writes(redis::cmd("MULTI").arg("x")));
+        let sha = crate::scripts::Reads::sha();
+        assert!(!writes(redis::cmd("EVALSHA").arg(sha).arg(1).arg("k")));
         assert!(writes(&redis::cmd("SOMETHINGNEW")));
     }
 }

@@ -1,38 +1,42 @@
 -- A new session whose record is kept in its bucket (whole in its value, or
--- in pieces), in a growing store's bucket (compact_route.lua checks the
--- route first): the common case of compact_insert.lua on its own, with the
--- expiry decided by the caller and no helpers (every helper a script
--- defines is created again on every call). Values are as
--- compact_common.lua describes. The value first: a taken id writes
--- nothing, and a piece a delete left behind under one of these names is
--- overwritten before anyone can read it.
+-- in pieces), in a fixed store's bucket or a growing store's
+-- (compact_route.lua checks the route first): the common case of
+-- compact_insert.lua on its own, with the expiry decided by the caller and
+-- no helpers (every helper a script defines is created again on every
+-- call). Values are as compact_common.lua describes.
+-- The index entry first: a foreign key there fails the call before
+-- anything is written, and lowering it for an id that turns out taken
+-- only brings the sweeper to the bucket early. Then the value: a taken id
+-- writes nothing more, and a piece a delete left behind under one of
+-- these names is overwritten before anyone can read it. Where the server
+-- expires fields (SERVER_EXPIRY), every field written gets the expiry as
+-- its TTL and no index entry is kept.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the value; ARGV[4]: its expiry, unix seconds
 -- ARGV[5..]: the pieces, if any
 -- Returns the expiry if created, 0 if the field is taken.
+local expiry = tonumber(ARGV[4])
+if not SERVER_EXPIRY then
+  redis.call('ZADD', KEYS[2], 'LT', expiry, ARGV[2])
+end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then
   return 0
 end
-local fields = {ARGV[1]}
-if #ARGV > 4 then
+local pieces = #ARGV - 4
+if pieces > 0 then
   local args = {}
-  for i = 5, #ARGV do
-    local field = ARGV[1] .. string.char(i - 4)
-    fields[#fields + 1] = field
-    args[#args + 1] = field
-    args[#args + 1] = ARGV[i]
+  for i = 1, pieces do
+    args[2 * i - 1] = ARGV[1] .. string.char(i)
+    args[2 * i] = ARGV[i + 4]
   end
   redis.call('HSET', KEYS[1], unpack(args))
 end
-local expiry = tonumber(ARGV[4])
--- A foreign key where the index goes: take the session back out and report.
-local ok, err = pcall(redis.call, 'ZADD', KEYS[2], 'LT', expiry, ARGV[2])
-if not ok then
-  redis.call('HDEL', KEYS[1], unpack(fields))
-  if type(err) == 'table' then
-    return err
+if SERVER_EXPIRY then
+  local fields = {ARGV[1]}
+  for i = 1, pieces do
+    fields[i + 1] = ARGV[1] .. string.char(i)
   end
-  return redis.error_reply(err)
+  redis.call('HEXPIREAT', KEYS[1], expiry, 'FIELDS', pieces + 1, unpack(fields))
 end
 return expiry

@@ -1,6 +1,7 @@
 -- Splits a growing store's bucket in two (shape_common.lua gives KEYS and
 -- ARGV): each field goes to the child its next bit names, rewritten for
--- the child's level, and so does each field of its viewed chunks; the
+-- the child's level (below a byte's last bit only child 1's fields move,
+-- see move_half), and so does each field of its viewed chunks; the
 -- bucket's index entry, a lower bound of its earliest expiry, becomes each
 -- child's; the bucket's key goes, marker and all, so a caller routing by
 -- the old shape finds no marker there.
@@ -15,10 +16,12 @@ end
 check_free(KEYS[3])
 check_free(KEYS[4])
 local place = tonumber(ARGV[2])
-local halves = split_pairs(KEYS[2], place)
-fill(KEYS[3], halves[1])
-fill(KEYS[4], halves[2])
-redis.call('DEL', KEYS[2])
+if place == 7 or not move_half(KEYS[2], KEYS[3], KEYS[4], place) then
+  local halves = split_pairs(KEYS[2], place)
+  fill(KEYS[3], halves[1])
+  fill(KEYS[4], halves[2])
+  redis.call('DEL', KEYS[2])
+end
 local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)
 for c = 1, #chunks do
   local chunk = split_pairs(chunks[c], place)

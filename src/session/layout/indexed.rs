@@ -15,7 +15,7 @@ use super::{Inserted, Layout, Stored, Written, check_batch};
 use crate::clock::{ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::scripts::{
-    self, BUCKET_INSERT, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH, PIPELINE_CHUNK,
+    self, BUCKET_INSERT, BUCKET_REMOVE, BUCKET_REPLACE, BUCKET_TOUCH, PIPELINE_CHUNK, Reads,
 };
 use crate::session::id::{IdWidth, InvalidIdExt, SessionId};
 use crate::ttl::{Deadline, check_ttl};
@@ -111,12 +111,12 @@ where
         }
         let keys = self.keys(id);
         let (expiry, record, out_of_line): (Option<f64>, Option<Vec<u8>>, Option<Vec<u8>>) =
-            redis::pipe()
-                .atomic()
+            Reads::default()
                 .zscore(&keys.zset, &keys.field)
                 .hget(&keys.hash, &keys.field)
                 .get(self.scheme.out_of_line(id))
-                .query_async(&mut self.conn.clone())
+                .invocation()
+                .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(self.error(id))?;
         // The expiry only moves forward while the id lives (a touch), so

@@ -43,8 +43,8 @@ use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::limits::{FieldTtls, ListpackLimits};
 use crate::scripts::{
-    self, ByExpiry, COMPACT_ADD, COMPACT_CREATE, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE,
-    COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK,
+    self, ByExpiry, COMPACT_ADD, COMPACT_DROP, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE,
+    COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK, Reads,
 };
 use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
 use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
@@ -1501,137 +1501,17 @@ where
         })
     }
 
-    /// An insert with the expiry decided, with plain commands in one
-    /// `MULTI`/`EXEC`: `HSETNX` of the value (and, under an id `fresh`ly
-    /// drawn, of each piece), then `ZADD LT` of the bucket's index entry
-    /// or, where the server expires fields, `HEXPIREAT NX` of its fields (a
-    /// field must never be left without its TTL).
-    /// A record in pieces under an id someone else may know goes with one
-    /// short script (`compact_create.lua`), which writes the pieces only
-    /// once the value is in: a piece an earlier session of the id left
-    /// there is overwritten before anyone can read it. An out-of-line
-    /// record needs its key written with the entry, which the insert
-    /// script does.
-    async fn insert_plain(
-        &self,
-        id: &SessionId,
-        form: Form,
-        record: &[u8],
-        at: u64,
-        fresh: bool,
-    ) -> Result<Inserted> {
-        let k = self.keys(id);
-        if matches!(form, Form::Pieced(_)) && !fresh {
-            let mut inv = self.script(&COMPACT_CREATE).prepare_invoke();
-            inv.key(&k.bucket)
-                .key(&k.index)
-                .arg(&k.field)
-                .arg(k.member)
-                .arg(form.value(record, at))
-                .arg(at);
-            for piece in form.pieces(record) {
-                inv.arg(piece);
-            }
-            let created: i64 = inv
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(self.error(id))?;
-            return if created == 1 {
-                Ok(Inserted::Created { expires_at: at })
-            } else {
-                self.again(id, record).await
-            };
-        }
-        // One transaction: a pipeline would be resent whole by a cluster
-        // client to the node one of its commands is redirected to during a
-        // slot migration, running the rest on both nodes; and a store
-        // waiting for replicas waits once.
-        let pieces = form.pieces(record);
-        let mut fields = vec![k.field.clone()];
-        fields.extend((1..=pieces.len()).map(|i| piece_field(&k.field, i)));
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors()
-            .atomic()
-            .hset_nx(&k.bucket, &k.field, form.value(record, at));
-        for (field, piece) in fields[1..].iter().zip(&pieces) {
-            pipe.hset_nx(&k.bucket, field, piece);
-        }
-        if self.server_expiry {
-            // NX: a field the HSETNX found (an id taken) has its own TTL
-            // already, which this must not move.
-            pipe.cmd("HEXPIREAT")
-                .arg(&k.bucket)
-                .arg(at)
-                .arg("NX")
-                .arg("FIELDS")
-                .arg(fields.len())
-                .arg(&fields);
-        } else {
-            pipe.cmd("ZADD")
-                .arg(&k.index)
-                .arg("LT")
-                .arg(at)
-                .arg(k.member);
-        }
-        let replies: Vec<redis::Value> = pipe
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(self.error(id))?;
-        let error = |v: &redis::Value| match v {
-            redis::Value::ServerError(e) => Some(redis::RedisError::from(e.clone())),
-            _ => None,
-        };
-        let mut replies = replies.into_iter();
-        let set = replies.next().unwrap_or(redis::Value::Nil);
-        // Which fields this transaction wrote: the value, then each piece.
-        let set = error(&set).map_or(Ok(set), Err);
-        let mut wrote = vec![matches!(set.map_err(self.error(id))?, redis::Value::Int(1))];
-        wrote.extend(
-            replies
-                .by_ref()
-                .take(pieces.len())
-                .map(|v| matches!(v, redis::Value::Int(1))),
-        );
-        // The error of the index's (or fields' TTL) command, if it failed.
-        let indexed = replies.next().as_ref().and_then(error);
-        let created = wrote[0];
-        // Under a taken id, pieces written beyond the session's own name no
-        // value: the sweep removes them. Taking them back now could remove
-        // pieces a save of that session has written since.
-        // Under a free one, a piece already there was left by a session of
-        // this id (the draw was not new after all): this one is taken back
-        // out and another id drawn, rather than let it be read with
-        // another's piece.
-        let stale = created && wrote.iter().any(|w| !w);
-        if stale || (created && indexed.is_some()) {
-            // No caller has been told of this session yet: what it wrote goes.
-            let ours: Vec<&Vec<u8>> = fields
-                .iter()
-                .zip(&wrote)
-                .filter_map(|(f, w)| w.then_some(f))
-                .collect();
-            let _: redis::RedisResult<i64> = redis::cmd("HDEL")
-                .arg(&k.bucket)
-                .arg(ours)
-                .query_async(&mut self.conn.clone())
-                .await;
-        }
-        match indexed {
-            // A foreign key where the index goes: no session is left that
-            // the sweeper cannot find.
-            Some(e) => Err(Error::from_redis(e, || k.index.clone())),
-            None if !created => self.again(id, record).await,
-            None if stale => Ok(Inserted::IdTaken),
-            None => Ok(Inserted::Created { expires_at: at }),
-        }
-    }
-
-    /// An insert into a growing store of a record kept in its bucket
-    /// (whole in its value, or in pieces), with the expiry decided: one
-    /// short script (`compact_add.lua`) after the route's check. A taken
-    /// field is this call's own session (sent twice) or a taken id, as for
-    /// [`Compact::insert_plain`].
-    async fn insert_routed(
+    /// An insert of a record kept in its bucket (whole in its value, or in
+    /// pieces), with the expiry decided: one short script
+    /// (`compact_add.lua`; in a growing store after the route's check).
+    /// The value goes first, so a taken id writes nothing, and a piece an
+    /// earlier session of the id left behind is overwritten before anyone
+    /// can read it. A script rather than a `MULTI`/`EXEC`: one command, so
+    /// a store user needs no transaction commands, a cluster client never
+    /// resends half a transaction to the node a slot moved to, and a store
+    /// waiting for replicas waits once. A taken field is this call's own
+    /// session (sent twice) or a taken id ([`Compact::again`]).
+    async fn insert_added(
         &self,
         id: &SessionId,
         form: Form,
@@ -1656,13 +1536,12 @@ where
         Ok(Inserted::Created { expires_at: at })
     }
 
-    /// [`Layout::insert`], or [`Layout::insert_new`] where `fresh`.
+    /// [`Layout::insert`] and [`Layout::insert_new`].
     async fn insert_checked(
         &self,
         id: &SessionId,
         record: &[u8],
         expiry: Deadline,
-        fresh: bool,
     ) -> Result<Inserted> {
         let expiry = expiry.check()?;
         id.check_width(self.buckets().id_width())?;
@@ -1674,16 +1553,10 @@ where
                 .await;
         }
         let form = self.form_of(record);
-        // A growing store writes only by script, which checks the route: a
-        // short one for a record kept in its bucket.
+        // A short script for a record kept in its bucket.
         if form != Form::OutOfLine {
             match self.decide_expiry(expiry).await? {
-                Some(Ok(at)) if self.growth.is_some() => {
-                    return self.insert_routed(id, form, record, at).await;
-                }
-                Some(Ok(at)) => {
-                    return self.insert_plain(id, form, record, at, fresh).await;
-                }
+                Some(Ok(at)) => return self.insert_added(id, form, record, at).await,
                 Some(Err(())) => return Ok(Inserted::AlreadyExpired),
                 None => {}
             }
@@ -1938,9 +1811,10 @@ where
 
     /// `HDEL` of `fields` from `k`'s bucket, with the `HDEL`s of the
     /// session's viewed items and, if `record_key`, the `DEL` of its
-    /// out-of-line record's key, in one round trip: a transaction where
-    /// the store keeps viewed items or the bucket may have moved, whose
-    /// marker is then read with it. Returns the fields removed and whether
+    /// out-of-line record's key, in one round trip: one script
+    /// (`compact_drop.lua`) where the store keeps viewed items or the
+    /// bucket may have moved, whose marker is then read in the same step.
+    /// Returns the fields removed and whether
     /// the bucket holds its marker (a fixed store's always does).
     async fn hdel_marked(
         &self,
@@ -1951,40 +1825,40 @@ where
     ) -> Result<(i64, bool)> {
         let mut conn = self.conn.clone();
         let viewed = self.chunk_keys(k);
-        let routed = k.route.is_some();
+        if !viewed.is_empty() || k.route.is_some() {
+            let mut inv = COMPACT_DROP.prepare_invoke();
+            inv.key(&k.bucket);
+            if record_key {
+                inv.key(self.out_of_line_key(k));
+            }
+            for key in &viewed {
+                inv.key(key);
+            }
+            inv.arg(scripts::flag(record_key)).arg(&k.field);
+            for field in fields {
+                inv.arg(field);
+            }
+            let (removed, marked): (i64, bool) =
+                inv.invoke_async(&mut conn).await.map_err(self.error(id))?;
+            // A fixed store's bucket is always where the shape says.
+            return Ok((removed, marked || k.route.is_none()));
+        }
         let mut pipe = redis::pipe();
-        if !viewed.is_empty() || routed {
-            pipe.atomic();
-        }
-        // HDEL creates nothing, so one sent to a bucket split away is
-        // harmless.
-        if routed {
-            pipe.cmd("HEXISTS").arg(&k.bucket).arg(MARKER);
-        }
         pipe.hdel(&k.bucket, fields);
         if record_key {
             pipe.del(self.out_of_line_key(k)).ignore();
         }
-        for key in viewed {
-            pipe.hdel(key, &k.field).ignore();
-        }
-        if routed {
-            pipe.query_async::<(bool, i64)>(&mut conn)
-                .await
-                .map(|(m, n)| (n, m))
-        } else {
-            pipe.query_async::<(i64,)>(&mut conn)
-                .await
-                .map(|(n,)| (n, true))
-        }
-        .map_err(self.error(id))
+        pipe.query_async::<(i64,)>(&mut conn)
+            .await
+            .map(|(n,)| (n, true))
+            .map_err(self.error(id))
     }
 
     /// [`Compact::delete_at`] of a session this process has not read: an
     /// `HDEL` of its field and its first piece's, and a `DEL` of its
-    /// out-of-line record's key, in one round trip (a transaction where
-    /// the store keeps viewed items, whose `HDEL`s go in it, or the bucket
-    /// may have moved); where both fields were there, the record was in
+    /// out-of-line record's key, in one round trip (one script where the
+    /// store keeps viewed items, whose `HDEL`s go in it, or the bucket may
+    /// have moved); where both fields were there, the record was in
     /// pieces, and an `HDEL` of every other piece field a record can have
     /// follows. So a record kept whole costs one field more than a seen
     /// one, and whoever deletes a session leaves none of its pieces.
@@ -2126,15 +2000,13 @@ where
             let (bytes, pieces) = match need {
                 Assembled::Done(stored) => return Ok(stored),
                 Assembled::OutOfLine => {
-                    let mut pipe = redis::pipe();
-                    pipe.atomic()
+                    let reads = Reads::default()
                         .hget(&k.bucket, &k.field)
                         .get(self.out_of_line_key(k))
-                        .cmd("HEXISTS")
-                        .arg(&k.bucket)
-                        .arg(MARKER);
-                    let (bytes, side, marked): (Option<Vec<u8>>, Option<Vec<u8>>, bool) = pipe
-                        .query_async(&mut self.conn.clone())
+                        .hexists(&k.bucket, MARKER.as_bytes());
+                    let (bytes, side, marked): (Option<Vec<u8>>, Option<Vec<u8>>, bool) = reads
+                        .invocation()
+                        .invoke_async(&mut self.conn.clone())
                         .await
                         .map_err(self.error(id))?;
                     let Some(bytes) = bytes else {
@@ -2259,7 +2131,7 @@ where
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Deadline) -> Result<Inserted> {
-        let inserted = self.insert_checked(id, record, expiry, false).await?;
+        let inserted = self.insert_checked(id, record, expiry).await?;
         Ok(self.wrote_if_created(record, inserted))
     }
 
@@ -2269,7 +2141,7 @@ where
         record: &[u8],
         expiry: Deadline,
     ) -> Result<Inserted> {
-        let inserted = self.insert_checked(id, record, expiry, true).await?;
+        let inserted = self.insert_checked(id, record, expiry).await?;
         Ok(self.wrote_if_created(record, inserted))
     }
 

@@ -3,9 +3,8 @@
 //! script, the read, and the carry-over on rotation.
 
 use super::Compact;
-use crate::clock::query_reads;
 use crate::error::{Error, Result};
-use crate::scripts::VIEWED_ADD;
+use crate::scripts::{Reads, VIEWED_ADD};
 use crate::session::id::{InvalidIdExt, SessionId};
 use crate::session::meta::StoreMeta;
 use crate::ttl::check_ttl;
@@ -279,17 +278,19 @@ where
         id.check_width(self.buckets().id_width())?;
         for _ in 0..super::REROUTES {
             let k = self.keys(id);
-            let mut pipe = redis::pipe();
-            pipe.atomic().hget(&k.bucket, &k.field);
+            // One step, so a write between the reads is never half seen.
+            let mut reads = Reads::default().hget(&k.bucket, &k.field);
             for key in self.chunk_keys(&k) {
-                pipe.hget(key, &k.field);
+                reads = reads.hget(key, &k.field);
             }
             // A growing store's bucket answers for its marker too: one
             // without it may have been split or merged away.
             if k.route.is_some() {
-                pipe.hexists(&k.bucket, "");
+                reads = reads.hexists(&k.bucket, b"");
             }
-            let replies = query_reads(&mut pipe, &self.conn, &self.clock)
+            let replies: Vec<redis::Value> = reads
+                .invocation()
+                .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(self.error(id))?;
             let mut replies = replies.into_iter();
