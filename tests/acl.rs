@@ -425,3 +425,80 @@ async fn a_sweeper_one_command_short_fails_typed_or_does_all_its_work() {
         }
     }
 }
+
+/// A store user one command short: a create either succeeds whole or fails
+/// as `NoPermission` having written no session (no field of any bucket),
+/// never a session half written or a failure that in fact wrote one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_user_one_command_short_creates_whole_or_fails_typed() {
+    let server = common::server();
+    let mut admin = common::raw(&server).await;
+    let mut short: Vec<&str> = Role::Store.commands().to_vec();
+    short.extend(["time", "evalsha", "script|load"]);
+    for (i, command) in short.iter().enumerate() {
+        let namespace = format!("store{i}");
+        let name = format!("app{i}");
+        let text = format!(
+            "{} -{command}",
+            rule(&[Role::Store], &namespace, Topology::Server)
+        );
+        let () = setuser(&name, &text).query_async(&mut admin).await.unwrap();
+        let url = format!("redis://{name}:{PASSWORD}@127.0.0.1:{}/", server.port());
+        let outcome = async {
+            let conn = sessionpack::connect(&url).await?;
+            let layout = Compact::new(
+                conn,
+                CompactConfig::new(4).with_namespace(namespace.clone()),
+            )
+            .await?;
+            let store: Store<_, String> = Store::new(layout).without_sweeper();
+            let big = noise(300);
+            let a = store.create(1, "small".into()).await?;
+            let b = store.create(2, big.clone()).await?;
+            Ok::<_, Error>((a.id, b.id, big))
+        }
+        .await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{namespace}:*"))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let mut fields = 0;
+        for key in &keys {
+            let kind: String = redis::cmd("TYPE")
+                .arg(key)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if kind == "hash" && !key.ends_with(":meta") {
+                let n: u64 = redis::cmd("HLEN")
+                    .arg(key)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                fields += n;
+            }
+        }
+        match outcome {
+            Err(Error::NoPermission(_)) => {
+                assert_eq!(
+                    fields, 0,
+                    "without {command}: a failed create wrote {keys:?}"
+                );
+            }
+            Ok((a, b, big)) => {
+                let conn = sessionpack::connect(&server.url()).await.unwrap();
+                let layout = Compact::new(
+                    conn,
+                    CompactConfig::new(4).with_namespace(namespace.clone()),
+                )
+                .await
+                .unwrap();
+                let store: Store<_, String> = Store::new(layout).without_sweeper();
+                assert_eq!(store.load(&a).await.unwrap().unwrap().attrs, "small");
+                assert_eq!(store.load(&b).await.unwrap().unwrap().attrs, big);
+            }
+            Err(other) => panic!("without {command}: {other:?}"),
+        }
+    }
+}
