@@ -426,6 +426,17 @@ async fn a_sweeper_one_command_short_fails_typed_or_does_all_its_work() {
     }
 }
 
+/// A store of fixed buckets in `namespace`, with no user index or viewed
+/// items, reached at `url`.
+async fn plain_store(
+    url: &str,
+    namespace: &str,
+) -> sessionpack::Result<Store<Compact<redis::aio::ConnectionManager>, String>> {
+    let conn = sessionpack::connect(url).await?;
+    let layout = Compact::new(conn, CompactConfig::new(4).with_namespace(namespace)).await?;
+    Ok(Store::new(layout).without_sweeper())
+}
+
 /// A store user one command short: a create either succeeds whole or fails
 /// as `NoPermission` having written no session (no field of any bucket),
 /// never a session half written or a failure that in fact wrote one.
@@ -445,13 +456,7 @@ async fn a_store_user_one_command_short_creates_whole_or_fails_typed() {
         let () = setuser(&name, &text).query_async(&mut admin).await.unwrap();
         let url = format!("redis://{name}:{PASSWORD}@127.0.0.1:{}/", server.port());
         let outcome = async {
-            let conn = sessionpack::connect(&url).await?;
-            let layout = Compact::new(
-                conn,
-                CompactConfig::new(4).with_namespace(namespace.clone()),
-            )
-            .await?;
-            let store: Store<_, String> = Store::new(layout).without_sweeper();
+            let store = plain_store(&url, &namespace).await?;
             let big = noise(300);
             let a = store.create(1, "small".into()).await?;
             let b = store.create(2, big.clone()).await?;
@@ -487,14 +492,7 @@ async fn a_store_user_one_command_short_creates_whole_or_fails_typed() {
                 );
             }
             Ok((a, b, big)) => {
-                let conn = sessionpack::connect(&server.url()).await.unwrap();
-                let layout = Compact::new(
-                    conn,
-                    CompactConfig::new(4).with_namespace(namespace.clone()),
-                )
-                .await
-                .unwrap();
-                let store: Store<_, String> = Store::new(layout).without_sweeper();
+                let store = plain_store(&server.url(), &namespace).await.unwrap();
                 assert_eq!(store.load(&a).await.unwrap().unwrap().attrs, "small");
                 assert_eq!(store.load(&b).await.unwrap().unwrap().attrs, big);
             }

@@ -124,16 +124,8 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
         if pairs.len() > 1 && indexed.is_none() {
             out.unindexed += 1;
         }
-        if !pairs.is_empty() {
-            let encoding: String = redis::cmd("OBJECT")
-                .arg("ENCODING")
-                .arg(&key)
-                .query_async(raw)
-                .await
-                .unwrap();
-            if encoding != "listpack" {
-                out.converted += 1;
-            }
+        if !pairs.is_empty() && encoding(raw, &key).await != "listpack" {
+            out.converted += 1;
         }
     }
     let leaves: HashSet<Node> = out.buckets.iter().copied().collect();
@@ -173,6 +165,26 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
     out
 }
 
+/// How the server keeps `key` (`OBJECT ENCODING`).
+async fn encoding(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
+fn set_hash_value(server: &LocalServer, bytes: u64) {
+    common::raw_command(
+        server,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hash-max-listpack-value")
+            .arg(bytes),
+    );
+}
+
 /// A split below a byte's last bit keeps child 0 in the parent's listpack
 /// (renamed) and moves only child 1's fields; a bucket the server has
 /// converted (its limits lowered under it) is written anew instead, so
@@ -184,33 +196,15 @@ async fn a_bucket_the_server_converted_splits_into_listpacks_again() {
     let mut raw = common::raw(&server).await;
     let mut ids = insert_all(&layout, 600).await;
     // Values of one byte at most: each bucket written next converts.
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("hash-max-listpack-value")
-            .arg(1),
-    );
+    set_hash_value(&server, 1);
     ids.extend(insert_all(&layout, 300).await);
-    common::raw_command(
-        &server,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("hash-max-listpack-value")
-            .arg(64),
-    );
+    set_hash_value(&server, 64);
     let before = survey(&mut raw, &layout).await;
     assert!(before.converted > 0, "no bucket converted");
     let shape = layout.shape().unwrap();
     let mut converted = HashSet::new();
     for node in &before.buckets {
-        let encoding: String = redis::cmd("OBJECT")
-            .arg("ENCODING")
-            .arg(shape.bucket_key(*node))
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        if encoding != "listpack" {
+        if encoding(&mut raw, &shape.bucket_key(*node)).await != "listpack" {
             converted.insert(*node);
         }
     }
@@ -224,12 +218,7 @@ async fn a_bucket_the_server_converted_splits_into_listpacks_again() {
         if old.contains(node) {
             continue;
         }
-        let encoding: String = redis::cmd("OBJECT")
-            .arg("ENCODING")
-            .arg(shape.bucket_key(*node))
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let encoding = encoding(&mut raw, &shape.bucket_key(*node)).await;
         assert_eq!(encoding, "listpack", "{node:?}");
     }
     assert!(after.strays.is_empty(), "{:?}", after.strays);

@@ -24,19 +24,17 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then
   return 0
 end
 local pieces = #ARGV - 4
+local fields = {ARGV[1]}
 if pieces > 0 then
   local args = {}
   for i = 1, pieces do
-    args[2 * i - 1] = ARGV[1] .. string.char(i)
+    fields[i + 1] = ARGV[1] .. string.char(i)
+    args[2 * i - 1] = fields[i + 1]
     args[2 * i] = ARGV[i + 4]
   end
   redis.call('HSET', KEYS[1], unpack(args))
 end
 if SERVER_EXPIRY then
-  local fields = {ARGV[1]}
-  for i = 1, pieces do
-    fields[i + 1] = ARGV[1] .. string.char(i)
-  end
   redis.call('HEXPIREAT', KEYS[1], expiry, 'FIELDS', pieces + 1, unpack(fields))
 end
 return expiry

@@ -1,7 +1,7 @@
 -- Splits a growing store's bucket in two (shape_common.lua gives KEYS and
 -- ARGV): each field goes to the child its next bit names, rewritten for
 -- the child's level (below a byte's last bit only child 1's fields move,
--- see move_half), and so does each field of its viewed chunks; the
+-- see move_half below), and so does each field of its viewed chunks; the
 -- bucket's index entry, a lower bound of its earliest expiry, becomes each
 -- child's; the bucket's key goes, marker and all, so a caller routing by
 -- the old shape finds no marker there.
@@ -9,6 +9,42 @@
 --          so callers that all saw the bucket full split it once
 -- Returns {1, epoch} when split (epoch the new shape's), {0, epoch} when
 -- not: the bucket is not one of the current shape, or not that full.
+
+-- Splits bucket `parent` by the bit at `place` (0 to 6) where a field's
+-- first byte keeps its next bit: child 0's fields, whose bit is 0, are the
+-- parent's as they are, so the parent becomes child 0 (RENAME, marker and
+-- all) and only child 1's fields are read, rewritten and moved. About
+-- half the fields move, and none goes through the script twice. Only
+-- for a bucket in a listpack (one the server converted, its limits
+-- lowered under it, is written anew in both children, which brings them
+-- back into listpacks): returns whether it split the bucket.
+local function move_half(parent, c0, c1, place)
+  if redis.call('OBJECT', 'ENCODING', parent) ~= 'listpack' then
+    return false
+  end
+  local bit = 2 ^ (7 - place)
+  local moved = {MARKER, '1'}
+  redis.call('RENAME', parent, c0)
+  local ones = {}
+  for _, field in ipairs(redis.call('HKEYS', c0)) do
+    local first = string.byte(field, 1)
+    if first and math.floor(first / bit) % 2 == 1 then
+      ones[#ones + 1] = field
+    end
+  end
+  for j = 1, #ones, 1000 do
+    local names = {unpack(ones, j, math.min(j + 999, #ones))}
+    local values = redis.call('HMGET', c0, unpack(names))
+    for i, field in ipairs(names) do
+      moved[#moved + 1] = string.char(string.byte(field, 1) % bit) .. string.sub(field, 2)
+      moved[#moved + 1] = values[i]
+    end
+    redis.call('HDEL', c0, unpack(names))
+  end
+  hset_all(c1, moved)
+  return true
+end
+
 local epoch, trie = current_shape()
 if not is_leaf(trie, tonumber(ARGV[1])) or fields_in(KEYS[2]) <= tonumber(ARGV[3]) then
   return {0, epoch}
