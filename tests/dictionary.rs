@@ -60,6 +60,17 @@ fn pieces(value: &[u8]) -> usize {
     }
 }
 
+/// Where the record begins in a stored binary value: after the expiry,
+/// and for a record in pieces after the marker and the count (and the
+/// record's check, where the count's high bit is set).
+fn record_at(value: &[u8]) -> usize {
+    match StoredRecord::of_value(value) {
+        Some(StoredRecord::Pieced { .. }) if value[5] & 0x80 != 0 => 10,
+        Some(StoredRecord::Pieced { .. }) => 6,
+        _ => 4,
+    }
+}
+
 fn trained(id: u8) -> Dictionary {
     let samples: Vec<Vec<u8>> = (10_000..11_000)
         .map(|n| sessionpack::json_map::encode(&app_session(n)).unwrap())
@@ -122,7 +133,7 @@ async fn packed_sessions_round_trip_and_take_fewer_pieces() {
             .unwrap();
         let value = raw_value(&server, &packing, id).await;
         // Expiry, the pieced marker and count, then the packed data.
-        let data_at = if pieces(&value) > 0 { 6 } else { 4 };
+        let data_at = record_at(&value);
         assert_eq!(value[data_at], PACKED, "packed: {value:?}");
         assert_eq!(value[data_at + 1], 1, "the dictionary's id");
         let (loaded, _) = packing.load_data(id).await.unwrap().unwrap();
@@ -164,7 +175,7 @@ async fn processes_without_the_dictionary_read_and_write_packed_namespaces() {
         .await
         .unwrap();
     let value = raw_value(&server, &other, 1).await;
-    let data_at = if pieces(&value) > 0 { 6 } else { 4 };
+    let data_at = record_at(&value);
     assert_ne!(value[data_at], PACKED);
     assert_eq!(
         packing.load_data(1).await.unwrap().unwrap().0,
@@ -370,7 +381,7 @@ async fn typed_stores_pack_their_attributes_too() {
             .await
             .unwrap();
         // Expiry, then the identity (a uint32: 5 bytes), then packed data.
-        let data_at = if pieces(&value) > 0 { 6 } else { 4 } + 5;
+        let data_at = record_at(&value) + 5;
         assert_eq!(value[data_at], PACKED, "{value:?}");
         for reader in [&packing, &plain] {
             let loaded = reader.load(&session.id).await.unwrap().unwrap();
@@ -414,7 +425,7 @@ async fn learning(server: &LocalServer, samples: usize) -> Store {
 /// Whether the session's stored data is packed, and with which id.
 async fn packed_with(server: &LocalServer, store: &Store, id: i128) -> Option<u8> {
     let value = raw_value(server, store, id).await;
-    let data_at = if pieces(&value) > 0 { 6 } else { 4 };
+    let data_at = record_at(&value);
     (value[data_at] == PACKED).then(|| value[data_at + 1])
 }
 

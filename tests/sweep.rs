@@ -483,6 +483,51 @@ async fn a_sweeper_that_stops_gives_its_leases_back() {
     assert_eq!(lease_keys(&server).await, Vec::<String>::new());
 }
 
+/// Where leases are left behind: a process whose runtime stops before its
+/// sweeper task can give them back (an actix-web app's `main` returning
+/// ends the runtime with it), or whose release fails (Redis restarting).
+/// Each lease was written with its expiry (`SET NX PX`, and a lease key
+/// without one is taken over), so what is left runs out within one
+/// interval of the last pass, when the next sweeper takes those segments.
+#[test]
+fn leases_a_stopped_runtime_left_run_out_within_one_interval() {
+    let server = common::server();
+    let interval = Duration::from_secs(3600);
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let handle = first.block_on(async {
+        let layout = common::bucketed(&server, 6).await;
+        let config = SweepConfig::default()
+            .with_segments(8)
+            .with_interval(interval)
+            .with_run_at_start(true);
+        let handle = Sweeper::new(layout, config).spawn();
+        handle.subscribe().changed().await.unwrap();
+        handle
+    });
+    // The runtime goes first, with the task in it: nothing gives back.
+    drop(first);
+    drop(handle);
+    runtime().block_on(async {
+        let keys = lease_keys(&server).await;
+        assert_eq!(keys.len(), 8, "the leases were given back: {keys:?}");
+        let mut raw = common::raw(&server).await;
+        for key in keys {
+            let left: i64 = raw.pttl(&key).await.unwrap();
+            assert!(
+                left > 0 && left <= interval.as_millis() as i64,
+                "{key}: {left} ms left"
+            );
+        }
+    });
+}
+
 /// A store as the quickstart opens it (a growing compact store, nothing
 /// spawned by the app) removes its expired sessions itself, keeps the
 /// live ones, and its sweeper stops, giving its leases back, when the

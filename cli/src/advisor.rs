@@ -312,11 +312,12 @@ pub struct Pieces {
 }
 
 /// How a record of `record` bytes is cut into pieces in a bucket whose
-/// fields are `field` bytes, at these limits; `None` if it is not (it
-/// fits one value, or goes out of line), as
+/// fields are `field` bytes, at these limits, in a namespace this version
+/// records (its pieces begin with the record's check); `None` if it is
+/// not (it fits one value, or goes out of line), as
 /// `sessionpack::session::layout::compact` decides.
 pub fn pieces(record: u64, field: u64, limits: &ListpackLimits) -> Option<Pieces> {
-    use sessionpack::session::layout::compact::MAX_PIECED_RECORD;
+    use sessionpack::session::layout::compact::{CHECK_BYTES, MAX_PIECED_RECORD};
     let limit = limits.hash_value;
     if 4 + record <= limit || record > MAX_PIECED_RECORD as u64 || limit <= 6 || field + 1 >= limit
     {
@@ -324,7 +325,9 @@ pub fn pieces(record: u64, field: u64, limits: &ListpackLimits) -> Option<Pieces
     }
     let size = limit.min(MAX_PIECED_RECORD as u64);
     let head = size - 6;
-    let rest = record - head.min(record);
+    // A new namespace's pieces carry the record's check before it.
+    let payload = record + CHECK_BYTES as u64;
+    let rest = payload - head.min(payload);
     let count = rest.div_ceil(size);
     if count > 15 {
         return None;
@@ -717,14 +720,15 @@ mod tests {
         let mut w = Workload::new(1_000_000);
         w.id_bytes = 16;
         w.identity = 0;
-        // 109 bytes: 58 in the value, 51 in one piece.
+        // 109 bytes and the record's 4-byte check: 58 in the value, 55 in
+        // one piece.
         w.attrs_bytes = 108;
         let field = 16 - 1;
         let p = pieces(109, field, &w.limits).unwrap();
         assert_eq!(p.count, 1);
         assert_eq!(
             p.bytes,
-            lp_string(64) + lp_string(field + 1) + lp_string(51)
+            lp_string(64) + lp_string(field + 1) + lp_string(55)
         );
         let pieced = predict(LayoutKind::Compact, 13, &w).bytes_per_session;
         w.limits.hash_value = 128;

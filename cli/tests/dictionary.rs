@@ -244,8 +244,13 @@ async fn a_migration_packs_its_copies_with_the_namespaces_dictionary() {
             )
             .await
             .unwrap();
-        // Expiry, the pieced marker and count if in pieces, then the data.
-        let at = if value[4] == 0xc3 { 6 } else { 4 };
+        // Expiry, the pieced marker and count (and the check, its high
+        // bit set) if in pieces, then the data.
+        let at = match (value[4], value[5] & 0x80) {
+            (0xc3, 0) => 6,
+            (0xc3, _) => 10,
+            _ => 4,
+        };
         assert_eq!(value[at], sessionpack::session::dictionary::PACKED);
     }
 }

@@ -67,7 +67,7 @@ local function read_value(value)
   local _, b2, b3, b4, b5, b6 = string.byte(value, 1, 6)
   local expiry = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
   if b5 == PIECED_BYTE and b6 then
-    return expiry, b6
+    return expiry, b6 % CHECKED
   end
   return expiry
 end
@@ -94,12 +94,13 @@ local function be32(n)
 end
 
 -- A value for `form` ('i' integer, 'b' binary inline, 'o' out of line,
--- 'p<size>' in pieces) and `payload` (the identity in decimal for 'i', the
--- record for the others).
+-- 'p<size>' in pieces, 'c<size>' in pieces with a check) and `payload`
+-- (the identity in decimal for 'i', the record's check and the record for
+-- 'c<size>', the record for the others).
 local function make_value(form, payload, expiry)
-  local size = piece_size(form)
+  local size, checked = piece_size(form)
   if size then
-    return be32(expiry) .. (split_record(payload, size))
+    return be32(expiry) .. (split_record(payload, size, checked))
   end
   if form == 'i' then
     if payload == '0' then
@@ -143,17 +144,21 @@ local function stored_record(value)
   if record == OUT_OF_LINE then
     record = redis.call('GET', KEYS[3]) or ''
   end
-  local n = pieces_in(value)
-  if n == 0 then
-    record = string.sub(value, 7)
-  elseif n then
-    local parts = redis.call('HMGET', KEYS[1], unpack(piece_fields(ARGV[1], n)))
-    for i = 1, n do
-      if not parts[i] then
-        error({err = 'CORRUPT a piece of the record is missing from its bucket'})
+  local n, checked = pieces_in(value)
+  if n then
+    -- The payload after PIECED and the count: the check, if any, is the
+    -- client's to verify.
+    local from = checked and 7 + CHECK_BYTES or 7
+    record = string.sub(value, from)
+    if n > 0 then
+      local parts = redis.call('HMGET', KEYS[1], unpack(piece_fields(ARGV[1], n)))
+      for i = 1, n do
+        if not parts[i] then
+          error({err = 'CORRUPT a piece of the record is missing from its bucket'})
+        end
       end
+      record = record .. table.concat(parts)
     end
-    record = string.sub(value, 7) .. table.concat(parts)
   end
   return record, false
 end

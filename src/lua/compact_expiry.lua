@@ -33,11 +33,11 @@ end
 -- in one value), each with the session's expiry where the server expires
 -- fields, and removes those a longer record `old` left beyond them.
 local function write_pieces(key, field, form, payload, expiry, old)
-  local size = piece_size(form)
+  local size, checked = piece_size(form)
   local rest = {}
   if size then
     local _
-    _, rest = split_record(payload, size)
+    _, rest = split_record(payload, size, checked)
   end
   local count = #rest
   if count > 0 then

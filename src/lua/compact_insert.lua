@@ -2,8 +2,9 @@
 -- entry to its expiry if that is earlier (or, with the server expiring
 -- fields, gives the field its TTL: compact_expiry.lua).
 -- KEYS[1..2], ARGV[1..2]: see compact_common.lua; KEYS[3] only for form 'o'
--- ARGV[3]: the form: 'i', 'b', 'o' or 'p<size>' (see make_value)
--- ARGV[4]: the payload: the identity in decimal ('i'), else the record
+-- ARGV[3]: the form: 'i', 'b', 'o', 'p<size>' or 'c<size>' (see make_value)
+-- ARGV[4]: the payload: the identity in decimal ('i'), the record's check
+--          and the record ('c<size>'), else the record
 -- ARGV[5]: 'in' (ARGV[6] is seconds from now) or 'at' (unix seconds)
 -- ARGV[6]: seconds
 -- ARGV[7]: for a store with a user index, when the session's index entry
@@ -42,7 +43,7 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], value) == 0 then
   elseif ARGV[3] == 'o' then
     same = is_out_of_line(stored) and redis.call('GET', KEYS[3]) == ARGV[4]
   elseif piece_size(ARGV[3]) then
-    same = pieces_in(stored) ~= nil and stored_record(stored) == ARGV[4]
+    same = pieces_in(stored) ~= nil and stored_record(stored) == payload_record(ARGV[3], ARGV[4])
   else
     same = not is_integer_form(stored) and string.sub(stored, 5) == ARGV[4]
   end

@@ -20,8 +20,11 @@ use crate::scripts::META_CLAIM;
 /// 2 keeps a compact store's records of up to 512 bytes in their bucket in
 /// pieces, which format 1 kept out of line; 3 may hold record data packed
 /// with a dictionary ([`crate::session::dictionary`]), which every process
-/// that opens such a namespace unpacks.
-pub const FORMAT_VERSION: u32 = 3;
+/// that opens such a namespace unpacks; 4 is a growing store's
+/// ([`GROWING_FORMAT`]); 5 begins a record in pieces with a check of its
+/// bytes ([`crate::session::layout::compact::CHECKED_FORMAT`]). A growing
+/// store records this format too.
+pub const FORMAT_VERSION: u32 = 5;
 /// The record format of a store whose buckets split and merge
 /// ([`crate::session::shape`]): keys named by group and trie node, fields
 /// as long as each bucket's level leaves them, out-of-line records named

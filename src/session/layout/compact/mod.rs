@@ -26,10 +26,16 @@
 //! A record too long for one value (over `hash-max-listpack-value` less the
 //! expiry's four bytes) and at most [`MAX_PIECED_RECORD`] bytes stays in
 //! the bucket in pieces: its value holds the expiry, the byte `0xc3`, the
-//! number `n` of pieces and the record's first `limit - 6` bytes; fields
-//! named the session's field followed by the byte `1..=n` hold the rest,
-//! `limit` bytes each. A load reads the value and the pieces it expects in
-//! one `HMGET`. Longer records live under a key of their own.
+//! number `n` of pieces and the first `limit - 6` bytes of the payload;
+//! fields named the session's field followed by the byte `1..=n` hold the
+//! rest, `limit` bytes each. A load reads the value and the pieces it
+//! expects in one `HMGET`. From record format [`CHECKED_FORMAT`] the
+//! count byte has its high bit set and the payload is a 4-byte check of
+//! the record (the low half of its XXH3-64, big-endian) followed by the
+//! record, so a piece spliced from another record, a stale one, or one cut
+//! short reads as [`Error::CorruptRecord`] (but for one damage in 2^32),
+//! where before only a missing piece did. Longer records live under a key
+//! of their own.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -95,6 +101,15 @@ pub const MAX_PIECED_RECORD: usize = 512;
 const MAX_PIECES: usize = 15;
 /// The record format from which a namespace keeps records in pieces.
 const PIECES_FORMAT: u32 = 2;
+/// The record format from which a record in pieces begins with a check of
+/// its bytes (the module's docs), which earlier versions do not strip:
+/// they refuse such a namespace.
+pub const CHECKED_FORMAT: u32 = 5;
+/// Set in a pieced value's count byte when its payload begins with the
+/// record's check.
+const CHECKED: u8 = 0x80;
+/// Bytes of the check a pieced payload begins with.
+pub const CHECK_BYTES: usize = 4;
 /// Bytes a pieced value holds before the record: the expiry, the marker
 /// and the number of pieces.
 const PIECED_HEAD: usize = EXPIRY_BYTES + 2;
@@ -221,8 +236,8 @@ impl CompactConfig {
     /// group is one hash tag, so the store spreads over a Redis Cluster's
     /// slots by its `2^bucket_bits` groups: on a cluster of many primaries
     /// give it more ([`CompactConfig::with_growth`]). The store's record
-    /// format is then [`GROWING_FORMAT`], which earlier versions refuse to
-    /// open. It needs a sweeper ([`Expiry::Swept`]).
+    /// format is then [`GROWING_FORMAT`] or later, which earlier versions
+    /// refuse to open. It needs a sweeper ([`Expiry::Swept`]).
     pub fn growing() -> Self {
         Self::new(DEFAULT_GROWING_BITS).with_growth()
     }
@@ -348,9 +363,10 @@ enum Form {
     Integer(u64),
     /// Deadline, then the record, in the bucket.
     Inline,
-    /// Deadline, the marker, the count and the record's first bytes in
-    /// the value; the rest in pieces of this many bytes in the bucket.
-    Pieced(usize),
+    /// Deadline, the marker, the count and the payload's first bytes in
+    /// the value; the rest in pieces of `size` bytes in the bucket. A
+    /// `checked` payload is the record's check, then the record.
+    Pieced { size: usize, checked: bool },
     /// Deadline, then the marker; the record under its own key.
     OutOfLine,
 }
@@ -362,43 +378,75 @@ impl Form {
         match self {
             Self::Integer(_) => "i".into(),
             Self::Inline => "b".into(),
-            Self::Pieced(size) => format!("p{size}").into(),
+            Self::Pieced {
+                size,
+                checked: false,
+            } => format!("p{size}").into(),
+            Self::Pieced {
+                size,
+                checked: true,
+            } => format!("c{size}").into(),
             Self::OutOfLine => "o".into(),
         }
     }
 
     /// The stored value for this form, as `make_value` in
-    /// `compact_common.lua` writes it.
-    fn value(self, record: &[u8], expiry: u64) -> Vec<u8> {
+    /// `compact_common.lua` writes it, of the payload [`Form::payload`]
+    /// gives.
+    fn value(self, payload: &[u8], expiry: u64) -> Vec<u8> {
         match self {
             Self::Integer(identity) => (identity * SCALE + expiry).to_string().into_bytes(),
-            Self::Inline | Self::OutOfLine | Self::Pieced(_) => {
-                let mut v = Vec::with_capacity(PIECED_HEAD + record.len().min(64));
+            Self::Inline | Self::OutOfLine | Self::Pieced { .. } => {
+                let mut v = Vec::with_capacity(PIECED_HEAD + payload.len().min(64));
                 // Expiries are checked to fit 32 bits before any write.
                 v.extend_from_slice(&(expiry as u32).to_be_bytes());
                 match self {
                     Self::OutOfLine => v.push(OUT_OF_LINE),
-                    Self::Pieced(size) => {
-                        let (head, rest) = split(record, size);
+                    Self::Pieced { size, checked } => {
+                        let (head, rest) = split(payload, size);
                         // At most MAX_PIECES, checked where the form is chosen.
-                        v.extend_from_slice(&[PIECED, rest.len() as u8]);
+                        let count = rest.len() as u8 | if checked { CHECKED } else { 0 };
+                        v.extend_from_slice(&[PIECED, count]);
                         v.extend_from_slice(head);
                     }
-                    _ => v.extend_from_slice(record),
+                    _ => v.extend_from_slice(payload),
                 }
                 v
             }
         }
     }
 
-    /// The pieces a record of this form continues in (none but for
-    /// [`Form::Pieced`]).
-    fn pieces(self, record: &[u8]) -> Vec<&[u8]> {
+    /// What a script given this form is given beside it (`make_value`),
+    /// and what [`Form::value`] and [`Form::pieces`] cut: the identity in
+    /// decimal for the integer form, a checked record's check followed by
+    /// the record, else the record.
+    fn payload(self, record: &[u8]) -> std::borrow::Cow<'_, [u8]> {
         match self {
-            Self::Pieced(size) => split(record, size).1,
+            Self::Integer(identity) => identity.to_string().into_bytes().into(),
+            Self::Pieced { checked: true, .. } => {
+                let mut payload = Vec::with_capacity(CHECK_BYTES + record.len());
+                payload.extend_from_slice(&check_of(record).to_be_bytes());
+                payload.extend_from_slice(record);
+                payload.into()
+            }
+            Self::Inline | Self::OutOfLine | Self::Pieced { .. } => record.into(),
+        }
+    }
+
+    /// The pieces a payload of this form continues in (none but for
+    /// [`Form::Pieced`]).
+    fn pieces(self, payload: &[u8]) -> Vec<&[u8]> {
+        match self {
+            Self::Pieced { size, .. } => split(payload, size).1,
             _ => Vec::new(),
         }
     }
+}
+
+/// The check a pieced payload begins with: the low half of the record's
+/// XXH3-64 (what the server never computes: scripts only move payloads).
+fn check_of(record: &[u8]) -> u32 {
+    xxhash_rust::xxh3::xxh3_64(record) as u32
 }
 
 /// Whether a growing store's script found its bucket split or merged away
@@ -446,16 +494,16 @@ impl TouchRoute {
     }
 }
 
-/// A record cut for the pieced form with pieces of `size` bytes: the part
-/// its value holds, and the pieces, as `split_record` in
+/// A payload cut for the pieced form with pieces of `size` bytes: the
+/// part its value holds, and the pieces, as `split_record` in
 /// `compact_pieces.lua` cuts it.
-fn split(record: &[u8], size: usize) -> (&[u8], Vec<&[u8]>) {
-    let first = (size - PIECED_HEAD).min(record.len());
-    let (head, rest) = record.split_at(first);
+fn split(payload: &[u8], size: usize) -> (&[u8], Vec<&[u8]>) {
+    let first = (size - PIECED_HEAD).min(payload.len());
+    let (head, rest) = payload.split_at(first);
     (head, rest.chunks(size).collect())
 }
 
-/// The pieces of `size` bytes [`split`] cuts a record of `len` bytes into.
+/// The pieces of `size` bytes [`split`] cuts a payload of `len` bytes into.
 fn pieces_of_len(len: usize, size: usize) -> usize {
     len.saturating_sub(size - PIECED_HEAD).div_ceil(size)
 }
@@ -556,7 +604,10 @@ enum Value {
     Pieced {
         expires_at: u64,
         pieces: usize,
+        /// The record's first bytes.
         head: Vec<u8>,
+        /// The record's check, where its payload begins with one.
+        check: Option<u32>,
     },
     OutOfLine {
         expires_at: u64,
@@ -630,10 +681,18 @@ fn parse_value(bytes: &[u8]) -> Option<Value> {
             Some(if rest == [OUT_OF_LINE] {
                 Value::OutOfLine { expires_at }
             } else if rest.len() >= 2 && rest[0] == PIECED {
+                let pieces = usize::from(rest[1] & !CHECKED);
+                let (check, head) = if rest[1] & CHECKED == 0 {
+                    (None, &rest[2..])
+                } else {
+                    let (check, head) = rest[2..].split_at_checked(CHECK_BYTES)?;
+                    (Some(u32::from_be_bytes(check.try_into().ok()?)), head)
+                };
                 Value::Pieced {
                     expires_at,
-                    pieces: usize::from(rest[1]),
-                    head: rest[2..].to_vec(),
+                    pieces,
+                    head: head.to_vec(),
+                    check,
                 }
             } else {
                 Value::Here {
@@ -834,7 +893,8 @@ where
         if growing {
             Self::check_growing(&config)?;
             meta.growing = true;
-            meta.format = GROWING_FORMAT;
+            // This version's format is a growing store's or later.
+            meta.format = FORMAT_VERSION.max(GROWING_FORMAT);
             meta.split_fields = growth::SPLIT_FIELDS;
         }
         if meta.server_expiry {
@@ -1225,7 +1285,7 @@ where
             "compact",
             match form {
                 Form::OutOfLine => crate::metrics::Placement::OutOfLine,
-                Form::Pieced(_) => crate::metrics::Placement::Pieces,
+                Form::Pieced { .. } => crate::metrics::Placement::Pieces,
                 _ => crate::metrics::Placement::Inline,
             },
         );
@@ -1243,12 +1303,28 @@ where
         match self.piece_size() {
             Some(size)
                 if record.len() <= MAX_PIECED_RECORD
-                    && pieces_of_len(record.len(), size) <= MAX_PIECES =>
+                    && pieces_of_len(self.payload_len(record.len()), size) <= MAX_PIECES =>
             {
-                Form::Pieced(size)
+                Form::Pieced {
+                    size,
+                    checked: self.checked(),
+                }
             }
             _ => Form::OutOfLine,
         }
+    }
+
+    /// Whether this store's records in pieces begin with their check: in a
+    /// namespace of [`CHECKED_FORMAT`] on, which only versions that strip
+    /// it open.
+    fn checked(&self) -> bool {
+        self.format >= CHECKED_FORMAT
+    }
+
+    /// The length of the payload a record of `len` bytes is cut into
+    /// pieces as.
+    fn payload_len(&self, len: usize) -> usize {
+        len + if self.checked() { CHECK_BYTES } else { 0 }
     }
 
     /// The size of a piece, where this store keeps records in pieces: its
@@ -1267,7 +1343,7 @@ where
             || (len <= MAX_PIECED_RECORD
                 && self
                     .piece_size()
-                    .is_some_and(|size| pieces_of_len(len, size) <= MAX_PIECES))
+                    .is_some_and(|size| pieces_of_len(self.payload_len(len), size) <= MAX_PIECES))
     }
 
     /// The fields a record of `len` bytes stored under `field` takes
@@ -1275,7 +1351,7 @@ where
     fn piece_fields(&self, field: &[u8], len: usize) -> Vec<Vec<u8>> {
         match self.piece_size() {
             Some(size) if ((len + EXPIRY_BYTES) as u64) > self.limits.hash_value => (1
-                ..=pieces_of_len(len, size))
+                ..=pieces_of_len(self.payload_len(len), size))
                 .map(|i| piece_field(field, i))
                 .collect(),
             _ => Vec::new(),
@@ -1287,13 +1363,6 @@ where
         match record::int_only(record) {
             Some(identity) if INTEGER_FORM.contains(&identity) => Form::Integer(identity),
             _ => Form::Inline,
-        }
-    }
-
-    fn payload<'a>(form: Form, record: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
-        match form {
-            Form::Integer(identity) => identity.to_string().into_bytes().into(),
-            Form::Inline | Form::OutOfLine | Form::Pieced(_) => record.into(),
         }
     }
 
@@ -1358,7 +1427,7 @@ where
         inv.arg(&k.field)
             .arg(k.member)
             .arg(form.code())
-            .arg(&*Self::payload(form, record))
+            .arg(&*form.payload(record))
             .arg(mode)
             .arg(secs);
         if let (Some(users), Some(at)) = (&self.users, indexed_at) {
@@ -1518,8 +1587,9 @@ where
         record: &[u8],
         at: u64,
     ) -> Result<Inserted> {
-        let value = form.value(record, at);
-        let pieces = form.pieces(record);
+        let payload = form.payload(record);
+        let value = form.value(&payload, at);
+        let pieces = form.pieces(&payload);
         let code: i64 = self
             .call(id, |k| {
                 let mut inv = self.short_invocation(self.script(&COMPACT_ADD), k);
@@ -1660,14 +1730,15 @@ where
         let (_, latest) = self.time_bounds().await?;
         let latest = (latest + MARGIN).ceil() as u64;
         let form = self.form_of(record);
-        let value = form.value(record, expires_at);
+        let payload = form.payload(record);
+        let value = form.value(&payload, expires_at);
         if matches!(form, Form::Integer(_) | Form::Inline)
             && let Some(code) = self.rewrite(id, &value, expires_at, latest).await?
         {
             return Ok(self.wrote_if_done(record, Written::from_code(code.min(1))));
         }
         let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
-        let pieces = form.pieces(record);
+        let pieces = form.pieces(&payload);
         let code = self
             .call_on_session(id, |k| {
                 let mut inv = self.invocation(self.script(&COMPACT_SAVE), k);
@@ -1957,6 +2028,7 @@ where
                 expires_at,
                 pieces,
                 mut head,
+                check,
             } => {
                 self.piece_guess.store(pieces, Ordering::Relaxed);
                 if read.len() < pieces {
@@ -1973,11 +2045,32 @@ where
                     head.extend_from_slice(&piece);
                 }
                 Assembled::Done(Some(Stored {
-                    record: head,
+                    record: self.checked_record(id, check, head)?,
                     expires_at,
                 }))
             }
         })
+    }
+
+    /// A record joined from its pieces, if its check holds: a piece spliced
+    /// from another record, left by an earlier one or cut short is
+    /// [`Error::CorruptRecord`] (a record of a format without checks is
+    /// taken as it is).
+    fn checked_record(
+        &self,
+        id: &SessionId,
+        check: Option<u32>,
+        record: Vec<u8>,
+    ) -> Result<Vec<u8>> {
+        match check {
+            Some(check) if check != check_of(&record) => Err(Error::CorruptRecord {
+                location: self.buckets().location(id),
+                reason: "the record's pieces do not match its check: a piece is missing, cut \
+                         short, stale or another record's"
+                    .into(),
+            }),
+            _ => Ok(record),
+        }
     }
 
     /// The rest of a session whose value was read: its out-of-line
@@ -2195,7 +2288,7 @@ where
         expected: Option<&[u8]>,
     ) -> Result<Written> {
         let form = self.form_of(record);
-        let payload = Self::payload(form, record);
+        let payload = form.payload(record);
         let invocation = |k: &Keys, owner: Option<&[u8]>| {
             let mut inv = self.invocation(self.script(&COMPACT_REPLACE), k);
             inv.arg(form.code()).arg(&*payload);
@@ -2433,6 +2526,38 @@ mod tests {
             StoredRecord::of_value(&marker),
             Some(StoredRecord::OutOfLine)
         );
+    }
+
+    #[test]
+    fn a_checked_pieced_value_parses_to_its_record_head_and_check() {
+        let record: Vec<u8> = (0..200u8).collect();
+        for checked in [false, true] {
+            let form = Form::Pieced { size: 64, checked };
+            let payload = form.payload(&record);
+            let value = form.value(&payload, 1_800_000_000);
+            let pieces = form.pieces(&payload);
+            // The expiry, marker and count, and the head: one full value.
+            assert_eq!(value.len(), 64);
+            let Some(Value::Pieced {
+                expires_at,
+                pieces: count,
+                head,
+                check,
+            }) = parse_value(&value)
+            else {
+                panic!("not pieced: {value:?}");
+            };
+            assert_eq!(expires_at, 1_800_000_000);
+            assert_eq!(count, pieces.len());
+            assert_eq!(check, checked.then(|| check_of(&record)));
+            let joined = [head, pieces.concat()].concat();
+            assert_eq!(joined, record);
+        }
+        // A checked count whose value is too short to hold its check is in
+        // neither form.
+        let mut short = 1_800_000_000u32.to_be_bytes().to_vec();
+        short.extend_from_slice(&[PIECED, CHECKED | 1, 0xab, 0xcd]);
+        assert_eq!(parse_value(&short), None);
     }
 
     #[test]

@@ -33,11 +33,13 @@ where
             Value::Pieced {
                 expires_at,
                 mut head,
+                check,
                 ..
             } => {
+                // A piece missing reads as empty here: the check tells.
                 head.extend_from_slice(&side);
                 Some(Stored {
-                    record: head,
+                    record: self.checked_record(id, check, head)?,
                     expires_at,
                 })
             }
