@@ -16,15 +16,6 @@ struct Profile {
     name: String,
 }
 
-async fn encoding(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
-    redis::cmd("OBJECT")
-        .arg("ENCODING")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn keys_fields_values_and_scores_are_as_documented() {
     let server = common::server();
@@ -71,8 +62,8 @@ async fn keys_fields_values_and_scores_are_as_documented() {
         (now.0 + 3600..=now.0 + 3601).contains(&s.expires_at),
         "server clock, rounded up"
     );
-    assert_eq!(encoding(&mut raw, &hash_key).await, "listpack");
-    assert_eq!(encoding(&mut raw, &zset_key).await, "listpack");
+    assert_eq!(common::encoding(&mut raw, &hash_key).await, "listpack");
+    assert_eq!(common::encoding(&mut raw, &zset_key).await, "listpack");
     let ttl: i64 = raw.ttl(&hash_key).await.unwrap();
     assert_eq!(ttl, -1, "bucket keys carry no expiry of their own");
 }
@@ -103,7 +94,7 @@ async fn buckets_stay_listpack_with_20k_sessions_and_a_fat_one() {
     assert_eq!(per_bucket.len(), 256);
     for bucket in 0..buckets.count() {
         for key in [buckets.hash_key(bucket), buckets.zset_key(bucket)] {
-            assert_eq!(encoding(&mut raw, &key).await, "listpack", "{key}");
+            assert_eq!(common::encoding(&mut raw, &key).await, "listpack", "{key}");
         }
         let n: usize = raw.hlen(buckets.hash_key(bucket)).await.unwrap();
         assert_eq!(n, per_bucket[&bucket]);
@@ -172,7 +163,7 @@ async fn listpack_limits_come_from_the_server() {
         .unwrap();
     assert_eq!(marker, vec![0xc1]);
     assert_eq!(
-        encoding(&mut raw, &b.hash_key(b.bucket_of(&s.id))).await,
+        common::encoding(&mut raw, &b.hash_key(b.bucket_of(&s.id))).await,
         "listpack"
     );
 }

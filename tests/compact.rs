@@ -69,12 +69,12 @@ async fn keys_values_and_index_are_as_documented() {
         let key = scheme.bucket_key(bucket);
         assert_eq!(key, format!("sp:{{{:x}}}:{:x}", bucket >> 7, bucket & 127));
         assert_eq!(
-            common_encoding(&mut raw, &key).await,
+            common::encoding(&mut raw, &key).await,
             "listpack",
             "bucket stays a listpack"
         );
         let index = scheme.index_key(bucket >> 7);
-        assert_eq!(common_encoding(&mut raw, &index).await, "listpack");
+        assert_eq!(common::encoding(&mut raw, &index).await, "listpack");
         let score: f64 = raw.zscore(&index, bucket & 127).await.unwrap();
         assert!(score as u64 <= s.expires_at, "the index bounds the expiry");
     }
@@ -109,15 +109,6 @@ async fn keys_values_and_index_are_as_documented() {
     assert_eq!(ttl, -1);
     let layout_name: String = raw.hget("sp:meta", "layout").await.unwrap();
     assert_eq!(layout_name, "compact");
-}
-
-async fn common_encoding(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
-    redis::cmd("OBJECT")
-        .arg("ENCODING")
-        .arg(key)
-        .query_async(raw)
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -124,7 +124,7 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
         if pairs.len() > 1 && indexed.is_none() {
             out.unindexed += 1;
         }
-        if !pairs.is_empty() && encoding(raw, &key).await != "listpack" {
+        if !pairs.is_empty() && common::encoding(raw, &key).await != "listpack" {
             out.converted += 1;
         }
     }
@@ -165,16 +165,6 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
     out
 }
 
-/// How the server keeps `key` (`OBJECT ENCODING`).
-async fn encoding(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
-    redis::cmd("OBJECT")
-        .arg("ENCODING")
-        .arg(key)
-        .query_async(raw)
-        .await
-        .unwrap()
-}
-
 fn set_hash_value(server: &LocalServer, bytes: u64) {
     common::raw_command(
         server,
@@ -204,7 +194,7 @@ async fn a_bucket_the_server_converted_splits_into_listpacks_again() {
     let shape = layout.shape().unwrap();
     let mut converted = HashSet::new();
     for node in &before.buckets {
-        if encoding(&mut raw, &shape.bucket_key(*node)).await != "listpack" {
+        if common::encoding(&mut raw, &shape.bucket_key(*node)).await != "listpack" {
             converted.insert(*node);
         }
     }
@@ -218,7 +208,7 @@ async fn a_bucket_the_server_converted_splits_into_listpacks_again() {
         if old.contains(node) {
             continue;
         }
-        let encoding = encoding(&mut raw, &shape.bucket_key(*node)).await;
+        let encoding = common::encoding(&mut raw, &shape.bucket_key(*node)).await;
         assert_eq!(encoding, "listpack", "{node:?}");
     }
     assert!(after.strays.is_empty(), "{:?}", after.strays);

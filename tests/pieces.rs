@@ -47,13 +47,7 @@ async fn census(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
         if pairs.is_empty() {
             continue;
         }
-        let encoding: String = redis::cmd("OBJECT")
-            .arg("ENCODING")
-            .arg(&key)
-            .query_async(raw)
-            .await
-            .unwrap();
-        if encoding != "listpack" {
+        if common::encoding(raw, &key).await != "listpack" {
             census.converted += 1;
         }
         let mut named = HashSet::new();

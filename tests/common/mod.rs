@@ -51,6 +51,16 @@ pub async fn drain(conn: &ConnectionManager) {
 /// A plain connection for inspecting what the store wrote. Its replies
 /// may take a minute (the client's default is half a second): a `SAVE` or
 /// a full scan on a loaded machine is slow, not failed.
+/// How the server keeps `key` (`OBJECT ENCODING`).
+pub async fn encoding(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
 pub async fn raw(server: &LocalServer) -> redis::aio::MultiplexedConnection {
     let config = redis::AsyncConnectionConfig::new()
         .set_response_timeout(Some(std::time::Duration::from_secs(60)));
