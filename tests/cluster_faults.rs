@@ -664,22 +664,167 @@ async fn pause_until_replica_takes_over(c: &LocalCluster, victim: &LocalServer) 
         .iter()
         .find(|n| c.role(n) == Some(Role::Replica(victim.port())))
         .expect("the victim's replica");
-    let signal = |sig: &str| {
-        let pid = victim.pid().expect("the victim runs").to_string();
-        let status = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    signal(victim, "-STOP");
+    until_primary(c, replica).await;
+    signal(victim, "-CONT");
+    tokio::task::block_in_place(|| c.wait_until_ready(Duration::from_secs(60))).unwrap();
+}
+
+/// Sends `sig` to `server`'s process, by its id.
+fn signal(server: &LocalServer, sig: &str) {
+    let pid = server.pid().expect("the server runs").to_string();
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// Waits until `replica` has taken its primary's slots over.
+async fn until_primary(c: &LocalCluster, replica: &LocalServer) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while c.role(replica) != Some(Role::Primary) {
         assert!(Instant::now() < deadline, "the replica never took over");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    signal("-CONT");
+}
+
+/// A primary paused and left paused after its replica took over: the
+/// calls that waited on it are sent again to the new primary and succeed
+/// while it is still paused, where they used to wait out their whole
+/// response timeout (here two minutes, so no call ends by timing out
+/// before the checks). Every worker writes a counter to sessions of its
+/// own on every primary; once the old primary is back (demoted, and
+/// resynchronised from the new one), each session holds what its last
+/// acknowledged write wrote, or the write in flight when it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_waiting_on_a_failed_over_primary_go_to_the_new_one() {
+    let patient =
+        sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs(120));
+    for growing in [false, true] {
+        let c = LocalCluster::start(3, 1).expect("a local cluster");
+        let conn = cluster::connect_with(&c.urls(), &patient).await.unwrap();
+        if growing {
+            let layout = Compact::new(conn, CompactConfig::growing()).await.unwrap();
+            calls_move_to_the_new_primary(&c, Store::new(layout).without_sweeper().with_ttl(TTL))
+                .await;
+        } else {
+            let layout = Bucketed::new(conn, BucketedConfig::new(8)).await.unwrap();
+            calls_move_to_the_new_primary(&c, Store::new(layout).without_sweeper().with_ttl(TTL))
+                .await;
+        }
+    }
+}
+
+async fn calls_move_to_the_new_primary<L>(c: &LocalCluster, store: Store<L, u64>)
+where
+    L: sessionpack::Layout + Clone + 'static,
+{
+    const WORKERS: u64 = 8;
+    const EACH: u64 = 30;
+    let mut owned = Vec::new();
+    for w in 0..WORKERS {
+        let mut ids = Vec::new();
+        for i in 0..EACH {
+            ids.push(store.create(w * EACH + i, 0).await.unwrap().id);
+        }
+        owned.push(ids);
+    }
+    tokio::task::block_in_place(|| c.wait_in_sync(Duration::from_secs(30))).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds: Arc<Vec<AtomicU64>> = Arc::new((0..WORKERS).map(|_| AtomicU64::new(0)).collect());
+    let workers: Vec<_> = owned
+        .into_iter()
+        .enumerate()
+        .map(|(w, ids)| {
+            let (store, stop, rounds) = (store.clone(), stop.clone(), rounds.clone());
+            tokio::spawn(async move {
+                // Per session: the value acknowledged last, and one whose
+                // write failed after it (either may be stored).
+                let mut written: Vec<(u64, Option<u64>)> = vec![(0, None); ids.len()];
+                let mut errors = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    for (i, id) in ids.iter().enumerate() {
+                        n += 1;
+                        let session = match store.load(id).await {
+                            Ok(Some(s)) => s,
+                            Ok(None) => panic!("a live session is gone"),
+                            Err(e) => {
+                                errors.push(e);
+                                continue;
+                            }
+                        };
+                        let next = sessionpack::Session {
+                            attrs: n,
+                            ..session
+                        };
+                        match store.save(&next).await {
+                            Ok(true) => written[i] = (n, None),
+                            Ok(false) => panic!("a live session is gone"),
+                            Err(e) => {
+                                written[i].1 = Some(n);
+                                errors.push(e);
+                            }
+                        }
+                    }
+                    rounds[w].fetch_add(1, Ordering::Relaxed);
+                }
+                (ids, written, errors)
+            })
+        })
+        .collect();
+    let each_round = async |what: &str| {
+        let from: Vec<u64> = rounds.iter().map(|r| r.load(Ordering::Relaxed)).collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while rounds
+            .iter()
+            .zip(&from)
+            .any(|(r, &from)| r.load(Ordering::Relaxed) < from + 2)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: a worker made no two rounds in a minute: {rounds:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    each_round("before the pause").await;
+
+    let victim = c.primaries()[0];
+    let replica = c
+        .nodes()
+        .iter()
+        .find(|n| c.role(n) == Some(Role::Replica(victim.port())))
+        .expect("the victim's replica");
+    signal(victim, "-STOP");
+    until_primary(c, replica).await;
+    // Still paused: every worker's calls (each round touches sessions on
+    // every primary) complete on the new primary.
+    each_round("the old primary still paused").await;
+    signal(victim, "-CONT");
     tokio::task::block_in_place(|| c.wait_until_ready(Duration::from_secs(60))).unwrap();
+    each_round("the old primary back").await;
+    stop.store(true, Ordering::Relaxed);
+
+    for worker in workers {
+        let (ids, written, errors) = worker.await.unwrap();
+        for e in &errors {
+            assert!(
+                e.is_transient() && !e.to_string().contains("timed out"),
+                "a call failed otherwise than while the cluster settled: {e:?}"
+            );
+        }
+        for (id, (acked, in_flight)) in ids.iter().zip(written) {
+            let stored = store.load(id).await.unwrap().expect("a live session").attrs;
+            assert!(
+                stored == acked || Some(stored) == in_flight,
+                "a session holds {stored}: its last acknowledged write was {acked}, \
+                 the one that failed after it {in_flight:?}"
+            );
+        }
+    }
 }
 
 fn short_timeouts() -> sessionpack::ConnectOptions {
@@ -838,4 +983,118 @@ where
     );
     assert_eq!(lost, 0, "a create the replicas confirmed was lost");
     assert_eq!(revived, 0, "a delete the replicas confirmed was undone");
+}
+
+/// Not a check: prints how long calls wait through a primary paused
+/// (`SIGSTOP`, left paused 8 s after its replica took over) and a primary
+/// killed (`SIGKILL`, started again 8 s after), then a reshard of 1,000
+/// slots, with 8 workers creating and loading sessions on a bucketed
+/// store. Run with
+/// `cargo test --all-features --test cluster_faults -- --ignored --nocapture how_long`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a report, run by hand"]
+async fn how_long_calls_wait_through_a_failover_and_a_reshard() {
+    let c = LocalCluster::start(3, 1).expect("a local cluster");
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    let layout = Bucketed::new(conn, BucketedConfig::new(8)).await.unwrap();
+    let store: Store<_, String> = Store::new(layout).without_sweeper().with_ttl(TTL);
+    let stop = Arc::new(AtomicBool::new(false));
+    // (started, took, outcome) of every call that took over 100 ms or failed.
+    let slow = Arc::new(std::sync::Mutex::new(
+        Vec::<(Instant, Duration, String)>::new(),
+    ));
+    let workers: Vec<_> = (0..8u64)
+        .map(|w| {
+            let (store, stop, slow) = (store.clone(), stop.clone(), slow.clone());
+            tokio::spawn(async move {
+                let note = |started: Instant, outcome: String| {
+                    let took = started.elapsed();
+                    if took > Duration::from_millis(100) || outcome != "ok" {
+                        slow.lock().unwrap().push((started, took, outcome));
+                    }
+                };
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let started = Instant::now();
+                    let created = store.create(w * 1_000_000 + n, "x".repeat(30)).await;
+                    note(
+                        started,
+                        created
+                            .as_ref()
+                            .map_or_else(|e| e.to_string(), |_| "ok".into()),
+                    );
+                    if let Ok(s) = created {
+                        let started = Instant::now();
+                        let loaded = store.load(&s.id).await;
+                        note(
+                            started,
+                            loaded.map_or_else(|e| e.to_string(), |_| "ok".into()),
+                        );
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (i, fault) in ["-STOP", "-KILL"].into_iter().enumerate() {
+        let victim = c.primaries()[i];
+        let replica = c
+            .nodes()
+            .iter()
+            .find(|n| c.role(n) == Some(Role::Replica(victim.port())))
+            .unwrap();
+        let began = Instant::now();
+        if fault == "-KILL" {
+            victim.stop();
+        } else {
+            signal(victim, fault);
+        }
+        until_primary(&c, replica).await;
+        let takeover = began.elapsed();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        if fault == "-KILL" {
+            victim.resume().unwrap();
+        } else {
+            signal(victim, "-CONT");
+        }
+        tokio::task::block_in_place(|| c.wait_until_ready(Duration::from_secs(60))).unwrap();
+        report(
+            &slow,
+            began,
+            &format!("kill {fault}: the replica took over after {takeover:?}"),
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let p = c.primaries();
+        let began = Instant::now();
+        tokio::task::block_in_place(|| c.reshard(p[0], p[1], 1000)).unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        report(&slow, began, "a reshard of 1,000 slots");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+}
+
+/// Prints the calls started since `since` that took over 100 ms or failed.
+fn report(slow: &std::sync::Mutex<Vec<(Instant, Duration, String)>>, since: Instant, what: &str) {
+    let calls: Vec<_> = slow
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(started, ..)| *started >= since)
+        .cloned()
+        .collect();
+    let longest = calls.iter().map(|(_, took, _)| *took).max();
+    let failed: Vec<&str> = calls
+        .iter()
+        .filter(|(.., outcome)| outcome != "ok")
+        .map(|(.., outcome)| outcome.as_str())
+        .collect();
+    println!(
+        "{what}: {} calls over 100 ms, the longest {longest:?}; {} failed {failed:?}",
+        calls.len(),
+        failed.len()
+    );
 }

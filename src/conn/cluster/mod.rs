@@ -9,7 +9,10 @@
 //! (`MOVED`, `ASK`), `TRYAGAIN` and reconnection after a failover are the
 //! cluster client's, except for the commands queued in a transaction, which
 //! [`Cluster`] resends itself; scripts are loaded on every primary
-//! (`SCRIPT LOAD` is routed to all of them).
+//! (`SCRIPT LOAD` is routed to all of them). A call that waits on a primary
+//! which has been failed over while it was paused or cut off is sent again
+//! to the new primary as soon as the cluster has promoted it ([`takeover`]),
+//! rather than after its whole response timeout.
 //!
 //! ```no_run
 //! # async fn run() -> sessionpack::Result<()> {
@@ -21,6 +24,7 @@
 //! ```
 
 pub mod slots;
+pub mod takeover;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,11 +33,12 @@ use std::time::Duration;
 use redis::aio::ConnectionLike as _;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::conn::ConnectOptions;
 use crate::error::Result;
+
+use takeover::{SlotOwners, Watch};
 
 /// Attempts the cluster client makes for one request (redirections and
 /// reconnections included) before it reports an error.
@@ -57,6 +62,7 @@ pub struct Cluster {
 struct Shared {
     client: ClusterClient,
     options: ConnectOptions,
+    watch: Watch,
     /// The connection calls go through, and how many times it was replaced.
     current: Mutex<(u64, ClusterConnection)>,
     /// Held while a replacement is made: concurrent timeouts make one.
@@ -81,20 +87,31 @@ pub async fn connect(seeds: &[impl AsRef<str>]) -> Result<Cluster> {
 /// a whole call, redirections and reconnections included; a call follows
 /// up to [`RETRIES`] redirections or reconnections.
 pub async fn connect_with(seeds: &[impl AsRef<str>], options: &ConnectOptions) -> Result<Cluster> {
-    let builder = redis::cluster::ClusterClientBuilder::new(seeds.iter().map(|s| s.as_ref()))
-        .connection_timeout(options.connect_timeout())
-        .response_timeout(options.response_timeout())
-        .retries(RETRIES);
-    let client = with_tls(builder, seeds, options)?.build()?;
+    let seeds: Vec<String> = seeds.iter().map(|s| s.as_ref().to_owned()).collect();
+    let client = client(&seeds, options)?;
     let conn = client.get_async_connection().await?;
-    Ok(Cluster {
+    let cluster = Cluster {
         shared: Arc::new(Shared {
             client,
+            watch: Watch::new(seeds, options),
             options: options.clone(),
             current: Mutex::new((0, conn)),
             replacing: tokio::sync::Mutex::new(()),
         }),
-    })
+    };
+    // Which primary serves each slot, for calls to see a failover by; a
+    // cluster whose nodes do not answer yet is looked at when a call waits.
+    let _ = cluster.shared.watch.look().await;
+    Ok(cluster)
+}
+
+/// A cluster client for `seeds` with `options`.
+fn client(seeds: &[String], options: &ConnectOptions) -> Result<ClusterClient> {
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+        .connection_timeout(options.connect_timeout())
+        .response_timeout(options.response_timeout())
+        .retries(RETRIES);
+    Ok(with_tls(builder, seeds, options)?.build()?)
 }
 
 /// Gives the cluster client the certificates of `options` (feature
@@ -217,17 +234,62 @@ impl Cluster {
         (guard.0, guard.1.clone())
     }
 
-    /// Runs `call` on the current connection; a timeout replaces it.
-    async fn call<'a, T, F>(&'a self, call: impl FnOnce(ClusterConnection) -> F) -> RedisResult<T>
+    /// Runs `call` on the current connection; a timeout replaces it. A
+    /// call for a key in `slot` that waits on a primary the cluster then
+    /// fails over is sent again on a connection that knows the new one
+    /// (see [`takeover`]), within the response timeout of the first.
+    async fn call<'a, T, F>(
+        &'a self,
+        slot: Option<u16>,
+        call: impl Fn(ClusterConnection) -> F,
+    ) -> RedisResult<T>
     where
         F: Future<Output = RedisResult<T>> + 'a,
     {
-        let (generation, conn) = self.current();
-        let result = call(conn).await;
-        if result.as_ref().is_err_and(|e| e.is_timeout()) {
-            self.replace(generation).await;
+        let deadline = tokio::time::Instant::now() + self.shared.options.response_timeout();
+        let mut resent = false;
+        loop {
+            let (generation, conn) = self.current();
+            let (before, stale) = self.shared.watch.known();
+            if stale {
+                let shared = self.shared.clone();
+                tokio::spawn(async move {
+                    let _ = shared.watch.look().await;
+                    shared.watch.refreshed();
+                });
+            }
+            let call = call(conn);
+            let sent = async {
+                if !resent {
+                    return call.await;
+                }
+                // What is left of the first attempt's time.
+                tokio::time::timeout_at(deadline, call)
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out()))
+            };
+            let result = match slot {
+                None => sent.await,
+                Some(slot) => {
+                    let watched = self.shared.watch.taken_over(slot, &before);
+                    tokio::select! {
+                        result = sent => result,
+                        now = watched => {
+                            self.replace_after_takeover(generation, &now).await;
+                            if tokio::time::Instant::now() >= deadline {
+                                return Err(timed_out());
+                            }
+                            resent = true;
+                            continue;
+                        }
+                    }
+                }
+            };
+            if result.as_ref().is_err_and(|e| e.is_timeout()) {
+                self.replace(generation).await;
+            }
+            return result;
         }
-        result
     }
 
     /// Opens a new connection in place of the one of `generation`, unless
@@ -242,12 +304,7 @@ impl Cluster {
         let budget = options.connect_timeout() * 2 + options.response_timeout();
         match tokio::time::timeout(budget, self.shared.client.get_async_connection()).await {
             Ok(Ok(conn)) => {
-                let mut current = self
-                    .shared
-                    .current
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                *current = (generation + 1, conn);
+                self.install(generation, conn);
                 tracing::warn!(
                     replacements = generation + 1,
                     "a cluster call timed out; its connection was replaced"
@@ -258,6 +315,45 @@ impl Cluster {
             }
             Err(_) => tracing::warn!("a cluster call timed out; reconnecting timed out"),
         }
+    }
+
+    /// Opens a new connection in place of the one of `generation` after a
+    /// takeover, from the primaries that serve slots `now` (a seed that is
+    /// paused would hold a new connection up for its whole timeout).
+    async fn replace_after_takeover(&self, generation: u64, now: &SlotOwners) {
+        let _one_at_a_time = self.shared.replacing.lock().await;
+        if self.current().0 != generation {
+            return;
+        }
+        // The probe's URLs are reached as the seeds are.
+        let seeds = now.primaries();
+        let options = &self.shared.options;
+        let budget = options.connect_timeout() * 2 + options.response_timeout();
+        let connected = async {
+            let conn = client(seeds, options)
+                .map_err(|e| {
+                    redis::RedisError::from((redis::ErrorKind::Client, "", e.to_string()))
+                })?
+                .get_async_connection()
+                .await?;
+            Ok::<_, redis::RedisError>(conn)
+        };
+        match tokio::time::timeout(budget, connected).await {
+            Ok(Ok(conn)) => self.install(generation, conn),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "reconnecting after a failover failed")
+            }
+            Err(_) => tracing::warn!("reconnecting after a failover timed out"),
+        }
+    }
+
+    fn install(&self, generation: u64, conn: ClusterConnection) {
+        let mut current = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *current = (generation + 1, conn);
     }
 
     /// Sends a transaction (one slot by construction). The cluster client
@@ -276,8 +372,9 @@ impl Cluster {
         let mut delay = Duration::from_millis(10);
         let mut attempt = 1;
         loop {
-            let sent =
-                self.call(|mut conn| async move {
+            let slot = pipeline.cmd_iter().find_map(slot_of);
+            let sent = self
+                .call(slot, |mut conn| async move {
                     conn.req_packed_commands(pipeline, offset, count).await
                 })
                 .await;
@@ -291,14 +388,26 @@ impl Cluster {
                 return sent;
             };
             let exists = redis::cmd("EXISTS").arg(key).clone();
+            let exists = &exists;
             let _ = self
-                .call(|mut conn| async move { conn.req_packed_command(&exists).await })
+                .call(Some(slots::key_slot(key)), |mut conn| async move {
+                    conn.req_packed_command(exists).await
+                })
                 .await;
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(500));
             attempt += 1;
         }
     }
+}
+
+/// The error of a call whose response timeout ran out.
+fn timed_out() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "a cluster call sent again after a failover ran out of time",
+    )
+    .into()
 }
 
 /// Whether `e` (or a command inside an aborted transaction) is a
@@ -348,13 +457,15 @@ fn key_of(cmd: &Cmd) -> Option<&[u8]> {
 }
 
 /// The slot of the first key `cmd` names (see [`key_of`]).
-fn slot_of(cmd: &Cmd) -> Option<Slot> {
-    key_of(cmd).map(Slot::for_key)
+fn slot_of(cmd: &Cmd) -> Option<u16> {
+    key_of(cmd).map(slots::key_slot)
 }
 
 impl redis::aio::ConnectionLike for Cluster {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(self.call(move |mut conn| async move { conn.req_packed_command(cmd).await }))
+        Box::pin(self.call(slot_of(cmd), move |mut conn| async move {
+            conn.req_packed_command(cmd).await
+        }))
     }
 
     fn req_packed_commands<'a>(
@@ -367,40 +478,41 @@ impl redis::aio::ConnectionLike for Cluster {
             if pipeline.is_transaction() {
                 return self.transaction(pipeline, offset, count).await;
             }
-            let slots: Vec<Option<Slot>> = pipeline.cmd_iter().map(slot_of).collect();
+            let slots: Vec<Option<u16>> = pipeline.cmd_iter().map(slot_of).collect();
             let first = slots.iter().flatten().next().copied();
             let one_slot = slots.iter().flatten().all(|s| Some(*s) == first);
             if one_slot {
                 return self
-                    .call(|mut conn| async move {
+                    .call(first, |mut conn| async move {
                         conn.req_packed_commands(pipeline, offset, count).await
                     })
                     .await;
             }
-            // Commands with no key go with the first part.
-            let mut parts: Vec<(Pipeline, Vec<usize>)> = Vec::new();
-            let mut part_of: HashMap<Slot, usize> = HashMap::new();
+            // Commands with no key go with the first part. Each part is a
+            // call of its own: one that waits on a failed-over primary is
+            // sent again without the others.
+            let mut parts: Vec<(u16, Pipeline, Vec<usize>)> = Vec::new();
+            let mut part_of: HashMap<u16, usize> = HashMap::new();
             for (i, (cmd, slot)) in pipeline.cmd_iter().zip(&slots).enumerate() {
                 let slot = slot
                     .or(first)
                     .expect("a pipeline of several slots has a key");
                 let p = *part_of.entry(slot).or_insert_with(|| {
-                    parts.push((Pipeline::new(), Vec::new()));
+                    parts.push((slot, Pipeline::new(), Vec::new()));
                     parts.len() - 1
                 });
-                parts[p].0.add_command(cmd.clone());
-                parts[p].1.push(i);
+                parts[p].1.add_command(cmd.clone());
+                parts[p].2.push(i);
             }
-            let replies = self
-                .call(|conn| {
-                    futures_util::future::try_join_all(parts.iter().map(move |(part, _)| {
-                        let mut conn = conn.clone();
-                        async move { conn.req_packed_commands(part, 0, part.len()).await }
-                    }))
-                })
+            let replies =
+                futures_util::future::try_join_all(parts.iter().map(|(slot, part, _)| {
+                    self.call(Some(*slot), move |mut conn| async move {
+                        conn.req_packed_commands(part, 0, part.len()).await
+                    })
+                }))
                 .await?;
             let mut out = vec![Value::Nil; slots.len()];
-            for ((_, positions), values) in parts.iter().zip(replies) {
+            for ((_, _, positions), values) in parts.iter().zip(replies) {
                 for (&i, v) in positions.iter().zip(values) {
                     out[i] = v;
                 }
@@ -429,12 +541,15 @@ impl crate::conn::wait::WaitAfter for Cluster {
             let first = slots.next();
             match first {
                 Some(slot) if slots.all(|s| s == slot) => {
-                    let route = Route::with_slot(slot, SlotAddr::Master);
+                    let route = Route::new(slot, SlotAddr::Master);
                     let routing =
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                    self.call(
-                        |mut conn| async move { conn.route_command(wait.clone(), routing).await },
-                    )
+                    // Not sent again after a takeover: a WAIT answered by
+                    // the new primary would confirm a write it never saw.
+                    let routing = &routing;
+                    self.call(None, |mut conn| async move {
+                        conn.route_command(wait.clone(), routing.clone()).await
+                    })
                     .await
                 }
                 _ => self.req_packed_command(wait).await,
@@ -478,7 +593,7 @@ e5 127.0.0.1:7005@17005 master - 0 1 4 connected
     #[test]
     fn finds_the_key_of_each_kind_of_command() {
         let slot = |c: &Cmd| slot_of(c);
-        let key = Slot::for_key("sp:{12}:3");
+        let key = slots::key_slot(b"sp:{12}:3");
         assert_eq!(
             slot(redis::cmd("HGET").arg("sp:{12}:3").arg("f")),
             Some(key)
@@ -500,6 +615,6 @@ e5 127.0.0.1:7005@17005 master - 0 1 4 connected
         );
         assert_eq!(slot(&redis::cmd("TIME")), None);
         // The hash tag decides: keys of one bucket share a slot.
-        assert_eq!(Slot::for_key("sp:{12}:i"), key);
+        assert_eq!(slots::key_slot(b"sp:{12}:i"), key);
     }
 }

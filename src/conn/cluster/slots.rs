@@ -51,43 +51,81 @@ pub async fn primary_ranges(
     seed: &str,
     options: &crate::conn::ConnectOptions,
 ) -> Result<Vec<(String, Vec<RangeInclusive<u16>>)>> {
-    let mut conn = crate::conn::connect_with(seed, options).await?;
-    let reply: redis::Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut conn)
-        .await?;
-    primaries_in(seed, &reply)
+    Ok(shards(seed, options)
+        .await?
+        .into_iter()
+        .map(|shard| (shard.primary, shard.ranges))
+        .collect())
 }
 
-/// The primaries' ranges in a `CLUSTER SLOTS` reply, row by row: a row
-/// lists a primary's replicas after it, and a reply read as a vector of
-/// 3-tuples would be taken for a flat list as soon as one row has them.
-fn primaries_in(
+/// A primary serving slots, as `CLUSTER SLOTS` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// The primary's URL, reached as the seed asked is.
+    pub primary: String,
+    /// The slot ranges it serves.
+    pub ranges: Vec<RangeInclusive<u16>>,
+    /// Its replicas' URLs (those the node asked does not deem failed).
+    pub replicas: Vec<String>,
+}
+
+/// The primaries serving slots as the node at `seed` sees them (`CLUSTER
+/// SLOTS`), sorted by URL.
+pub async fn shards(seed: &str, options: &crate::conn::ConnectOptions) -> Result<Vec<Shard>> {
+    let mut conn = crate::conn::connect_with(seed, options).await?;
+    shards_over(seed, &mut conn).await
+}
+
+/// [`shards`] over a connection to the node at `seed`.
+pub(crate) async fn shards_over(
     seed: &str,
-    reply: &redis::Value,
-) -> Result<Vec<(String, Vec<RangeInclusive<u16>>)>> {
+    conn: &mut impl redis::aio::ConnectionLike,
+) -> Result<Vec<Shard>> {
+    let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    shards_in(seed, &reply)
+}
+
+/// The shards in a `CLUSTER SLOTS` reply, row by row: a row lists a
+/// primary's replicas after it, and a reply read as a vector of 3-tuples
+/// would be taken for a flat list as soon as one row has them.
+fn shards_in(seed: &str, reply: &redis::Value) -> Result<Vec<Shard>> {
     let unexpected = || Error::Config(format!("{seed}: unexpected CLUSTER SLOTS reply"));
-    let rows: Vec<Vec<redis::Value>> = redis::from_redis_value_ref(reply)?;
-    let mut out: Vec<(String, Vec<RangeInclusive<u16>>)> = Vec::new();
-    for row in rows {
-        let [first, last, primary, ..] = row.as_slice() else {
-            return Err(unexpected());
-        };
-        let first: u16 = redis::from_redis_value_ref(first)?;
-        let last: u16 = redis::from_redis_value_ref(last)?;
-        let primary: Vec<redis::Value> = redis::from_redis_value_ref(primary)?;
-        let (Some(host), Some(port)) = (primary.first(), primary.get(1)) else {
+    let url_of = |node: &redis::Value| -> Result<String> {
+        let node: Vec<redis::Value> = redis::from_redis_value_ref(node)?;
+        let (Some(host), Some(port)) = (node.first(), node.get(1)) else {
             return Err(unexpected());
         };
         let host: String = redis::from_redis_value_ref(host)?;
         let port: u16 = redis::from_redis_value_ref(port)?;
-        let url = super::node_url(seed, &host, port);
-        match out.iter_mut().find(|(u, _)| *u == url) {
-            Some((_, ranges)) => ranges.push(first..=last),
-            None => out.push((url, vec![first..=last])),
+        Ok(super::node_url(seed, &host, port))
+    };
+    let rows: Vec<Vec<redis::Value>> = redis::from_redis_value_ref(reply)?;
+    let mut out: Vec<Shard> = Vec::new();
+    for row in rows {
+        let [first, last, primary, replicas @ ..] = row.as_slice() else {
+            return Err(unexpected());
+        };
+        let first: u16 = redis::from_redis_value_ref(first)?;
+        let last: u16 = redis::from_redis_value_ref(last)?;
+        let primary = url_of(primary)?;
+        let replicas = replicas.iter().map(url_of).collect::<Result<Vec<_>>>()?;
+        match out.iter_mut().find(|s| s.primary == primary) {
+            Some(shard) => {
+                shard.ranges.push(first..=last);
+                for replica in replicas {
+                    if !shard.replicas.contains(&replica) {
+                        shard.replicas.push(replica);
+                    }
+                }
+            }
+            None => out.push(Shard {
+                primary,
+                ranges: vec![first..=last],
+                replicas,
+            }),
         }
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.sort_by(|a, b| a.primary.cmp(&b.primary));
     Ok(out)
 }
 
@@ -136,14 +174,15 @@ mod tests {
             row(5461, 10922, vec![node(7002), node(7005)]),
             row(10923, 16383, vec![node(7003)]),
         ]);
-        let found = primaries_in("redis://127.0.0.1:7001/", &reply).unwrap();
-        let ports: Vec<(String, Vec<RangeInclusive<u16>>)> = found;
-        assert_eq!(ports.len(), 3);
-        assert_eq!(ports[1].1, vec![5461..=10922]);
-        assert!(ports[1].0.contains(":7002"), "{:?}", ports[1]);
+        let found = shards_in("redis://127.0.0.1:7001/", &reply).unwrap();
+        assert_eq!(found.len(), 3);
+        assert_eq!(found[1].ranges, vec![5461..=10922]);
+        assert_eq!(found[1].primary, "redis://127.0.0.1:7002/");
+        assert_eq!(found[1].replicas, ["redis://127.0.0.1:7005/"]);
+        assert!(found[0].replicas.is_empty());
         let bad = Value::Array(vec![Value::Array(vec![Value::Int(0)])]);
         assert!(matches!(
-            primaries_in("redis://127.0.0.1:7001/", &bad),
+            shards_in("redis://127.0.0.1:7001/", &bad),
             Err(Error::Config(_))
         ));
     }

@@ -1,0 +1,287 @@
+//! Seeing a failover that the cluster client does not: a call that waits
+//! on a paused (or unreachable) primary hears nothing from it, so the
+//! client neither follows a redirection nor refreshes its slot map, and
+//! the call waits out its whole response timeout, long after a replica
+//! has taken the primary's slots over.
+//!
+//! The watch keeps which primary served each slot, and its replicas, when
+//! last looked (looked at again every [`REFRESH_EVERY`] while calls are
+//! made). When a call has waited [`PROBE_AFTER`], it asks the nodes that
+//! answer (a `CLUSTER SLOTS` over a connection of its own, with short
+//! timeouts) who serves the call's slot now, every [`PROBE_EVERY`], one
+//! probe at a time for all the calls that wait. The slot is *taken over*
+//! when a replica of the primary that served it serves it now, and that
+//! primary serves no slot any more: the cluster failed it over. It runs
+//! nothing more for the slot (a paused primary that wakes up is demoted
+//! and resynchronised from the new one, which discards what it ran
+//! meanwhile), so the call can be sent again, to the new primary. A slot
+//! that moved to another primary (a reshard) is not a takeover, and a call
+//! that waits there is left alone: it may be running.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::conn::ConnectOptions;
+
+use super::slots::{self, SLOTS};
+
+/// How long a call waits before the watch looks for a takeover.
+pub const PROBE_AFTER: Duration = Duration::from_millis(500);
+
+/// How often the watch looks again while calls wait.
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// How old the slot owners may be when a call is made before the watch
+/// looks again (in the background).
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+
+/// The longest a probe of one node may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Which primary serves each slot, as one node answered `CLUSTER SLOTS`.
+#[derive(Debug, Default)]
+pub(super) struct SlotOwners {
+    /// The primaries' URLs (reached as the seeds are), sorted.
+    primaries: Vec<String>,
+    /// The URLs of each primary's replicas.
+    replicas: Vec<Vec<String>>,
+    /// For each slot, its primary's index in `primaries`; `u16::MAX` for
+    /// a slot no primary serves.
+    owner: Vec<u16>,
+}
+
+impl SlotOwners {
+    fn new(shards: Vec<slots::Shard>) -> Self {
+        let mut owner = vec![u16::MAX; usize::from(SLOTS)];
+        let mut primaries = Vec::with_capacity(shards.len());
+        let mut replicas = Vec::with_capacity(shards.len());
+        for (i, shard) in shards.into_iter().enumerate() {
+            for range in shard.ranges {
+                let (first, last) = (usize::from(*range.start()), usize::from(*range.end()));
+                for slot in owner.iter_mut().take(last + 1).skip(first) {
+                    *slot = i as u16;
+                }
+            }
+            primaries.push(shard.primary);
+            replicas.push(shard.replicas);
+        }
+        Self {
+            primaries,
+            replicas,
+            owner,
+        }
+    }
+
+    /// The primary serving `slot`, and its replicas.
+    fn shard_of(&self, slot: u16) -> Option<(&str, &[String])> {
+        let i = usize::from(*self.owner.get(usize::from(slot))?);
+        Some((self.primaries.get(i)?, self.replicas.get(i)?))
+    }
+
+    /// Whether `primary` serves any slot.
+    fn serves(&self, primary: &str) -> bool {
+        self.primaries.iter().any(|p| p == primary)
+    }
+
+    /// The primaries' URLs.
+    pub(super) fn primaries(&self) -> &[String] {
+        &self.primaries
+    }
+}
+
+/// The slot owners seen last, and the probe that updates them (see the
+/// module docs).
+pub(super) struct Watch {
+    seeds: Vec<String>,
+    options: ConnectOptions,
+    /// The slot owners seen last, and when.
+    known: Mutex<(Arc<SlotOwners>, Option<Instant>)>,
+    /// Set while a look in the background is under way.
+    refreshing: std::sync::atomic::AtomicBool,
+    /// The node that answered the last probe, asked first next time.
+    answered: Mutex<Option<(String, crate::conn::Connection)>>,
+    /// Held by the one probe under way; the time the last one answered.
+    probing: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl Watch {
+    pub(super) fn new(seeds: Vec<String>, options: &ConnectOptions) -> Self {
+        let options = options
+            .clone()
+            .with_connect_timeout(options.connect_timeout().min(PROBE_TIMEOUT))
+            .with_response_timeout(PROBE_TIMEOUT)
+            .with_retries(0);
+        Self {
+            seeds,
+            options,
+            known: Mutex::new((Arc::new(SlotOwners::default()), None)),
+            refreshing: std::sync::atomic::AtomicBool::new(false),
+            answered: Mutex::new(None),
+            probing: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The slot owners seen last; and whether they are older than
+    /// [`REFRESH_EVERY`] with no look under way, in which case a look is
+    /// marked under way (the caller makes it, then calls
+    /// [`Watch::refreshed`]).
+    pub(super) fn known(&self) -> (Arc<SlotOwners>, bool) {
+        use std::sync::atomic::Ordering;
+        let (owners, at) = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let stale = at.is_none_or(|at| at.elapsed() >= REFRESH_EVERY)
+            && !self.refreshing.swap(true, Ordering::AcqRel);
+        (owners, stale)
+    }
+
+    /// Ends the look [`Watch::needs_refresh`] asked for.
+    pub(super) fn refreshed(&self) {
+        self.refreshing
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Looks at the cluster now (or takes a look another caller made in
+    /// the last [`PROBE_EVERY`]). `None` if no node answered.
+    pub(super) async fn look(&self) -> Option<Arc<SlotOwners>> {
+        let mut last = self.probing.lock().await;
+        if last.is_some_and(|at| at.elapsed() < PROBE_EVERY) {
+            let known = self.known.lock();
+            return Some(
+                known
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0
+                    .clone(),
+            );
+        }
+        let fresh = Arc::new(self.probe().await?);
+        let now = Instant::now();
+        *self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = (fresh.clone(), Some(now));
+        *last = Some(now);
+        Some(fresh)
+    }
+
+    /// Resolves once the primary that served `slot` (as `before` saw it,
+    /// or as the first look after [`PROBE_AFTER`] sees it) has been failed
+    /// over to one of its replicas: with the slot owners seen then.
+    pub(super) async fn taken_over(&self, slot: u16, before: &SlotOwners) -> Arc<SlotOwners> {
+        let mut suspects: Vec<(String, Vec<String>)> = before
+            .shard_of(slot)
+            .map(|(primary, replicas)| (primary.to_owned(), replicas.to_vec()))
+            .into_iter()
+            .collect();
+        tokio::time::sleep(PROBE_AFTER).await;
+        let mut first = true;
+        loop {
+            if let Some(now) = self.look().await {
+                if std::mem::take(&mut first)
+                    && let Some((primary, replicas)) = now.shard_of(slot)
+                {
+                    match suspects.iter_mut().find(|(p, _)| p == primary) {
+                        Some((_, heirs)) => heirs.extend(replicas.iter().cloned()),
+                        None => suspects.push((primary.to_owned(), replicas.to_vec())),
+                    }
+                }
+                if let Some((is, _)) = now.shard_of(slot)
+                    && let Some((was, _)) = suspects
+                        .iter()
+                        .find(|(was, heirs)| heirs.iter().any(|h| h == is) && !now.serves(was))
+                {
+                    tracing::warn!(
+                        primary = %was,
+                        now = is,
+                        "a cluster primary was failed over under a waiting call; the call is sent again"
+                    );
+                    return now.clone();
+                }
+            }
+            tokio::time::sleep(PROBE_EVERY).await;
+        }
+    }
+
+    /// Asks the node that answered last for `CLUSTER SLOTS`; if it does
+    /// not answer, every known primary and seed at once, and the first
+    /// answer counts (and its node is asked first next time).
+    async fn probe(&self) -> Option<SlotOwners> {
+        let answered = self
+            .answered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some((url, mut conn)) = answered {
+            let asked = tokio::time::timeout(PROBE_TIMEOUT, slots::shards_over(&url, &mut conn));
+            if let Ok(Ok(shards)) = asked.await
+                && !shards.is_empty()
+            {
+                self.remember(url, conn);
+                return Some(SlotOwners::new(shards));
+            }
+        }
+        let known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .clone();
+        let mut nodes: Vec<&str> = known.primaries().iter().map(String::as_str).collect();
+        nodes.extend(self.seeds.iter().map(String::as_str));
+        nodes.sort_unstable();
+        nodes.dedup();
+        let asks = nodes.into_iter().map(|url| {
+            Box::pin(async move {
+                let asked = async {
+                    let mut conn = crate::conn::connect_with(url, &self.options).await?;
+                    let shards = slots::shards_over(url, &mut conn).await?;
+                    Ok::<_, crate::Error>((conn, shards))
+                };
+                match tokio::time::timeout(PROBE_TIMEOUT * 2, asked).await {
+                    Ok(Ok((conn, shards))) if !shards.is_empty() => Ok((url, conn, shards)),
+                    _ => Err(()),
+                }
+            })
+        });
+        let ((url, conn, shards), _) = futures_util::future::select_ok(asks).await.ok()?;
+        self.remember(url.to_owned(), conn);
+        Some(SlotOwners::new(shards))
+    }
+
+    fn remember(&self, url: String, conn: crate::conn::Connection) {
+        *self
+            .answered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((url, conn));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_s_owner_is_the_primary_whose_range_holds_it() {
+        let shard = |primary: &str, ranges, replicas: &[&str]| slots::Shard {
+            primary: primary.into(),
+            ranges,
+            replicas: replicas.iter().map(|r| r.to_string()).collect(),
+        };
+        let owners = SlotOwners::new(vec![
+            shard("redis://a/", vec![0..=99, 200..=299], &["redis://c/"]),
+            shard("redis://b/", vec![100..=199], &[]),
+        ]);
+        assert_eq!(
+            owners.shard_of(250),
+            Some(("redis://a/", &["redis://c/".to_string()][..]))
+        );
+        assert_eq!(owners.shard_of(0).map(|s| s.0), Some("redis://a/"));
+        assert_eq!(owners.shard_of(150), Some(("redis://b/", &[][..])));
+        assert_eq!(owners.shard_of(300), None);
+        assert_eq!(owners.shard_of(SLOTS), None);
+        assert!(owners.serves("redis://b/") && !owners.serves("redis://c/"));
+        assert_eq!(SlotOwners::default().shard_of(0), None);
+    }
+}
