@@ -40,14 +40,17 @@
 # beside fixed buckets and the peer crate; `quickstart` what
 # TowerStore::connect gives (growing, packed) per session shape beside the
 # peer on Redis 7.0 and Valkey 9.1.2. `sweep` also measures Redis's
-# own active expiry of key-per-session keys, what the peers pay.
+# own active expiry of key-per-session keys, what the peers pay. `day` a
+# day of traffic replayed through tower-sessions against
+# TowerStore::connect and the peer crate, on Redis 7.0 and Valkey 9.1.2:
+# server CPU per request with the cleanup, memory, latency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-growing actix actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-growing day actix actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -142,6 +145,15 @@ for part in "${parts[@]}"; do
       while read -r name path; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${quickstart_args[@]}" \
           --out "analysis/tower/quickstart/$name"
+      done < <(scripts/ensure-servers.sh valkey-9.1.2)
+      cargo build --release --quiet -p sessionpack-cli ;;
+    day)
+      # A day of traffic, compressed, store by store on the same server
+      # (the defaults of `sessionpack bench day --help`).
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      $sp bench day --out analysis/day/redis-7.0
+      while read -r name path; do
+        SESSIONPACK_REDIS_SERVER=$path $sp bench day --out "analysis/day/$name"
       done < <(scripts/ensure-servers.sh valkey-9.1.2)
       cargo build --release --quiet -p sessionpack-cli ;;
     actix)

@@ -482,3 +482,76 @@ async fn replication_memory_is_reported_apart_from_the_sessions() {
         "{replicated:.1} B/session with replicas, {alone:.1} without"
     );
 }
+
+/// The day's replay meets every store with the same requests: with a
+/// lifetime no request outlives, no session is found gone, two stores
+/// count the same sign-ins and logouts, and every figure is measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_day_replays_the_same_requests_on_every_store() {
+    use sessionpack::CompactConfig;
+    use sessionpack::tower::TowerStore;
+    use sessionpack_cli::harness::day::{self, DayPlan, Mix};
+    use sessionpack_cli::profile::Profile;
+    use std::time::Duration;
+
+    let server = common::server();
+    let url = server.url();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let plan = DayPlan {
+        profile: Profile::AxumLoginApp,
+        users: 300,
+        requests: 3000,
+        visitors: 0.1,
+        mix: Mix {
+            read: 0.5,
+            rolling: 0.3,
+            change: 0.15,
+            logout: 0.05,
+        },
+        idle: Duration::from_secs(3600),
+        concurrency: 4,
+        rate: 5000.0,
+        latency_requests: 400,
+        cleanup: Duration::from_millis(100),
+        seed: 7,
+    };
+    let mut runs = Vec::new();
+    for (namespace, config) in [
+        ("d1", CompactConfig::default()),
+        ("d2", CompactConfig::new(6)),
+    ] {
+        let store = TowerStore::new(
+            connect(&url).await.unwrap(),
+            config.with_namespace(namespace),
+        )
+        .await
+        .unwrap()
+        .without_sweeper();
+        let run = day::run(&mut conn, namespace, std::sync::Arc::new(store), plan)
+            .await
+            .unwrap();
+        runs.push(run);
+    }
+    for r in &runs {
+        assert_eq!(r.requests, plan.requests, "{r:?}");
+        assert_eq!(r.found_gone, 0, "a live session was found gone: {r:?}");
+        // Visitors and the users who logged out and came back sign in.
+        assert!(r.logins >= plan.requests / 20 && r.logouts > 0, "{r:?}");
+        assert!(
+            r.live_sessions > 0 && r.live_sessions <= plan.users,
+            "{r:?}"
+        );
+        assert!(
+            r.traffic_cpu_us > 0.0 && r.bytes_per_live_session > 0.0,
+            "{r:?}"
+        );
+        assert!(r.p50_ms > 0.0 && r.p50_ms <= r.p99_ms, "{r:?}");
+        assert!(r.commands.iter().any(|c| c.command == "hmget"), "{r:?}");
+    }
+    let counts = |r: &day::DayRun| (r.logins, r.logouts, r.live_sessions);
+    assert_eq!(counts(&runs[0]), counts(&runs[1]));
+}

@@ -10,6 +10,7 @@ mod acl;
 mod advise;
 mod bench_actix;
 mod bench_churn;
+mod bench_day;
 mod bench_growth;
 mod bench_locks;
 mod bench_memory;
@@ -113,6 +114,10 @@ pub enum Bench {
     /// sessionpack's tower-sessions store beside the peer crate, profile by
     /// profile: bytes, server CPU per call, calls per second.
     Tower(bench_tower::TowerArgs),
+    /// A day of traffic replayed through tower-sessions against the
+    /// quickstart's store and the peer crate: server CPU per request with
+    /// the cleanup of expired sessions, memory, latency at a fixed load.
+    Day(bench_day::DayArgs),
     /// sessionpack's actix-session store beside actix-session's
     /// `RedisSessionStore`, profile by profile: memory, server CPU per call
     /// and calls/s through the same trait (the peer with feature
@@ -177,6 +182,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(Bench::Churn(args)) => bench_churn::run(args).await,
         Command::Bench(Bench::Growth(args)) => bench_growth::run(args).await,
         Command::Bench(Bench::Tower(args)) => bench_tower::run(args).await,
+        Command::Bench(Bench::Day(args)) => bench_day::run(args).await,
         Command::Bench(Bench::Actix(args)) => bench_actix::run(args).await,
         Command::Bench(Bench::Migrate(args)) => bench_migrate::run(args).await,
         Command::Bench(Bench::Tokens(args)) => bench_tokens::run(args).await,

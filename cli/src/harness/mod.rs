@@ -3,6 +3,7 @@
 
 pub mod actix;
 pub mod churn;
+pub mod day;
 pub mod growth;
 pub mod info;
 pub mod locks;

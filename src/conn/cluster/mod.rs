@@ -63,8 +63,10 @@ struct Shared {
     client: ClusterClient,
     options: ConnectOptions,
     watch: Watch,
-    /// The connection calls go through, and how many times it was replaced.
-    current: Mutex<(u64, ClusterConnection)>,
+    /// The connection calls go through, how many times it was replaced,
+    /// and the slot owners as the watch saw them when it was opened (what
+    /// its client routes by, until it learns better).
+    current: Mutex<Current>,
     /// Held while a replacement is made: concurrent timeouts make one.
     replacing: tokio::sync::Mutex<()>,
 }
@@ -95,13 +97,19 @@ pub async fn connect_with(seeds: &[impl AsRef<str>], options: &ConnectOptions) -
             client,
             watch: Watch::new(seeds, options),
             options: options.clone(),
-            current: Mutex::new((0, conn)),
+            current: Mutex::new(Current {
+                generation: 0,
+                conn,
+                owners: Arc::default(),
+            }),
             replacing: tokio::sync::Mutex::new(()),
         }),
     };
     // Which primary serves each slot, for calls to see a failover by; a
     // cluster whose nodes do not answer yet is looked at when a call waits.
-    let _ = cluster.shared.watch.look().await;
+    if let Some(owners) = cluster.shared.watch.look().await {
+        cluster.lock_current().owners = owners;
+    }
     Ok(cluster)
 }
 
@@ -214,24 +222,35 @@ fn parse_primaries(nodes: &str) -> Vec<String> {
     out
 }
 
+/// The connection calls go through now (see [`Shared::current`]).
+#[derive(Clone)]
+struct Current {
+    generation: u64,
+    conn: ClusterConnection,
+    owners: Arc<SlotOwners>,
+}
+
 impl Cluster {
     /// The cluster client's connection calls go through now.
     pub fn inner(&self) -> ClusterConnection {
-        self.current().1
+        self.current().conn
     }
 
-    /// How many times a timed-out call has replaced the connection.
+    /// How many times a call has replaced the connection (after a timeout,
+    /// or a failover it waited through).
     pub fn replacements(&self) -> u64 {
-        self.current().0
+        self.current().generation
     }
 
-    fn current(&self) -> (u64, ClusterConnection) {
-        let guard = self
-            .shared
+    fn current(&self) -> Current {
+        self.lock_current().clone()
+    }
+
+    fn lock_current(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.shared
             .current
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (guard.0, guard.1.clone())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs `call` on the current connection; a timeout replaces it. A
@@ -249,8 +268,12 @@ impl Cluster {
         let deadline = tokio::time::Instant::now() + self.shared.options.response_timeout();
         let mut resent = false;
         loop {
-            let (generation, conn) = self.current();
-            let (before, stale) = self.shared.watch.known();
+            let Current {
+                generation,
+                conn,
+                owners,
+            } = self.current();
+            let (latest, stale) = self.shared.watch.known();
             if stale {
                 let shared = self.shared.clone();
                 tokio::spawn(async move {
@@ -271,7 +294,8 @@ impl Cluster {
             let result = match slot {
                 None => sent.await,
                 Some(slot) => {
-                    let watched = self.shared.watch.taken_over(slot, &before);
+                    let views = [owners.as_ref(), latest.as_ref()];
+                    let watched = self.shared.watch.taken_over(slot, &views);
                     tokio::select! {
                         result = sent => result,
                         now = watched => {
@@ -297,14 +321,14 @@ impl Cluster {
     /// reached the old one stays, and the next timeout tries again.
     async fn replace(&self, generation: u64) {
         let _one_at_a_time = self.shared.replacing.lock().await;
-        if self.current().0 != generation {
+        if self.current().generation != generation {
             return;
         }
         let options = &self.shared.options;
         let budget = options.connect_timeout() * 2 + options.response_timeout();
         match tokio::time::timeout(budget, self.shared.client.get_async_connection()).await {
             Ok(Ok(conn)) => {
-                self.install(generation, conn);
+                self.install(generation, conn, self.shared.watch.latest());
                 tracing::warn!(
                     replacements = generation + 1,
                     "a cluster call timed out; its connection was replaced"
@@ -320,9 +344,9 @@ impl Cluster {
     /// Opens a new connection in place of the one of `generation` after a
     /// takeover, from the primaries that serve slots `now` (a seed that is
     /// paused would hold a new connection up for its whole timeout).
-    async fn replace_after_takeover(&self, generation: u64, now: &SlotOwners) {
+    async fn replace_after_takeover(&self, generation: u64, now: &Arc<SlotOwners>) {
         let _one_at_a_time = self.shared.replacing.lock().await;
-        if self.current().0 != generation {
+        if self.current().generation != generation {
             return;
         }
         // The probe's URLs are reached as the seeds are.
@@ -339,7 +363,7 @@ impl Cluster {
             Ok::<_, redis::RedisError>(conn)
         };
         match tokio::time::timeout(budget, connected).await {
-            Ok(Ok(conn)) => self.install(generation, conn),
+            Ok(Ok(conn)) => self.install(generation, conn, now.clone()),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "reconnecting after a failover failed")
             }
@@ -347,13 +371,12 @@ impl Cluster {
         }
     }
 
-    fn install(&self, generation: u64, conn: ClusterConnection) {
-        let mut current = self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *current = (generation + 1, conn);
+    fn install(&self, generation: u64, conn: ClusterConnection, owners: Arc<SlotOwners>) {
+        *self.lock_current() = Current {
+            generation: generation + 1,
+            conn,
+            owners,
+        };
     }
 
     /// Sends a transaction (one slot by construction). The cluster client

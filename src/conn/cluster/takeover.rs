@@ -4,14 +4,16 @@
 //! the call waits out its whole response timeout, long after a replica
 //! has taken the primary's slots over.
 //!
-//! The watch keeps which primary served each slot, and its replicas, when
-//! last looked (looked at again every [`REFRESH_EVERY`] while calls are
-//! made). When a call has waited [`PROBE_AFTER`], it asks the nodes that
+//! The watch keeps which primary served each slot when last looked
+//! (looked at again every [`REFRESH_EVERY`] while calls are made), and
+//! every replica each primary has been seen with. When a call has waited [`PROBE_AFTER`], it asks the nodes that
 //! answer (a `CLUSTER SLOTS` over a connection of its own, with short
 //! timeouts) who serves the call's slot now, every [`PROBE_EVERY`], one
 //! probe at a time for all the calls that wait. The slot is *taken over*
-//! when a replica of the primary that served it serves it now, and that
-//! primary serves no slot any more: the cluster failed it over. It runs
+//! when a replica of a primary that served it (as the call's connection
+//! saw it when it was opened, or as the watch saw it when the call was
+//! made or first looked) serves it now, and that primary serves no slot
+//! any more: the cluster failed it over. It runs
 //! nothing more for the slot (a paused primary that wakes up is demoted
 //! and resynchronised from the new one, which discards what it ran
 //! meanwhile), so the call can be sent again, to the new primary. A slot
@@ -72,10 +74,10 @@ impl SlotOwners {
         }
     }
 
-    /// The primary serving `slot`, and its replicas.
-    fn shard_of(&self, slot: u16) -> Option<(&str, &[String])> {
+    /// The primary serving `slot`.
+    fn primary_of(&self, slot: u16) -> Option<&str> {
         let i = usize::from(*self.owner.get(usize::from(slot))?);
-        Some((self.primaries.get(i)?, self.replicas.get(i)?))
+        self.primaries.get(i).map(String::as_str)
     }
 
     /// Whether `primary` serves any slot.
@@ -96,6 +98,10 @@ pub(super) struct Watch {
     options: ConnectOptions,
     /// The slot owners seen last, and when.
     known: Mutex<(Arc<SlotOwners>, Option<Instant>)>,
+    /// Every replica each primary has been seen with: a replica that has
+    /// taken over no longer shows as its old primary's, and a look made
+    /// as the cluster formed may show none yet.
+    heirs: Mutex<std::collections::HashMap<String, Vec<String>>>,
     /// Set while a look in the background is under way.
     refreshing: std::sync::atomic::AtomicBool,
     /// The node that answered the last probe, asked first next time.
@@ -115,6 +121,7 @@ impl Watch {
             seeds,
             options,
             known: Mutex::new((Arc::new(SlotOwners::default()), None)),
+            heirs: Mutex::default(),
             refreshing: std::sync::atomic::AtomicBool::new(false),
             answered: Mutex::new(None),
             probing: tokio::sync::Mutex::new(None),
@@ -137,7 +144,16 @@ impl Watch {
         (owners, stale)
     }
 
-    /// Ends the look [`Watch::needs_refresh`] asked for.
+    /// The slot owners seen last.
+    pub(super) fn latest(&self) -> Arc<SlotOwners> {
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .clone()
+    }
+
+    /// Ends the look [`Watch::known`] asked for.
     pub(super) fn refreshed(&self) {
         self.refreshing
             .store(false, std::sync::atomic::Ordering::Release);
@@ -148,15 +164,23 @@ impl Watch {
     pub(super) async fn look(&self) -> Option<Arc<SlotOwners>> {
         let mut last = self.probing.lock().await;
         if last.is_some_and(|at| at.elapsed() < PROBE_EVERY) {
-            let known = self.known.lock();
-            return Some(
-                known
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .0
-                    .clone(),
-            );
+            return Some(self.latest());
         }
         let fresh = Arc::new(self.probe().await?);
+        {
+            let mut heirs = self
+                .heirs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (primary, replicas) in fresh.primaries.iter().zip(&fresh.replicas) {
+                let seen = heirs.entry(primary.clone()).or_default();
+                for replica in replicas {
+                    if !seen.contains(replica) {
+                        seen.push(replica.clone());
+                    }
+                }
+            }
+        }
         let now = Instant::now();
         *self
             .known
@@ -166,31 +190,35 @@ impl Watch {
         Some(fresh)
     }
 
-    /// Resolves once the primary that served `slot` (as `before` saw it,
-    /// or as the first look after [`PROBE_AFTER`] sees it) has been failed
-    /// over to one of its replicas: with the slot owners seen then.
-    pub(super) async fn taken_over(&self, slot: u16, before: &SlotOwners) -> Arc<SlotOwners> {
-        let mut suspects: Vec<(String, Vec<String>)> = before
-            .shard_of(slot)
-            .map(|(primary, replicas)| (primary.to_owned(), replicas.to_vec()))
-            .into_iter()
-            .collect();
+    /// Resolves once a primary that may hold the call for `slot` has been
+    /// failed over: a replica it has been seen with serves the slot now,
+    /// and it serves none. The suspects are the primaries that served the
+    /// slot in `views` (the connection's own, taken when it was opened,
+    /// and the latest when the call was made) and in the first look after
+    /// [`PROBE_AFTER`]. With the slot owners seen then.
+    pub(super) async fn taken_over(&self, slot: u16, views: &[&SlotOwners]) -> Arc<SlotOwners> {
+        fn suspect(suspects: &mut Vec<String>, owners: &SlotOwners, slot: u16) {
+            if let Some(primary) = owners.primary_of(slot)
+                && !suspects.iter().any(|s| s == primary)
+            {
+                suspects.push(primary.to_owned());
+            }
+        }
+        let mut suspects: Vec<String> = Vec::new();
+        for view in views {
+            suspect(&mut suspects, view, slot);
+        }
         tokio::time::sleep(PROBE_AFTER).await;
         let mut first = true;
         loop {
             if let Some(now) = self.look().await {
-                if std::mem::take(&mut first)
-                    && let Some((primary, replicas)) = now.shard_of(slot)
-                {
-                    match suspects.iter_mut().find(|(p, _)| p == primary) {
-                        Some((_, heirs)) => heirs.extend(replicas.iter().cloned()),
-                        None => suspects.push((primary.to_owned(), replicas.to_vec())),
-                    }
+                if std::mem::take(&mut first) {
+                    suspect(&mut suspects, &now, slot);
                 }
-                if let Some((is, _)) = now.shard_of(slot)
-                    && let Some((was, _)) = suspects
+                if let Some(is) = now.primary_of(slot)
+                    && let Some(was) = suspects
                         .iter()
-                        .find(|(was, heirs)| heirs.iter().any(|h| h == is) && !now.serves(was))
+                        .find(|was| !now.serves(was) && self.was_replica_of(is, was))
                 {
                     tracing::warn!(
                         primary = %was,
@@ -204,10 +232,20 @@ impl Watch {
         }
     }
 
+    /// Whether `node` has been seen as a replica of `primary`.
+    fn was_replica_of(&self, node: &str, primary: &str) -> bool {
+        self.heirs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(primary)
+            .is_some_and(|seen| seen.iter().any(|r| r == node))
+    }
+
     /// Asks the node that answered last for `CLUSTER SLOTS`; if it does
     /// not answer, every known primary and seed at once, and the first
     /// answer counts (and its node is asked first next time).
     async fn probe(&self) -> Option<SlotOwners> {
+        let known = self.latest();
         let answered = self
             .answered
             .lock()
@@ -222,12 +260,6 @@ impl Watch {
                 return Some(SlotOwners::new(shards));
             }
         }
-        let known = self
-            .known
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .0
-            .clone();
         let mut nodes: Vec<&str> = known.primaries().iter().map(String::as_str).collect();
         nodes.extend(self.seeds.iter().map(String::as_str));
         nodes.sort_unstable();
@@ -273,15 +305,13 @@ mod tests {
             shard("redis://a/", vec![0..=99, 200..=299], &["redis://c/"]),
             shard("redis://b/", vec![100..=199], &[]),
         ]);
-        assert_eq!(
-            owners.shard_of(250),
-            Some(("redis://a/", &["redis://c/".to_string()][..]))
-        );
-        assert_eq!(owners.shard_of(0).map(|s| s.0), Some("redis://a/"));
-        assert_eq!(owners.shard_of(150), Some(("redis://b/", &[][..])));
-        assert_eq!(owners.shard_of(300), None);
-        assert_eq!(owners.shard_of(SLOTS), None);
+        assert_eq!(owners.replicas[0], ["redis://c/"]);
+        assert_eq!(owners.primary_of(0), Some("redis://a/"));
+        assert_eq!(owners.primary_of(250), Some("redis://a/"));
+        assert_eq!(owners.primary_of(150), Some("redis://b/"));
+        assert_eq!(owners.primary_of(300), None);
+        assert_eq!(owners.primary_of(SLOTS), None);
         assert!(owners.serves("redis://b/") && !owners.serves("redis://c/"));
-        assert_eq!(SlotOwners::default().shard_of(0), None);
+        assert_eq!(SlotOwners::default().primary_of(0), None);
     }
 }

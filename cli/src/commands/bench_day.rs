@@ -1,0 +1,264 @@
+//! `sessionpack bench day`: a day of traffic, compressed and replayed
+//! through tower-sessions' `SessionStore` against sessionpack's tower
+//! store exactly as `TowerStore::connect` opens it (in-app sweeper, write
+//! threshold, learned dictionary) and against the peer crate
+//! (`tower-sessions-redis-store`, feature `peer-bench`), each alone on the
+//! same emptied server: the server CPU a request costs with the cleanup of
+//! expired sessions included, memory per live session, latency at a fixed
+//! offered load (see [`crate::harness::day`]).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::Target;
+use crate::harness::day::{self, DayPlan, DayRun, Mix};
+use crate::harness::info::ServerInfo;
+use crate::harness::tower::DynStore;
+use crate::profile::Profile;
+use sessionpack::error::{Error, Result};
+use sessionpack::tower::TowerStore;
+
+/// Arguments of `sessionpack bench day`.
+#[derive(Debug, Args)]
+pub struct DayArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The sessions' shape.
+    #[arg(long, default_value = "axum-login-app")]
+    profile: Profile,
+    /// Returning users, each signed in before the traffic.
+    #[arg(long, default_value_t = 50_000, value_parser = super::count::positive)]
+    users: u64,
+    /// Requests of the traffic.
+    #[arg(long, default_value_t = 300_000, value_parser = super::count::positive)]
+    requests: u64,
+    /// Share of requests from new visitors who sign in and never return.
+    #[arg(long, default_value_t = 0.05)]
+    visitors: f64,
+    /// Weights of what a returning user's request does with its session:
+    /// read only, rolling expiry (saved unchanged), changed, logout.
+    #[arg(long, value_delimiter = ',', num_args = 4, default_values_t = [0.55, 0.30, 0.13, 0.02])]
+    mix: Vec<f64>,
+    /// A session's lifetime after its last write, seconds: long beside
+    /// the seconds between a user's requests (about users × concurrency /
+    /// requests per second), as a day-long lifetime is beside requests
+    /// minutes apart, so the write threshold skips what it would in an
+    /// app.
+    #[arg(long, default_value_t = 120)]
+    idle_secs: u64,
+    /// Concurrent callers during the traffic.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Requests per second offered in the latency phase.
+    #[arg(long, default_value_t = 2_000.0)]
+    rate: f64,
+    /// Requests of the latency phase.
+    #[arg(long, default_value_t = 20_000)]
+    latency_requests: u64,
+    /// Seed of the requests' random sequence.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory for day.json and day.md.
+    #[arg(long, default_value = "results/day")]
+    out: PathBuf,
+}
+
+/// The quickstart's sweep interval: the cleanup waits one lifetime, one
+/// interval, and this much more for the pass itself.
+const CLEANUP_SLACK: Duration = Duration::from_secs(10);
+
+pub(super) async fn run(args: DayArgs) -> Result<()> {
+    let [read, rolling, change, logout] = args.mix[..] else {
+        return Err(Error::Config("--mix takes four weights".into()));
+    };
+    if !(0.0..=1.0).contains(&args.visitors) || args.mix.iter().any(|w| *w < 0.0) {
+        return Err(Error::Config(
+            "--visitors is a share (0..=1) and --mix weights are not negative".into(),
+        ));
+    }
+    let idle = Duration::from_secs(args.idle_secs.max(1));
+    let interval = sessionpack::session::sweep::SweepConfig::default().interval;
+    let plan = DayPlan {
+        profile: args.profile,
+        users: args.users,
+        requests: args.requests,
+        visitors: args.visitors,
+        mix: Mix {
+            read,
+            rolling,
+            change,
+            logout,
+        },
+        idle,
+        concurrency: args.concurrency.max(1),
+        rate: args.rate,
+        latency_requests: args.latency_requests,
+        cleanup: idle + interval + CLEANUP_SLACK,
+        seed: args.seed,
+    };
+    let (target, url) = args.target.connect_server("bench day").await?;
+    let mut conn = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let server = ServerInfo::read(&mut conn).await?;
+    let mut runs: Vec<DayRun> = Vec::new();
+    for contender in [Contender::Quickstart, Contender::Peer] {
+        target.flush().await?;
+        let Some(store) = contender.open(&url).await? else {
+            continue;
+        };
+        println!("{}: {} requests", contender.label(), plan.requests);
+        let run = day::run(&mut conn, contender.label(), store, plan).await?;
+        print_run(&run);
+        runs.push(run);
+    }
+    target.flush().await?;
+    write_report(&args, &plan, &server, &runs)
+}
+
+#[derive(Clone, Copy)]
+enum Contender {
+    Quickstart,
+    Peer,
+}
+
+impl Contender {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Quickstart => "sessionpack (TowerStore::connect)",
+            Self::Peer => "tower-sessions-redis-store 0.16",
+        }
+    }
+
+    async fn open(self, url: &str) -> Result<Option<DynStore>> {
+        match self {
+            Self::Quickstart => Ok(Some(Arc::new(TowerStore::connect(url).await?) as DynStore)),
+            Self::Peer => peer_store(url).await,
+        }
+    }
+}
+
+#[cfg(feature = "peer-bench")]
+async fn peer_store(url: &str) -> Result<Option<DynStore>> {
+    use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
+    let config = Config::from_url(url).map_err(|e| Error::Config(format!("fred: {e}")))?;
+    let client = tower_sessions_redis_store::fred::clients::Client::new(config, None, None, None);
+    client
+        .init()
+        .await
+        .map_err(|e| Error::Config(format!("fred: {e}")))?;
+    Ok(Some(Arc::new(tower_sessions_redis_store::RedisStore::new(
+        client,
+    ))))
+}
+
+#[cfg(not(feature = "peer-bench"))]
+async fn peer_store(_url: &str) -> Result<Option<DynStore>> {
+    println!("the peer crate is not measured: build with --features peer-bench");
+    Ok(None)
+}
+
+fn print_run(run: &DayRun) {
+    println!(
+        "  {:.2} µs server CPU per request ({:.2} traffic + {:.2} cleanup), {:.0} requests per core-second, {:.1} B per live session, p50 {:.2} ms, p99 {:.2} ms",
+        run.cpu_us_per_request,
+        run.traffic_cpu_us,
+        run.cleanup_cpu_us,
+        run.requests_per_core_sec,
+        run.bytes_per_live_session,
+        run.p50_ms,
+        run.p99_ms
+    );
+}
+
+fn write_report(
+    args: &DayArgs,
+    plan: &DayPlan,
+    server: &ServerInfo,
+    runs: &[DayRun],
+) -> Result<()> {
+    let command = super::bench_memory::command_line();
+    let peer = runs.iter().find(|r| r.store == Contender::Peer.label());
+    let Mix {
+        read,
+        rolling,
+        change,
+        logout,
+    } = plan.mix;
+    let mut md = format!(
+        "# A day of traffic, replayed\n\nProduced by `{command}` ({}). Each store alone on the emptied server, through tower-sessions-core 0.14's `SessionStore`: sessionpack's store exactly as `TowerStore::connect` opens it (a growing store, records packed with a dictionary learned from its first sessions, write threshold {}, a sweeper in the background every {} s), the peer as its README sets it up.\n\n\
+         The day: {} returning users signed in first ({} profile), then {} requests from {} concurrent callers. A request is a new visitor's sign-in (a share of {}; the visitor never returns, and the session expires) or a returning user's: a `load`, then by weight {read} read only / {rolling} saved unchanged under rolling expiry / {change} changed / {logout} logged out; a user whose session is gone signs in again. A sign-in is a `create` and the id rotation at login (`delete` and `create`, as tower-sessions' `cycle_id`). Sessions live {} s after their last write. These shares are this benchmark's assumptions, not measurements of an app: most requests read, a rolling save on every request that saves at all, a few logouts, and visitors who leave sessions to expire; change them with `--mix` and `--visitors`.\n\n\
+         Server CPU is `INFO cpu` (user + system): over the traffic, per request; and over the cleanup after the traffic and the latency phase (one lifetime, one sweep interval and {} s more, nothing sent but `INFO`: the in-app sweeper's passes, Redis's own expiry of the peer's keys; every session expires and is removed), per request of the two. The cleanup removes the whole population at once where a real day removes only the sessions that end, so it weighs more here than in a day. Requests per Redis core are 1 / that CPU. Memory is `used_memory` less the clients' at the end of the traffic over the empty server's, per session live then (expired sessions not yet removed count against the live ones); after the cleanup, the keys and bytes the store keeps with no session. Latency: {} requests offered at {} per second after the traffic, each timed from when it was due.\n\n\
+         | store | µs server CPU per request (traffic + cleanup) | vs peer | requests per core-second | vs peer | B per live session | vs peer | keys / bytes left after the cleanup | p50 / p99 ms | vs peer (p99) | sign-ins / logouts / found gone |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|\n",
+        server.name(),
+        sessionpack::tower::DEFAULT_WRITE_THRESHOLD,
+        sessionpack::session::sweep::SweepConfig::default()
+            .interval
+            .as_secs(),
+        plan.users,
+        plan.profile,
+        plan.requests,
+        plan.concurrency,
+        plan.visitors,
+        plan.idle.as_secs(),
+        CLEANUP_SLACK.as_secs(),
+        plan.latency_requests,
+        plan.rate,
+    );
+    let ratio = |r: &DayRun, f: &dyn Fn(&DayRun) -> f64| match peer {
+        Some(p) if p.store != r.store => format!("{:.2}x", f(r) / f(p)),
+        _ => "-".into(),
+    };
+    for r in runs {
+        let _ = writeln!(
+            md,
+            "| {} | {:.2} ({:.2} + {:.2}) | {} | {:.0} | {} | {:.1} | {} | {} / {} | {:.2} / {:.2} | {} | {} / {} / {} |",
+            r.store,
+            r.cpu_us_per_request,
+            r.traffic_cpu_us,
+            r.cleanup_cpu_us,
+            ratio(r, &|r| r.cpu_us_per_request),
+            r.requests_per_core_sec,
+            ratio(r, &|r| r.requests_per_core_sec),
+            r.bytes_per_live_session,
+            ratio(r, &|r| r.bytes_per_live_session),
+            r.keys_after_cleanup,
+            r.bytes_after_cleanup,
+            r.p50_ms,
+            r.p99_ms,
+            ratio(r, &|r| r.p99_ms),
+            r.logins,
+            r.logouts,
+            r.found_gone,
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n## What the traffic ran on the server\n\nFrom `INFO commandstats` over the traffic: calls of each command per request × the server's time in it per call (a script's time includes the commands it sends). Commands below one call per hundred requests are left out.\n\n| store | commands per request |\n|---|---|"
+    );
+    for r in runs {
+        let line = r
+            .commands
+            .iter()
+            .map(|c| format!("{} {:.2} × {:.2} µs", c.command, c.per_op, c.usec_per_call))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(md, "| {} | {line} |", r.store);
+    }
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
+    let json =
+        serde_json::json!({ "command": command, "server": server, "plan": plan, "runs": runs });
+    let json = serde_json::to_string_pretty(&json).map_err(|e| Error::Config(e.to_string()))?;
+    for (name, text) in [("day.json", json), ("day.md", md)] {
+        let path = args.out.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| Error::Config(format!("cannot write {}: {e}", path.display())))?;
+    }
+    println!("wrote {}", args.out.join("day.md").display());
+    Ok(())
+}
