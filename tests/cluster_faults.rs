@@ -890,7 +890,18 @@ async fn writes_replicas_confirmed_survive_a_paused_primary_s_failover() {
         let conn = cluster::connect(&c.urls()).await.unwrap();
         let conn =
             sessionpack::conn::wait::WaitForReplicas::new(conn, 1, Duration::from_millis(500));
-        let layout = Compact::new(conn, config).await.unwrap();
+        // Opening writes the namespace's metadata, which the replicas
+        // confirm within 500 ms unless the machine is loaded: then again.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let layout = loop {
+            match Compact::new(conn.clone(), config.clone()).await {
+                Err(Error::NotReplicated(e)) if Instant::now() < deadline => {
+                    println!("opening the store again: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                opened => break opened.unwrap(),
+            }
+        };
         confirmed_writes_survive_a_pause(&c, Store::new(layout).without_sweeper().with_ttl(TTL))
             .await;
     }

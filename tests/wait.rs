@@ -28,11 +28,9 @@ async fn writes_wait_for_the_replica_and_say_when_it_did_not_confirm() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut raw = common::raw(&primary).await;
-    let conn = WaitForReplicas::new(
-        common::manager(&primary).await,
-        1,
-        Duration::from_millis(200),
-    );
+    // Long enough that a loaded machine's replica confirms in time: the
+    // unconfirmed case below waits it out once.
+    let conn = WaitForReplicas::new(common::manager(&primary).await, 1, Duration::from_secs(5));
     let layout = Compact::new(conn, CompactConfig::new(6)).await.unwrap();
     let store: Store<_, String> = Store::new(layout).with_ttl(Duration::from_secs(600));
 
