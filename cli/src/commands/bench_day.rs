@@ -137,29 +137,9 @@ impl Contender {
     async fn open(self, url: &str) -> Result<Option<DynStore>> {
         match self {
             Self::Quickstart => Ok(Some(Arc::new(TowerStore::connect(url).await?) as DynStore)),
-            Self::Peer => peer_store(url).await,
+            Self::Peer => super::bench_tower::peer_store(url).await,
         }
     }
-}
-
-#[cfg(feature = "peer-bench")]
-async fn peer_store(url: &str) -> Result<Option<DynStore>> {
-    use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
-    let config = Config::from_url(url).map_err(|e| Error::Config(format!("fred: {e}")))?;
-    let client = tower_sessions_redis_store::fred::clients::Client::new(config, None, None, None);
-    client
-        .init()
-        .await
-        .map_err(|e| Error::Config(format!("fred: {e}")))?;
-    Ok(Some(Arc::new(tower_sessions_redis_store::RedisStore::new(
-        client,
-    ))))
-}
-
-#[cfg(not(feature = "peer-bench"))]
-async fn peer_store(_url: &str) -> Result<Option<DynStore>> {
-    println!("the peer crate is not measured: build with --features peer-bench");
-    Ok(None)
 }
 
 fn print_run(run: &DayRun) {

@@ -238,8 +238,10 @@ const QUICKSTART: &str = "sessionpack (TowerStore::connect)";
 /// the expiry by less than a tenth of the lifetime left is not sent.
 const WRITE_THRESHOLD: f64 = 0.1;
 
+/// The peer crate's store on the server at `url` (feature
+/// `peer-bench`; without it, `None`, and says so).
 #[cfg(feature = "peer-bench")]
-async fn peer_store(url: &str) -> Result<Option<DynStore>> {
+pub(super) async fn peer_store(url: &str) -> Result<Option<DynStore>> {
     use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
     let config = Config::from_url(url).map_err(|e| Error::Config(format!("fred: {e}")))?;
     let client = tower_sessions_redis_store::fred::clients::Client::new(config, None, None, None);
@@ -253,7 +255,7 @@ async fn peer_store(url: &str) -> Result<Option<DynStore>> {
 }
 
 #[cfg(not(feature = "peer-bench"))]
-async fn peer_store(_url: &str) -> Result<Option<DynStore>> {
+pub(super) async fn peer_store(_url: &str) -> Result<Option<DynStore>> {
     println!("the peer crate is not measured: build with --features peer-bench");
     Ok(None)
 }
