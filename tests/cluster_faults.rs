@@ -704,20 +704,29 @@ async fn calls_waiting_on_a_failed_over_primary_go_to_the_new_one() {
     for growing in [false, true] {
         let c = LocalCluster::start(3, 1).expect("a local cluster");
         let conn = cluster::connect_with(&c.urls(), &patient).await.unwrap();
+        // Connections opened before the pause and not used until the old
+        // primary is replaced: they still route to it.
+        let mut idle = Vec::new();
+        for _ in 0..2 {
+            idle.push(cluster::connect_with(&c.urls(), &patient).await.unwrap());
+        }
         if growing {
             let layout = Compact::new(conn, CompactConfig::growing()).await.unwrap();
-            calls_move_to_the_new_primary(&c, Store::new(layout).without_sweeper().with_ttl(TTL))
-                .await;
+            let store = Store::new(layout).without_sweeper().with_ttl(TTL);
+            calls_move_to_the_new_primary(&c, store, idle).await;
         } else {
             let layout = Bucketed::new(conn, BucketedConfig::new(8)).await.unwrap();
-            calls_move_to_the_new_primary(&c, Store::new(layout).without_sweeper().with_ttl(TTL))
-                .await;
+            let store = Store::new(layout).without_sweeper().with_ttl(TTL);
+            calls_move_to_the_new_primary(&c, store, idle).await;
         }
     }
 }
 
-async fn calls_move_to_the_new_primary<L>(c: &LocalCluster, store: Store<L, u64>)
-where
+async fn calls_move_to_the_new_primary<L>(
+    c: &LocalCluster,
+    store: Store<L, u64>,
+    idle: Vec<cluster::Cluster>,
+) where
     L: sessionpack::Layout + Clone + 'static,
 {
     const WORKERS: u64 = 8;
@@ -803,6 +812,28 @@ where
     // Still paused: every worker's calls (each round touches sessions on
     // every primary) complete on the new primary.
     each_round("the old primary still paused").await;
+    // Commands with no key, on connections that still route to the paused
+    // primary: the cluster client sends `SCRIPT LOAD` to every primary and
+    // would send `TIME` to a node at random; neither waits on it.
+    let [mut scripts, mut clock] = <[cluster::Cluster; 2]>::try_from(idle).unwrap();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return 1")
+        .query_async(&mut scripts)
+        .await
+        .expect("SCRIPT LOAD answered by every primary serving slots");
+    assert_eq!(sha.len(), 40);
+    for _ in 0..12 {
+        let _: (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut clock)
+            .await
+            .expect("TIME answered while the old primary is paused");
+    }
+    assert_eq!(
+        (scripts.replacements(), clock.replacements()),
+        (1, 1),
+        "each connection was replaced once, when a call waited on the paused primary"
+    );
     signal(victim, "-CONT");
     tokio::task::block_in_place(|| c.wait_until_ready(Duration::from_secs(60))).unwrap();
     each_round("the old primary back").await;

@@ -38,7 +38,8 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use crate::conn::ConnectOptions;
 use crate::error::Result;
 
-use takeover::{SlotOwners, Watch};
+use slots::SLOTS;
+use takeover::{SlotOwners, Waits, Watch};
 
 /// Attempts the cluster client makes for one request (redirections and
 /// reconnections included) before it reports an error.
@@ -69,6 +70,9 @@ struct Shared {
     current: Mutex<Current>,
     /// Held while a replacement is made: concurrent timeouts make one.
     replacing: tokio::sync::Mutex<()>,
+    /// Counts the commands with no key routed to a primary of their own
+    /// (see [`Cluster::any_slot`]).
+    anywhere: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -103,6 +107,7 @@ pub async fn connect_with(seeds: &[impl AsRef<str>], options: &ConnectOptions) -
                 owners: Arc::default(),
             }),
             replacing: tokio::sync::Mutex::new(()),
+            anywhere: std::sync::atomic::AtomicU32::new(0),
         }),
     };
     // Which primary serves each slot, for calls to see a failover by; a
@@ -259,7 +264,7 @@ impl Cluster {
     /// (see [`takeover`]), within the response timeout of the first.
     async fn call<'a, T, F>(
         &'a self,
-        slot: Option<u16>,
+        waits: Waits,
         call: impl Fn(ClusterConnection) -> F,
     ) -> RedisResult<T>
     where
@@ -291,22 +296,17 @@ impl Cluster {
                     .await
                     .unwrap_or_else(|_| Err(timed_out()))
             };
-            let result = match slot {
-                None => sent.await,
-                Some(slot) => {
-                    let views = [owners.as_ref(), latest.as_ref()];
-                    let watched = self.shared.watch.taken_over(slot, &views);
-                    tokio::select! {
-                        result = sent => result,
-                        now = watched => {
-                            self.replace_after_takeover(generation, &now).await;
-                            if tokio::time::Instant::now() >= deadline {
-                                return Err(timed_out());
-                            }
-                            resent = true;
-                            continue;
-                        }
+            let views = [owners.as_ref(), latest.as_ref()];
+            let watched = self.shared.watch.taken_over(waits, &views);
+            let result = tokio::select! {
+                result = sent => result,
+                now = watched => {
+                    self.replace_after_takeover(generation, now, deadline).await;
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(timed_out());
                     }
+                    resent = true;
+                    continue;
                 }
             };
             if result.as_ref().is_err_and(|e| e.is_timeout()) {
@@ -343,32 +343,62 @@ impl Cluster {
 
     /// Opens a new connection in place of the one of `generation` after a
     /// takeover, from the primaries that serve slots `now` (a seed that is
-    /// paused would hold a new connection up for its whole timeout).
-    async fn replace_after_takeover(&self, generation: u64, now: &Arc<SlotOwners>) {
+    /// paused would hold a new connection up for its whole timeout). It is
+    /// installed only once every primary agrees on who serves each slot and
+    /// each answers through it: one built from a node that has not heard of
+    /// the failover yet would route calls back to the paused primary, where
+    /// no watch would see them wait. Until `deadline`, looking again every
+    /// [`takeover::PROBE_EVERY`].
+    async fn replace_after_takeover(
+        &self,
+        generation: u64,
+        mut now: Arc<SlotOwners>,
+        deadline: tokio::time::Instant,
+    ) {
         let _one_at_a_time = self.shared.replacing.lock().await;
-        if self.current().generation != generation {
-            return;
-        }
-        // The probe's URLs are reached as the seeds are.
-        let seeds = now.primaries();
-        let options = &self.shared.options;
-        let budget = options.connect_timeout() * 2 + options.response_timeout();
-        let connected = async {
-            let conn = client(seeds, options)
-                .map_err(|e| {
-                    redis::RedisError::from((redis::ErrorKind::Client, "", e.to_string()))
-                })?
-                .get_async_connection()
-                .await?;
-            Ok::<_, redis::RedisError>(conn)
-        };
-        match tokio::time::timeout(budget, connected).await {
-            Ok(Ok(conn)) => self.install(generation, conn, now.clone()),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "reconnecting after a failover failed")
+        loop {
+            if self.current().generation != generation {
+                return;
             }
-            Err(_) => tracing::warn!("reconnecting after a failover timed out"),
+            if self.shared.watch.agreed(&now).await {
+                match self.connect_routed(&now).await {
+                    Ok(conn) => {
+                        self.install(generation, conn, now);
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "reconnecting after a failover failed"),
+                }
+            }
+            if tokio::time::Instant::now() + takeover::PROBE_EVERY >= deadline {
+                return;
+            }
+            tokio::time::sleep(takeover::PROBE_EVERY).await;
+            if let Some(fresh) = self.shared.watch.look().await {
+                now = fresh;
+            }
         }
+    }
+
+    /// A connection seeded from the primaries of `now` (reached as the
+    /// seeds are), once a `PING` routed to each of them through it has
+    /// been answered.
+    async fn connect_routed(&self, now: &SlotOwners) -> RedisResult<ClusterConnection> {
+        let options = &self.shared.options;
+        let quick = options.connect_timeout() * 2 + takeover::PROBE_TIMEOUT * 2;
+        let connected = async {
+            let client = client(now.primaries(), options).map_err(|e| {
+                redis::RedisError::from((redis::ErrorKind::Client, "", e.to_string()))
+            })?;
+            let mut conn = client.get_async_connection().await?;
+            for slot in now.a_slot_of_each() {
+                conn.route_command(redis::cmd("PING"), to_primary_of(slot))
+                    .await?;
+            }
+            Ok(conn)
+        };
+        tokio::time::timeout(quick, connected)
+            .await
+            .unwrap_or_else(|_| Err(timed_out()))
     }
 
     fn install(&self, generation: u64, conn: ClusterConnection, owners: Arc<SlotOwners>) {
@@ -397,7 +427,7 @@ impl Cluster {
         loop {
             let slot = pipeline.cmd_iter().find_map(slot_of);
             let sent = self
-                .call(slot, |mut conn| async move {
+                .call(slot.map_or(Waits::Unwatched, Waits::Slot), |mut conn| async move {
                     conn.req_packed_commands(pipeline, offset, count).await
                 })
                 .await;
@@ -413,7 +443,7 @@ impl Cluster {
             let exists = redis::cmd("EXISTS").arg(key).clone();
             let exists = &exists;
             let _ = self
-                .call(Some(slots::key_slot(key)), |mut conn| async move {
+                .call(Waits::Slot(slots::key_slot(key)), |mut conn| async move {
                     conn.req_packed_command(exists).await
                 })
                 .await;
@@ -421,6 +451,79 @@ impl Cluster {
             delay = (delay * 2).min(Duration::from_millis(500));
             attempt += 1;
         }
+    }
+}
+
+impl Cluster {
+    /// A slot for a command with no key that any primary answers: routed
+    /// to its primary, so the watch knows which one the call waits on.
+    /// Turns through the slots (a step that crosses a third of them), so
+    /// such commands spread over the primaries.
+    fn any_slot(&self) -> u16 {
+        use std::sync::atomic::Ordering;
+        nth_any_slot(self.shared.anywhere.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A pipeline of commands with no key: to one primary when any would
+    /// answer all of them, else as the cluster client routes it (unwatched).
+    async fn keyless_pipeline(
+        &self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+        if !pipeline.cmd_iter().all(answers_anywhere) {
+            return self
+                .call(Waits::Unwatched, |mut conn| async move {
+                    conn.req_packed_commands(pipeline, offset, count).await
+                })
+                .await;
+        }
+        let slot = self.any_slot();
+        let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+        let route = &route;
+        self.call(Waits::Slot(slot), |mut conn| async move {
+            conn.route_pipeline(pipeline.clone(), offset, count, route.clone())
+                .await
+        })
+        .await
+    }
+}
+
+/// The slot of the `n`th command with no key routed to a primary of its
+/// own (see [`Cluster::any_slot`]).
+fn nth_any_slot(n: u32) -> u16 {
+    (n.wrapping_mul(5471) % u32::from(SLOTS)) as u16
+}
+
+/// Routing to the primary of `slot`.
+fn to_primary_of(slot: u16) -> redis::cluster_routing::RoutingInfo {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+        slot,
+        SlotAddr::Master,
+    )))
+}
+
+/// Whether `cmd` has no key and any node answers it alike (`TIME`, which
+/// sessionpack reads for the server's clock): the cluster client would
+/// send it to a node at random, a paused one included, where no watch
+/// would see it wait. (`PING` goes to every node, and says so.)
+fn answers_anywhere(cmd: &Cmd) -> bool {
+    command_is(cmd, &[b"TIME"])
+}
+
+/// Whether `cmd` is a `SCRIPT` command, which the cluster client sends to
+/// every primary and which may be sent again.
+fn to_every_primary(cmd: &Cmd) -> bool {
+    command_is(cmd, &[b"SCRIPT"])
+}
+
+fn command_is(cmd: &Cmd, names: &[&[u8]]) -> bool {
+    match cmd.args_iter().next() {
+        Some(redis::Arg::Simple(name)) => names.iter().any(|n| name.eq_ignore_ascii_case(n)),
+        _ => false,
     }
 }
 
@@ -486,9 +589,33 @@ fn slot_of(cmd: &Cmd) -> Option<u16> {
 
 impl redis::aio::ConnectionLike for Cluster {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(self.call(slot_of(cmd), move |mut conn| async move {
-            conn.req_packed_command(cmd).await
-        }))
+        Box::pin(async move {
+            if let Some(slot) = slot_of(cmd) {
+                return self
+                    .call(Waits::Slot(slot), |mut conn| async move {
+                        conn.req_packed_command(cmd).await
+                    })
+                    .await;
+            }
+            if answers_anywhere(cmd) {
+                let slot = self.any_slot();
+                let routing = &to_primary_of(slot);
+                return self
+                    .call(Waits::Slot(slot), |mut conn| async move {
+                        conn.route_command(cmd.clone(), routing.clone()).await
+                    })
+                    .await;
+            }
+            let waits = if to_every_primary(cmd) {
+                Waits::Primaries
+            } else {
+                Waits::Unwatched
+            };
+            self.call(waits, |mut conn| async move {
+                conn.req_packed_command(cmd).await
+            })
+            .await
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -504,12 +631,15 @@ impl redis::aio::ConnectionLike for Cluster {
             let slots: Vec<Option<u16>> = pipeline.cmd_iter().map(slot_of).collect();
             let first = slots.iter().flatten().next().copied();
             let one_slot = slots.iter().flatten().all(|s| Some(*s) == first);
-            if one_slot {
+            if let (true, Some(slot)) = (one_slot, first) {
                 return self
-                    .call(first, |mut conn| async move {
+                    .call(Waits::Slot(slot), |mut conn| async move {
                         conn.req_packed_commands(pipeline, offset, count).await
                     })
                     .await;
+            }
+            if first.is_none() {
+                return self.keyless_pipeline(pipeline, offset, count).await;
             }
             // Commands with no key go with the first part. Each part is a
             // call of its own: one that waits on a failed-over primary is
@@ -529,7 +659,7 @@ impl redis::aio::ConnectionLike for Cluster {
             }
             let replies =
                 futures_util::future::try_join_all(parts.iter().map(|(slot, part, _)| {
-                    self.call(Some(*slot), move |mut conn| async move {
+                    self.call(Waits::Slot(*slot), move |mut conn| async move {
                         conn.req_packed_commands(part, 0, part.len()).await
                     })
                 }))
@@ -558,19 +688,16 @@ impl crate::conn::wait::WaitAfter for Cluster {
         wait: &'a Cmd,
         pipeline: &'a Pipeline,
     ) -> RedisFuture<'a, Value> {
-        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
         Box::pin(async move {
             let mut slots = pipeline.cmd_iter().filter_map(slot_of);
             let first = slots.next();
             match first {
                 Some(slot) if slots.all(|s| s == slot) => {
-                    let route = Route::new(slot, SlotAddr::Master);
-                    let routing =
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    let routing = to_primary_of(slot);
                     // Not sent again after a takeover: a WAIT answered by
                     // the new primary would confirm a write it never saw.
                     let routing = &routing;
-                    self.call(None, |mut conn| async move {
+                    self.call(Waits::Unwatched, |mut conn| async move {
                         conn.route_command(wait.clone(), routing.clone()).await
                     })
                     .await
@@ -595,6 +722,21 @@ d4 127.0.0.1:7003@17003 master,fail - 0 1 3 disconnected 10923-16383
 e5 127.0.0.1:7005@17005 master - 0 1 4 connected
 ";
         assert_eq!(parse_primaries(nodes), ["127.0.0.1:7001", "127.0.0.1:7002"]);
+    }
+
+    #[test]
+    fn keyless_commands_are_watched_by_where_they_go() {
+        assert!(answers_anywhere(&redis::cmd("time")));
+        assert!(!answers_anywhere(&redis::cmd("PING")));
+        assert!(to_every_primary(
+            redis::cmd("SCRIPT").arg("LOAD").arg("return 1")
+        ));
+        assert!(!to_every_primary(&redis::cmd("WAIT")));
+        // A step of 5471 slots visits each third of the slots in turn.
+        let thirds: Vec<u32> = (0..6)
+            .map(|n| u32::from(nth_any_slot(n)) * 3 / u32::from(SLOTS))
+            .collect();
+        assert_eq!(thirds, [0, 1, 2, 0, 1, 2]);
     }
 
     #[test]

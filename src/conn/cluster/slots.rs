@@ -88,7 +88,7 @@ pub(crate) async fn shards_over(
 /// The shards in a `CLUSTER SLOTS` reply, row by row: a row lists a
 /// primary's replicas after it, and a reply read as a vector of 3-tuples
 /// would be taken for a flat list as soon as one row has them.
-fn shards_in(seed: &str, reply: &redis::Value) -> Result<Vec<Shard>> {
+pub(crate) fn shards_in(seed: &str, reply: &redis::Value) -> Result<Vec<Shard>> {
     let unexpected = || Error::Config(format!("{seed}: unexpected CLUSTER SLOTS reply"));
     let url_of = |node: &redis::Value| -> Result<String> {
         let node: Vec<redis::Value> = redis::from_redis_value_ref(node)?;

@@ -6,16 +6,18 @@
 //!
 //! The watch keeps which primary served each slot when last looked
 //! (looked at again every [`REFRESH_EVERY`] while calls are made), and
-//! every replica each primary has been seen with. When a call has waited [`PROBE_AFTER`], it asks the nodes that
-//! answer (a `CLUSTER SLOTS` over a connection of its own, with short
-//! timeouts) who serves the call's slot now, every [`PROBE_EVERY`], one
-//! probe at a time for all the calls that wait. The slot is *taken over*
-//! when a replica of a primary that served it (as the call's connection
-//! saw it when it was opened, or as the watch saw it when the call was
-//! made or first looked) serves it now, and that primary serves no slot
-//! any more: the cluster failed it over. It runs
-//! nothing more for the slot (a paused primary that wakes up is demoted
-//! and resynchronised from the new one, which discards what it ran
+//! every replica each primary has been seen with. When a call has waited
+//! [`PROBE_AFTER`], it asks the nodes that answer (`CLUSTER SLOTS` and
+//! `CLUSTER NODES`, over a connection of its own, with short timeouts)
+//! who serves what the call waits on now ([`Waits`]: one slot, or every
+//! primary), every [`PROBE_EVERY`], one probe at a time for all the calls
+//! that wait. It is *taken over* when a primary that served it (as the
+//! call's connection saw it when it was opened, or as the watch saw it
+//! when the call was made or first looked) serves no slot any more, and
+//! the cluster has marked that primary failed or a replica it was seen
+//! with serves it now: the cluster failed it over. It runs nothing more
+//! for the slot (a paused primary that wakes up is demoted and
+//! resynchronised from the new one, which discards what it ran
 //! meanwhile), so the call can be sent again, to the new primary. A slot
 //! that moved to another primary (a reshard) is not a takeover, and a call
 //! that waits there is left alone: it may be running.
@@ -38,7 +40,22 @@ pub const PROBE_EVERY: Duration = Duration::from_millis(250);
 pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 /// The longest a probe of one node may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a call waits on, for the watch to tell whether it was failed over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Waits {
+    /// The primary serving this slot: a command on a key of it, or one
+    /// with no key that any primary answers, routed to this slot's.
+    Slot(u16),
+    /// Every primary: a command the cluster client sends to all of them
+    /// (`SCRIPT LOAD`), harmless to send again.
+    Primaries,
+    /// Nothing the watch follows, so the call is never sent again: `WAIT`
+    /// (a new primary would confirm a write it never saw), and commands
+    /// without a key that sessionpack does not send.
+    Unwatched,
+}
 
 /// Which primary serves each slot, as one node answered `CLUSTER SLOTS`.
 #[derive(Debug, Default)]
@@ -50,10 +67,17 @@ pub(super) struct SlotOwners {
     /// For each slot, its primary's index in `primaries`; `u16::MAX` for
     /// a slot no primary serves.
     owner: Vec<u16>,
+    /// The nodes the cluster has marked failed (`fail` in `CLUSTER NODES`),
+    /// by every URL they may be listed under.
+    failed: Vec<String>,
 }
 
 impl SlotOwners {
     fn new(shards: Vec<slots::Shard>) -> Self {
+        Self::with_failed(shards, Vec::new())
+    }
+
+    fn with_failed(shards: Vec<slots::Shard>, failed: Vec<String>) -> Self {
         let mut owner = vec![u16::MAX; usize::from(SLOTS)];
         let mut primaries = Vec::with_capacity(shards.len());
         let mut replicas = Vec::with_capacity(shards.len());
@@ -71,6 +95,7 @@ impl SlotOwners {
             primaries,
             replicas,
             owner,
+            failed,
         }
     }
 
@@ -78,6 +103,15 @@ impl SlotOwners {
     fn primary_of(&self, slot: u16) -> Option<&str> {
         let i = usize::from(*self.owner.get(usize::from(slot))?);
         self.primaries.get(i).map(String::as_str)
+    }
+
+    /// The primaries a call waiting on `waits` may wait on.
+    fn waited_on(&self, waits: Waits) -> Vec<&str> {
+        match waits {
+            Waits::Slot(slot) => self.primary_of(slot).into_iter().collect(),
+            Waits::Primaries => self.primaries.iter().map(String::as_str).collect(),
+            Waits::Unwatched => Vec::new(),
+        }
     }
 
     /// Whether `primary` serves any slot.
@@ -88,6 +122,22 @@ impl SlotOwners {
     /// The primaries' URLs.
     pub(super) fn primaries(&self) -> &[String] {
         &self.primaries
+    }
+
+    /// Whether `other` gives every slot the same primary.
+    fn same_as(&self, other: &SlotOwners) -> bool {
+        self.primaries == other.primaries && self.owner == other.owner
+    }
+
+    /// One slot of each primary that serves any.
+    pub(super) fn a_slot_of_each(&self) -> Vec<u16> {
+        let mut found = vec![None; self.primaries.len()];
+        for (slot, &owner) in (0..SLOTS).zip(&self.owner) {
+            if let Some(first @ None) = found.get_mut(usize::from(owner)) {
+                *first = Some(slot);
+            }
+        }
+        found.into_iter().flatten().collect()
     }
 }
 
@@ -190,36 +240,47 @@ impl Watch {
         Some(fresh)
     }
 
-    /// Resolves once a primary that may hold the call for `slot` has been
-    /// failed over: a replica it has been seen with serves the slot now,
-    /// and it serves none. The suspects are the primaries that served the
-    /// slot in `views` (the connection's own, taken when it was opened,
-    /// and the latest when the call was made) and in the first look after
-    /// [`PROBE_AFTER`]. With the slot owners seen then.
-    pub(super) async fn taken_over(&self, slot: u16, views: &[&SlotOwners]) -> Arc<SlotOwners> {
-        fn suspect(suspects: &mut Vec<String>, owners: &SlotOwners, slot: u16) {
-            if let Some(primary) = owners.primary_of(slot)
-                && !suspects.iter().any(|s| s == primary)
-            {
-                suspects.push(primary.to_owned());
+    /// Resolves once a primary that may hold a call waiting on `waits`
+    /// has been failed over: a replica it has been seen with serves (for
+    /// [`Waits::Slot`]) the slot or (for [`Waits::Primaries`]) any slot now,
+    /// and it serves none. The suspects are the primaries that served what
+    /// the call waits on in `views` (the connection's own, taken when it
+    /// was opened, and the latest when the call was made) and in the first
+    /// look after [`PROBE_AFTER`]. With the slot owners seen then. Never,
+    /// for [`Waits::Unwatched`].
+    pub(super) async fn taken_over(&self, waits: Waits, views: &[&SlotOwners]) -> Arc<SlotOwners> {
+        fn suspect(suspects: &mut Vec<String>, owners: &SlotOwners, waits: Waits) {
+            for primary in owners.waited_on(waits) {
+                if !suspects.iter().any(|s| s == primary) {
+                    suspects.push(primary.to_owned());
+                }
             }
+        }
+        if waits == Waits::Unwatched {
+            return std::future::pending().await;
         }
         let mut suspects: Vec<String> = Vec::new();
         for view in views {
-            suspect(&mut suspects, view, slot);
+            suspect(&mut suspects, view, waits);
         }
         tokio::time::sleep(PROBE_AFTER).await;
         let mut first = true;
         loop {
             if let Some(now) = self.look().await {
                 if std::mem::take(&mut first) {
-                    suspect(&mut suspects, &now, slot);
+                    suspect(&mut suspects, &now, waits);
                 }
-                if let Some(is) = now.primary_of(slot)
-                    && let Some(was) = suspects
-                        .iter()
-                        .find(|was| !now.serves(was) && self.was_replica_of(is, was))
-                {
+                let serving = now.waited_on(waits);
+                // The cluster marked it failed, or a replica it was seen with
+                // took over (a look made as the cluster formed may show no
+                // replica, and the node asked may have cleared the mark).
+                let failed_over = suspects.iter().find_map(|was| {
+                    let heir = serving.iter().find(|is| {
+                        now.failed.iter().any(|f| f == was) || self.was_replica_of(is, was)
+                    })?;
+                    (!now.serves(was)).then_some((was, heir))
+                });
+                if let Some((was, is)) = failed_over {
                     tracing::warn!(
                         primary = %was,
                         now = is,
@@ -230,6 +291,27 @@ impl Watch {
             }
             tokio::time::sleep(PROBE_EVERY).await;
         }
+    }
+
+    /// Whether every primary of `now` answers and gives every slot the
+    /// primary `now` gives it. A node that has not heard of a failover yet
+    /// still names the old primary, and a cluster client that learns its
+    /// slots from that node would send the calls it resends back to it.
+    pub(super) async fn agreed(&self, now: &SlotOwners) -> bool {
+        let asks = now.primaries().iter().map(|url| async move {
+            let asked = async {
+                let mut conn = crate::conn::connect_with(url, &self.options).await?;
+                slots::shards_over(url, &mut conn).await
+            };
+            match tokio::time::timeout(PROBE_TIMEOUT * 2, asked).await {
+                Ok(Ok(shards)) => SlotOwners::new(shards).same_as(now),
+                _ => false,
+            }
+        });
+        futures_util::future::join_all(asks)
+            .await
+            .into_iter()
+            .all(|agrees| agrees)
     }
 
     /// Whether `node` has been seen as a replica of `primary`.
@@ -252,12 +334,10 @@ impl Watch {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         if let Some((url, mut conn)) = answered {
-            let asked = tokio::time::timeout(PROBE_TIMEOUT, slots::shards_over(&url, &mut conn));
-            if let Ok(Ok(shards)) = asked.await
-                && !shards.is_empty()
-            {
+            let asked = tokio::time::timeout(PROBE_TIMEOUT, ask(&url, &mut conn));
+            if let Ok(Ok(owners)) = asked.await {
                 self.remember(url, conn);
-                return Some(SlotOwners::new(shards));
+                return Some(owners);
             }
         }
         let mut nodes: Vec<&str> = known.primaries().iter().map(String::as_str).collect();
@@ -268,18 +348,18 @@ impl Watch {
             Box::pin(async move {
                 let asked = async {
                     let mut conn = crate::conn::connect_with(url, &self.options).await?;
-                    let shards = slots::shards_over(url, &mut conn).await?;
-                    Ok::<_, crate::Error>((conn, shards))
+                    let owners = ask(url, &mut conn).await?;
+                    Ok::<_, crate::Error>((conn, owners))
                 };
                 match tokio::time::timeout(PROBE_TIMEOUT * 2, asked).await {
-                    Ok(Ok((conn, shards))) if !shards.is_empty() => Ok((url, conn, shards)),
+                    Ok(Ok((conn, owners))) => Ok((url, conn, owners)),
                     _ => Err(()),
                 }
             })
         });
-        let ((url, conn, shards), _) = futures_util::future::select_ok(asks).await.ok()?;
+        let ((url, conn, owners), _) = futures_util::future::select_ok(asks).await.ok()?;
         self.remember(url.to_owned(), conn);
-        Some(SlotOwners::new(shards))
+        Some(owners)
     }
 
     fn remember(&self, url: String, conn: crate::conn::Connection) {
@@ -288,6 +368,56 @@ impl Watch {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((url, conn));
     }
+}
+
+/// The slot owners and the failed nodes as the node at `url` sees them
+/// (`CLUSTER SLOTS` and `CLUSTER NODES` in one round trip); an error when
+/// it reports no slot served.
+async fn ask(url: &str, conn: &mut crate::conn::Connection) -> crate::Result<SlotOwners> {
+    let (slots, nodes): (redis::Value, String) = redis::pipe()
+        .cmd("CLUSTER")
+        .arg("SLOTS")
+        .cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(conn)
+        .await?;
+    let shards = slots::shards_in(url, &slots)?;
+    if shards.is_empty() {
+        return Err(crate::Error::Config(format!(
+            "{url} reports no slot served"
+        )));
+    }
+    Ok(SlotOwners::with_failed(shards, failed_nodes(url, &nodes)))
+}
+
+/// The URLs (by address and by hostname, reached as `seed` is) of the
+/// nodes a `CLUSTER NODES` reply flags `fail`: lines
+/// `<id> <ip:port@cport[,hostname]> <flags> ...`.
+fn failed_nodes(seed: &str, nodes: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        if !flags.split(',').any(|f| f == "fail") {
+            continue;
+        }
+        let (endpoint, hostname) = addr.split_once(',').unwrap_or((addr, ""));
+        let ip_port = endpoint.split('@').next().unwrap_or_default();
+        let Some((ip, port)) = ip_port.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            continue;
+        };
+        for host in [ip, hostname] {
+            if !host.is_empty() {
+                out.push(super::node_url(seed, host, port));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -313,5 +443,20 @@ mod tests {
         assert_eq!(owners.primary_of(SLOTS), None);
         assert!(owners.serves("redis://b/") && !owners.serves("redis://c/"));
         assert_eq!(SlotOwners::default().primary_of(0), None);
+    }
+
+    #[test]
+    fn lists_the_nodes_flagged_failed_by_address_and_hostname() {
+        let nodes = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7002@17002,node-b.example master,fail - 0 1 2 disconnected
+c3 127.0.0.1:7004@17004 master - 0 1 4 connected 5461-16383
+d4 127.0.0.1:7003@17003 slave,fail? c3 0 1 3 connected
+e5 :0@0 master,fail,noaddr - 0 1 5 disconnected
+";
+        assert_eq!(
+            failed_nodes("redis://127.0.0.1:7001/", nodes),
+            ["redis://127.0.0.1:7002/", "redis://node-b.example:7002/"]
+        );
     }
 }
