@@ -41,9 +41,10 @@
 # TowerStore::connect gives (growing, packed) per session shape beside the
 # peer on Redis 7.0 and Valkey 9.1.2. `sweep` also measures Redis's
 # own active expiry of key-per-session keys, what the peers pay. `day` a
-# day of traffic replayed through tower-sessions against
-# TowerStore::connect and the peer crate, on Redis 7.0 and Valkey 9.1.2:
-# server CPU per request with the cleanup, memory, latency.
+# day of traffic replayed through tower-sessions (TowerStore::connect
+# against tower-sessions-redis-store) and through actix-session
+# (ActixStore::connect against its RedisSessionStore), on Redis 7.0 and
+# Valkey 9.1.2: server CPU per request with the cleanup, memory, latency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
@@ -150,10 +151,14 @@ for part in "${parts[@]}"; do
     day)
       # A day of traffic, compressed, store by store on the same server
       # (the defaults of `sessionpack bench day --help`).
+      # Through tower-sessions, then actix-session, on each server.
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
       $sp bench day --out analysis/day/redis-7.0
+      $sp bench day --framework actix --out analysis/day/actix/redis-7.0
       while read -r name path; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench day --out "analysis/day/$name"
+        SESSIONPACK_REDIS_SERVER=$path $sp bench day --framework actix \
+          --out "analysis/day/actix/$name"
       done < <(scripts/ensure-servers.sh valkey-9.1.2)
       cargo build --release --quiet -p sessionpack-cli ;;
     actix)

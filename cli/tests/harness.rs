@@ -555,3 +555,97 @@ async fn a_day_replays_the_same_requests_on_every_store() {
     let counts = |r: &day::DayRun| (r.logins, r.logouts, r.live_sessions);
     assert_eq!(counts(&runs[0]), counts(&runs[1]));
 }
+
+/// The same replay through actix-session's trait, as its middleware calls
+/// it: sessionpack's actix store and (with `peer-bench`) actix-session's
+/// own Redis store see the same requests, and a rolling save of unchanged
+/// data reaches the peer as an `update_ttl` (`EXPIRE`), a changed one as
+/// an `update` (`SET`).
+#[tokio::test]
+async fn a_day_replays_through_actix_session_stores() {
+    use sessionpack::CompactConfig;
+    use sessionpack::actix::ActixStore;
+    use sessionpack_cli::harness::actix_as_tower::ActixAsTower;
+    use sessionpack_cli::harness::day::{self, DayPlan, Mix};
+    use sessionpack_cli::harness::tower::DynStore;
+    use sessionpack_cli::profile::Profile;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let server = common::server();
+    let url = server.url();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let plan = DayPlan {
+        profile: Profile::AxumLoginApp,
+        users: 300,
+        requests: 3000,
+        visitors: 0.1,
+        mix: Mix {
+            read: 0.5,
+            rolling: 0.3,
+            change: 0.15,
+            logout: 0.05,
+        },
+        idle: Duration::from_secs(3600),
+        concurrency: 4,
+        rate: 5000.0,
+        latency_requests: 400,
+        cleanup: Duration::from_millis(100),
+        seed: 11,
+    };
+    let ours = ActixStore::new(
+        connect(&url).await.unwrap(),
+        CompactConfig::default().with_namespace("a1"),
+    )
+    .await
+    .unwrap()
+    .without_sweeper();
+    let ours: DynStore = Arc::new(ActixAsTower::new(ours, "ours"));
+    #[cfg(feature = "peer-bench")]
+    let peer: Option<DynStore> = {
+        let peer = actix_session::storage::RedisSessionStore::new(url.as_str())
+            .await
+            .unwrap();
+        Some(Arc::new(ActixAsTower::new(peer, "peer")))
+    };
+    #[cfg(not(feature = "peer-bench"))]
+    let peer: Option<DynStore> = {
+        println!(
+            "actix-session's RedisSessionStore is not replayed: build with --features peer-bench"
+        );
+        None
+    };
+    let stores = std::iter::once(("ours", ours)).chain(peer.map(|p| ("peer", p)));
+    let mut runs = Vec::new();
+    for (label, store) in stores {
+        let run = day::run(&mut conn, label, store, plan).await.unwrap();
+        assert_eq!(run.requests, plan.requests, "{run:?}");
+        assert_eq!(run.found_gone, 0, "a live session was found gone: {run:?}");
+        assert!(
+            run.logins >= plan.requests / 20 && run.logouts > 0,
+            "{run:?}"
+        );
+        assert!(
+            run.traffic_cpu_us > 0.0 && run.p50_ms <= run.p99_ms,
+            "{run:?}"
+        );
+        runs.push(run);
+    }
+    if let [ours, peer] = &runs[..] {
+        let counts = |r: &day::DayRun| (r.logins, r.logouts, r.live_sessions);
+        assert_eq!(counts(ours), counts(peer));
+        let per = |command: &str| {
+            peer.commands
+                .iter()
+                .find(|c| c.command == command)
+                .map_or(0.0, |c| c.per_op)
+        };
+        // Of the requests, about 0.9 × 0.3 renew unchanged sessions and
+        // 0.9 × 0.15 change them; sign-ins save too.
+        assert!(per("expire") > 0.2 && per("set") > 0.1, "{peer:?}");
+    }
+}

@@ -160,7 +160,9 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
 }
 
 #[cfg(feature = "peer-bench")]
-async fn peer_store(url: &str) -> Result<Option<actix_session::storage::RedisSessionStore>> {
+pub(super) async fn peer_store(
+    url: &str,
+) -> Result<Option<actix_session::storage::RedisSessionStore>> {
     actix_session::storage::RedisSessionStore::new(url)
         .await
         .map(Some)
@@ -168,7 +170,7 @@ async fn peer_store(url: &str) -> Result<Option<actix_session::storage::RedisSes
 }
 
 #[cfg(not(feature = "peer-bench"))]
-async fn peer_store(_url: &str) -> Result<Option<ActixStore<sessionpack::Connection>>> {
+pub(super) async fn peer_store(_url: &str) -> Result<Option<ActixStore<sessionpack::Connection>>> {
     println!("the peer crate is not measured: build with --features peer-bench");
     Ok(None)
 }

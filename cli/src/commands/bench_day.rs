@@ -1,11 +1,12 @@
 //! `sessionpack bench day`: a day of traffic, compressed and replayed
-//! through tower-sessions' `SessionStore` against sessionpack's tower
-//! store exactly as `TowerStore::connect` opens it (in-app sweeper, write
-//! threshold, learned dictionary) and against the peer crate
-//! (`tower-sessions-redis-store`, feature `peer-bench`), each alone on the
-//! same emptied server: the server CPU a request costs with the cleanup of
-//! expired sessions included, memory per live session, latency at a fixed
-//! offered load (see [`crate::harness::day`]).
+//! through one framework's session-store trait against sessionpack's
+//! store exactly as its quickstart opens it (`TowerStore::connect` or
+//! `ActixStore::connect`: in-app sweeper, write threshold, learned
+//! dictionary) and against that framework's peer (`tower-sessions-redis-store`
+//! or actix-session's `RedisSessionStore`, feature `peer-bench`), each
+//! alone on the same emptied server: the server CPU a request costs with
+//! the cleanup of expired sessions included, memory per live session,
+//! latency at a fixed offered load (see [`crate::harness::day`]).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -15,10 +16,12 @@ use std::time::Duration;
 use clap::Args;
 
 use super::Target;
+use crate::harness::actix_as_tower::ActixAsTower;
 use crate::harness::day::{self, DayPlan, DayRun, Mix};
 use crate::harness::info::ServerInfo;
 use crate::harness::tower::DynStore;
 use crate::profile::Profile;
+use sessionpack::actix::ActixStore;
 use sessionpack::error::{Error, Result};
 use sessionpack::tower::TowerStore;
 
@@ -27,6 +30,10 @@ use sessionpack::tower::TowerStore;
 pub struct DayArgs {
     #[command(flatten)]
     target: Target,
+    /// The framework whose session-store trait the requests go through
+    /// (its quickstart store against its peer).
+    #[arg(long, value_enum, default_value = "tower")]
+    framework: Framework,
     /// The sessions' shape.
     #[arg(long, default_value = "axum-login-app")]
     profile: Profile,
@@ -106,7 +113,7 @@ pub(super) async fn run(args: DayArgs) -> Result<()> {
         .await?;
     let server = ServerInfo::read(&mut conn).await?;
     let mut runs: Vec<DayRun> = Vec::new();
-    for contender in [Contender::Quickstart, Contender::Peer] {
+    for contender in args.framework.contenders() {
         target.flush().await?;
         let Some(store) = contender.open(&url).await? else {
             continue;
@@ -120,24 +127,73 @@ pub(super) async fn run(args: DayArgs) -> Result<()> {
     write_report(&args, &plan, &server, &runs)
 }
 
-#[derive(Clone, Copy)]
+/// The framework a replay goes through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Framework {
+    /// tower-sessions (axum): `TowerStore::connect` against
+    /// tower-sessions-redis-store.
+    Tower,
+    /// actix-session (actix-web): `ActixStore::connect` against
+    /// actix-session's `RedisSessionStore`.
+    Actix,
+}
+
+impl Framework {
+    fn contenders(self) -> [Contender; 2] {
+        match self {
+            Self::Tower => [Contender::TowerQuickstart, Contender::TowerPeer],
+            Self::Actix => [Contender::ActixQuickstart, Contender::ActixPeer],
+        }
+    }
+
+    /// How the requests reach the stores, and the sign-in's rotation, for
+    /// the report.
+    fn through(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Tower => (
+                "through tower-sessions-core 0.14's `SessionStore`: sessionpack's store exactly as `TowerStore::connect` opens it",
+                "`delete` and `create`, as tower-sessions' `cycle_id`",
+            ),
+            Self::Actix => (
+                "through actix-session 0.11's `SessionStore`, called as its middleware calls it (a new session is a `save`, a changed one an `update`, an unchanged one under rolling expiry, `PersistentSession` with `TtlExtensionPolicy::OnEveryRequest`, an `update_ttl`, a logout a `delete`): sessionpack's store exactly as `ActixStore::connect` opens it",
+                "`delete` and `save` under a new key, as actix-session's `renew`",
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Contender {
-    Quickstart,
-    Peer,
+    TowerQuickstart,
+    TowerPeer,
+    ActixQuickstart,
+    ActixPeer,
 }
 
 impl Contender {
     fn label(self) -> &'static str {
         match self {
-            Self::Quickstart => "sessionpack (TowerStore::connect)",
-            Self::Peer => "tower-sessions-redis-store 0.16",
+            Self::TowerQuickstart => "sessionpack (TowerStore::connect)",
+            Self::TowerPeer => "tower-sessions-redis-store 0.16",
+            Self::ActixQuickstart => "sessionpack (ActixStore::connect)",
+            Self::ActixPeer => "actix-session 0.11 RedisSessionStore",
         }
     }
 
     async fn open(self, url: &str) -> Result<Option<DynStore>> {
+        let label = self.label();
         match self {
-            Self::Quickstart => Ok(Some(Arc::new(TowerStore::connect(url).await?) as DynStore)),
-            Self::Peer => super::bench_tower::peer_store(url).await,
+            Self::TowerQuickstart => {
+                Ok(Some(Arc::new(TowerStore::connect(url).await?) as DynStore))
+            }
+            Self::TowerPeer => super::bench_tower::peer_store(url).await,
+            Self::ActixQuickstart => {
+                let store = ActixStore::connect(url).await?;
+                Ok(Some(Arc::new(ActixAsTower::new(store, label)) as DynStore))
+            }
+            Self::ActixPeer => Ok(super::bench_actix::peer_store(url)
+                .await?
+                .map(|store| Arc::new(ActixAsTower::new(store, label)) as DynStore)),
         }
     }
 }
@@ -162,7 +218,9 @@ fn write_report(
     runs: &[DayRun],
 ) -> Result<()> {
     let command = super::bench_memory::command_line();
-    let peer = runs.iter().find(|r| r.store == Contender::Peer.label());
+    let peer_label = args.framework.contenders()[1].label();
+    let peer = runs.iter().find(|r| r.store == peer_label);
+    let (through, rotation) = args.framework.through();
     let Mix {
         read,
         rolling,
@@ -170,8 +228,8 @@ fn write_report(
         logout,
     } = plan.mix;
     let mut md = format!(
-        "# A day of traffic, replayed\n\nProduced by `{command}` ({}). Each store alone on the emptied server, through tower-sessions-core 0.14's `SessionStore`: sessionpack's store exactly as `TowerStore::connect` opens it (a growing store, records packed with a dictionary learned from its first sessions, write threshold {}, a sweeper in the background every {} s), the peer as its README sets it up.\n\n\
-         The day: {} returning users signed in first ({} profile), then {} requests from {} concurrent callers. A request is a new visitor's sign-in (a share of {}; the visitor never returns, and the session expires) or a returning user's: a `load`, then by weight {read} read only / {rolling} saved unchanged under rolling expiry / {change} changed / {logout} logged out; a user whose session is gone signs in again. A sign-in is a `create` and the id rotation at login (`delete` and `create`, as tower-sessions' `cycle_id`). Sessions live {} s after their last write. These shares are this benchmark's assumptions, not measurements of an app: most requests read, a rolling save on every request that saves at all, a few logouts, and visitors who leave sessions to expire; change them with `--mix` and `--visitors`.\n\n\
+        "# A day of traffic, replayed\n\nProduced by `{command}` ({}). Each store alone on the emptied server, {through} (a growing store, records packed with a dictionary learned from its first sessions, write threshold {}, a sweeper in the background every {} s), the peer as its README sets it up.\n\n\
+         The day: {} returning users signed in first ({} profile), then {} requests from {} concurrent callers. A request is a new visitor's sign-in (a share of {}; the visitor never returns, and the session expires) or a returning user's: a `load`, then by weight {read} read only / {rolling} saved unchanged under rolling expiry / {change} changed / {logout} logged out; a user whose session is gone signs in again. A sign-in is a `create` and the id rotation at login ({rotation}). Sessions live {} s after their last write. These shares are this benchmark's assumptions, not measurements of an app: most requests read, a rolling save on every request that saves at all, a few logouts, and visitors who leave sessions to expire; change them with `--mix` and `--visitors`.\n\n\
          Server CPU is `INFO cpu` (user + system): over the traffic, per request; and over the cleanup after the traffic and the latency phase (one lifetime, one sweep interval and {} s more, nothing sent but `INFO`: the in-app sweeper's passes, Redis's own expiry of the peer's keys; every session expires and is removed), per request of the two. The cleanup removes the whole population at once where a real day removes only the sessions that end, so it weighs more here than in a day. Requests per Redis core are 1 / that CPU. Memory is `used_memory` less the clients' at the end of the traffic over the empty server's, per session live then (expired sessions not yet removed count against the live ones); after the cleanup, the keys and bytes the store keeps with no session. Latency: {} requests offered at {} per second after the traffic, each timed from when it was due.\n\n\
          | store | µs server CPU per request (traffic + cleanup) | vs peer | requests per core-second | vs peer | B per live session | vs peer | keys / bytes left after the cleanup | p50 / p99 ms | vs peer (p99) | sign-ins / logouts / found gone |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|\n",
         server.name(),

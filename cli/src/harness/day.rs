@@ -1,5 +1,7 @@
 //! A day of traffic, compressed and replayed through the tower-sessions
-//! `SessionStore` trait, store by store on one server: what the requests
+//! `SessionStore` trait (an actix-session store behind it as its
+//! middleware would call it, [`super::actix_as_tower`]), store by store on
+//! one server: what the requests
 //! cost the Redis server in CPU (cleanup of expired sessions included),
 //! the memory the sessions hold meanwhile, and the latency at a fixed
 //! offered load.
@@ -400,6 +402,7 @@ async fn sign_in(store: &DynStore, plan: &DayPlan, n: u64) -> Result<(Id, Offset
     };
     store.create(&mut record).await.map_err(store_error)?;
     let old = record.id;
+    record.id = Id::default();
     store.delete(&old).await.map_err(store_error)?;
     store.create(&mut record).await.map_err(store_error)?;
     Ok((record.id, expiry))

@@ -2,6 +2,7 @@
 //! dedicated server layout by layout and records what they cost.
 
 pub mod actix;
+pub mod actix_as_tower;
 pub mod churn;
 pub mod day;
 pub mod growth;
