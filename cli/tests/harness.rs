@@ -490,9 +490,7 @@ async fn replication_memory_is_reported_apart_from_the_sessions() {
 async fn a_day_replays_the_same_requests_on_every_store() {
     use sessionpack::CompactConfig;
     use sessionpack::tower::TowerStore;
-    use sessionpack_cli::harness::day::{self, DayPlan, Mix};
-    use sessionpack_cli::profile::Profile;
-    use std::time::Duration;
+    use sessionpack_cli::harness::day;
 
     let server = common::server();
     let url = server.url();
@@ -501,24 +499,7 @@ async fn a_day_replays_the_same_requests_on_every_store() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let plan = DayPlan {
-        profile: Profile::AxumLoginApp,
-        users: 300,
-        requests: 3000,
-        visitors: 0.1,
-        mix: Mix {
-            read: 0.5,
-            rolling: 0.3,
-            change: 0.15,
-            logout: 0.05,
-        },
-        idle: Duration::from_secs(3600),
-        concurrency: 4,
-        rate: 5000.0,
-        latency_requests: 400,
-        cleanup: Duration::from_millis(100),
-        seed: 7,
-    };
+    let plan = small_day(7);
     let mut runs = Vec::new();
     for (namespace, config) in [
         ("d1", CompactConfig::default()),
@@ -556,30 +537,13 @@ async fn a_day_replays_the_same_requests_on_every_store() {
     assert_eq!(counts(&runs[0]), counts(&runs[1]));
 }
 
-/// The same replay through actix-session's trait, as its middleware calls
-/// it: sessionpack's actix store and (with `peer-bench`) actix-session's
-/// own Redis store see the same requests, and a rolling save of unchanged
-/// data reaches the peer as an `update_ttl` (`EXPIRE`), a changed one as
-/// an `update` (`SET`).
-#[tokio::test]
-async fn a_day_replays_through_actix_session_stores() {
-    use sessionpack::CompactConfig;
-    use sessionpack::actix::ActixStore;
-    use sessionpack_cli::harness::actix_as_tower::ActixAsTower;
-    use sessionpack_cli::harness::day::{self, DayPlan, Mix};
-    use sessionpack_cli::harness::tower::DynStore;
+/// A day small enough for a test: a lifetime no request outlives, so no
+/// session is found gone.
+fn small_day(seed: u64) -> sessionpack_cli::harness::day::DayPlan {
+    use sessionpack_cli::harness::day::{DayPlan, Mix};
     use sessionpack_cli::profile::Profile;
-    use std::sync::Arc;
     use std::time::Duration;
-
-    let server = common::server();
-    let url = server.url();
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let plan = DayPlan {
+    DayPlan {
         profile: Profile::AxumLoginApp,
         users: 300,
         requests: 3000,
@@ -595,8 +559,32 @@ async fn a_day_replays_through_actix_session_stores() {
         rate: 5000.0,
         latency_requests: 400,
         cleanup: Duration::from_millis(100),
-        seed: 11,
-    };
+        seed,
+    }
+}
+
+/// The same replay through actix-session's trait, as its middleware calls
+/// it: sessionpack's actix store and (with `peer-bench`) actix-session's
+/// own Redis store see the same requests, and a rolling save of unchanged
+/// data reaches the peer as an `update_ttl` (`EXPIRE`), a changed one as
+/// an `update` (`SET`).
+#[tokio::test]
+async fn a_day_replays_through_actix_session_stores() {
+    use sessionpack::CompactConfig;
+    use sessionpack::actix::ActixStore;
+    use sessionpack_cli::harness::actix_as_tower::ActixAsTower;
+    use sessionpack_cli::harness::day;
+    use sessionpack_cli::harness::tower::DynStore;
+    use std::sync::Arc;
+
+    let server = common::server();
+    let url = server.url();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let plan = small_day(11);
     let ours = ActixStore::new(
         connect(&url).await.unwrap(),
         CompactConfig::default().with_namespace("a1"),
