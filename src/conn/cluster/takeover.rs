@@ -9,7 +9,7 @@
 //! every replica each primary has been seen with. When a call has waited
 //! [`PROBE_AFTER`], it asks the nodes that answer (`CLUSTER SLOTS` and
 //! `CLUSTER NODES`, over a connection of its own, with short timeouts)
-//! who serves what the call waits on now ([`Waits`]: one slot, or every
+//! who serves what the call waits on now (`Waits`: one slot, or every
 //! primary), every [`PROBE_EVERY`], one probe at a time for all the calls
 //! that wait. It is *taken over* when a primary that served it (as the
 //! call's connection saw it when it was opened, or as the watch saw it
