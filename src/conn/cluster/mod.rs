@@ -348,7 +348,9 @@ impl Cluster {
     /// each answers through it: one built from a node that has not heard of
     /// the failover yet would route calls back to the paused primary, where
     /// no watch would see them wait. Until `deadline`, looking again every
-    /// [`takeover::PROBE_EVERY`].
+    /// [`takeover::PROBE_EVERY`]: a second primary paused and not yet
+    /// failed over holds the replacement up until the cluster fails it
+    /// over too, or the deadline comes.
     async fn replace_after_takeover(
         &self,
         generation: u64,
