@@ -207,21 +207,39 @@ pub async fn primaries(seed: &str, options: &ConnectOptions) -> Result<Vec<Strin
     Ok(primaries)
 }
 
-/// The `host:port` of the primaries serving slots in a `CLUSTER NODES`
-/// reply: lines
-/// `<id> <ip:port@cport[,hostname]> <flags> <primary> <ping> <pong>
-/// <epoch> <link> <slot>...`, flags `master` and not `fail`.
-fn parse_primaries(nodes: &str) -> Vec<String> {
-    let mut out: Vec<String> = nodes
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let flags = fields.get(2)?.split(',').collect::<Vec<_>>();
-            let serving = fields.len() > 8;
-            (flags.contains(&"master") && !flags.contains(&"fail") && serving).then_some(())?;
-            let addr = fields[1].split(['@', ',']).next()?;
-            Some(addr.to_owned())
+/// A line of a `CLUSTER NODES` reply: `<id> <ip:port@cport[,hostname]>
+/// <flags> <primary> <ping> <pong> <epoch> <link> <slot>...`.
+pub(super) struct NodeLine<'a> {
+    /// `ip:port`.
+    pub(super) addr: &'a str,
+    /// The hostname it announces, or empty.
+    pub(super) hostname: &'a str,
+    pub(super) flags: Vec<&'a str>,
+    /// Whether the line lists slots.
+    pub(super) serving: bool,
+}
+
+/// The lines of a `CLUSTER NODES` reply (see [`NodeLine`]).
+pub(super) fn node_lines(nodes: &str) -> impl Iterator<Item = NodeLine<'_>> {
+    nodes.lines().filter_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let address = *fields.get(1)?;
+        let (endpoint, hostname) = address.split_once(',').unwrap_or((address, ""));
+        Some(NodeLine {
+            addr: endpoint.split('@').next()?,
+            hostname,
+            flags: fields.get(2)?.split(',').collect(),
+            serving: fields.len() > 8,
         })
+    })
+}
+
+/// The `host:port` of the primaries serving slots in a `CLUSTER NODES`
+/// reply: flags `master` and not `fail`, and slots listed.
+fn parse_primaries(nodes: &str) -> Vec<String> {
+    let mut out: Vec<String> = node_lines(nodes)
+        .filter(|n| n.flags.contains(&"master") && !n.flags.contains(&"fail") && n.serving)
+        .map(|n| n.addr.to_owned())
         .collect();
     out.sort();
     out

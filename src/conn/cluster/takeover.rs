@@ -241,9 +241,9 @@ impl Watch {
     }
 
     /// Resolves once a primary that may hold a call waiting on `waits`
-    /// has been failed over: a replica it has been seen with serves (for
-    /// [`Waits::Slot`]) the slot or (for [`Waits::Primaries`]) any slot now,
-    /// and it serves none. The suspects are the primaries that served what
+    /// has been failed over: it serves no slot, and the cluster flags it
+    /// failed or a replica it has been seen with serves (for
+    /// [`Waits::Slot`]) the slot or (for [`Waits::Primaries`]) any slot now. The suspects are the primaries that served what
     /// the call waits on in `views` (the connection's own, taken when it
     /// was opened, and the latest when the call was made) and in the first
     /// look after [`PROBE_AFTER`]. With the slot owners seen then. Never,
@@ -391,27 +391,17 @@ async fn ask(url: &str, conn: &mut crate::conn::Connection) -> crate::Result<Slo
 }
 
 /// The URLs (by address and by hostname, reached as `seed` is) of the
-/// nodes a `CLUSTER NODES` reply flags `fail`: lines
-/// `<id> <ip:port@cport[,hostname]> <flags> ...`.
+/// nodes a `CLUSTER NODES` reply flags `fail`.
 fn failed_nodes(seed: &str, nodes: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for line in nodes.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
-            continue;
-        };
-        if !flags.split(',').any(|f| f == "fail") {
-            continue;
-        }
-        let (endpoint, hostname) = addr.split_once(',').unwrap_or((addr, ""));
-        let ip_port = endpoint.split('@').next().unwrap_or_default();
-        let Some((ip, port)) = ip_port.rsplit_once(':') else {
+    for node in super::node_lines(nodes).filter(|n| n.flags.contains(&"fail")) {
+        let Some((ip, port)) = node.addr.rsplit_once(':') else {
             continue;
         };
         let Ok(port) = port.parse::<u16>() else {
             continue;
         };
-        for host in [ip, hostname] {
+        for host in [ip, node.hostname] {
             if !host.is_empty() {
                 out.push(super::node_url(seed, host, port));
             }
