@@ -38,13 +38,20 @@ struct Census {
 }
 
 async fn census(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Conn>) -> Census {
-    let scheme: &GroupedBuckets = layout.scheme();
     let field_len = layout.buckets().field_len();
     let mut census = Census::default();
-    for bucket in 0..layout.buckets().count() {
-        let key = scheme.bucket_key(bucket);
-        let pairs: HashMap<Vec<u8>, Vec<u8>> = raw.hgetall(&key).await.unwrap();
-        if pairs.is_empty() {
+    // Every hash, so a growing store's buckets are counted wherever its
+    // shape has put them; only fields of a session's length (and one
+    // more, for pieces) count, which no other hash of a namespace has.
+    let keys: Vec<String> = raw.keys("*").await.unwrap();
+    for key in keys {
+        let Ok(pairs) = raw.hgetall::<_, HashMap<Vec<u8>, Vec<u8>>>(&key).await else {
+            continue;
+        };
+        let holds_sessions = pairs
+            .keys()
+            .any(|f| f.len() == field_len || f.len() == field_len + 1);
+        if !holds_sessions {
             continue;
         }
         if common::encoding(raw, &key).await != "listpack" {
@@ -537,12 +544,110 @@ async fn a_take_returns_a_pieced_entry_whole() {
     assert_eq!(census(&mut raw, &layout).await, Census::default());
 }
 
-/// A touch of a record in pieces goes to the full script, which moves
-/// its expiry and keeps every piece; after a few the short script (which
-/// takes only records kept whole) is no longer tried first, so such a
-/// touch costs one script, and one in 32 still tries it.
+/// A touch of a record in pieces takes the short script, which moves the
+/// expiry in its value and keeps every piece: one script a touch, on
+/// fixed and growing buckets alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn touches_of_records_in_pieces_go_to_the_full_script_first() {
+async fn touches_of_records_in_pieces_take_one_script_each() {
+    let server = common::server();
+    for config in fixed_and_growing() {
+        let layout = Compact::new(common::manager(&server).await, config)
+            .await
+            .unwrap();
+        let mut raw = common::raw(&server).await;
+        let mut ids = Vec::new();
+        for n in 0..40 {
+            let id = layout.new_id().await.unwrap();
+            layout
+                .insert(&id, &record_of(300, n), sessionpack::Deadline::In(600))
+                .await
+                .unwrap();
+            ids.push(id);
+        }
+        let at = layout.load(&ids[0]).await.unwrap().unwrap().expires_at + 1_000;
+        // The script loaded (a first call is counted twice), on an id of
+        // no session: nothing moves.
+        let none = layout.new_id().await.unwrap();
+        assert_eq!(layout.touch_until(&none, at).await.unwrap(), None);
+        let before = common::calls(&mut raw, "evalsha").await;
+        for id in &ids {
+            assert_eq!(layout.touch_until(id, at).await.unwrap(), Some(at));
+        }
+        let scripts = common::calls(&mut raw, "evalsha").await - before;
+        assert_eq!(scripts, ids.len() as u64);
+        for (n, id) in ids.iter().enumerate() {
+            let stored = layout.load(id).await.unwrap().unwrap();
+            assert_eq!(stored.record, record_of(300, n as u8));
+            assert_eq!(stored.expires_at, at);
+        }
+    }
+}
+
+/// A save of a record in pieces takes the short script too, whether it
+/// keeps its pieces, needs fewer (the rest go in the same step) or none;
+/// one needing more pieces than before takes it on fixed buckets, and on
+/// growing ones is handed to the full script, which replies with the
+/// bucket's field count the store splits by. No piece is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saves_of_records_in_pieces_take_the_short_script() {
+    let server = common::server();
+    for (config, growing) in fixed_and_growing().into_iter().zip([false, true]) {
+        let layout = Compact::new(common::manager(&server).await, config)
+            .await
+            .unwrap();
+        let mut raw = common::raw(&server).await;
+        // (record length, scripts the save costs)
+        let steps = [
+            (300, 1),
+            (301, 1),
+            (150, 1),
+            (40, 1),
+            (150, if growing { 2 } else { 1 }),
+            (400, if growing { 2 } else { 1 }),
+            (400, 1),
+        ];
+        // Twice: the first time loads the scripts (a first call is
+        // counted twice), the second counts them.
+        for pass in 0..2 {
+            let id = layout.new_id().await.unwrap();
+            layout
+                .insert(&id, &record_of(300, 1), sessionpack::Deadline::In(600))
+                .await
+                .unwrap();
+            let mut at = layout.load(&id).await.unwrap().unwrap().expires_at;
+            for (n, (len, cost)) in steps.into_iter().enumerate() {
+                at += 1;
+                let record = record_of(len, n as u8);
+                let before = common::calls(&mut raw, "evalsha").await;
+                let saved = layout.save(&id, &record, at).await.unwrap();
+                assert_eq!(saved, sessionpack::Written::Done);
+                let scripts = common::calls(&mut raw, "evalsha").await - before;
+                if pass == 1 {
+                    assert_eq!(scripts, cost, "a save to {len} bytes (growing: {growing})");
+                }
+                let stored = layout.load(&id).await.unwrap().unwrap();
+                assert_eq!((stored.record, stored.expires_at), (record, at));
+                let c = census(&mut raw, &layout).await;
+                assert_eq!((c.sessions, c.orphans, c.missing), (1, 0, 0), "{len}");
+            }
+            assert_eq!(
+                layout.remove(&id, None).await.unwrap(),
+                sessionpack::Written::Done
+            );
+        }
+        assert_eq!(census(&mut raw, &layout).await, Census::default());
+    }
+}
+
+/// A record this long is kept out of line, under a key of its own.
+const OUT_OF_LINE: usize = 2000;
+
+/// A touch of a record out of line goes to the full script, which moves
+/// its expiry and its record key's; after a few the short script (which
+/// takes only records kept in their buckets) is no longer tried first, so
+/// such a touch costs one script, and one in 32 still tries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touches_of_records_out_of_line_go_to_the_full_script_first() {
     let server = common::server();
     let layout = compact(&server, 4).await;
     let mut raw = common::raw(&server).await;
@@ -550,7 +655,11 @@ async fn touches_of_records_in_pieces_go_to_the_full_script_first() {
     for n in 0..40 {
         let id = layout.new_id().await.unwrap();
         layout
-            .insert(&id, &record_of(300, n), sessionpack::Deadline::In(600))
+            .insert(
+                &id,
+                &record_of(OUT_OF_LINE, n),
+                sessionpack::Deadline::In(600),
+            )
             .await
             .unwrap();
         ids.push(id);
@@ -572,7 +681,7 @@ async fn touches_of_records_in_pieces_go_to_the_full_script_first() {
     assert_eq!(scripts, 4 * 2 + 36 + 1);
     for (n, id) in ids.iter().enumerate() {
         let stored = layout.load(id).await.unwrap().unwrap();
-        assert_eq!(stored.record, record_of(300, n as u8));
+        assert_eq!(stored.record, record_of(OUT_OF_LINE, n as u8));
         assert_eq!(stored.expires_at, at);
     }
 }
@@ -595,7 +704,7 @@ async fn touches_in_flight_at_once_cost_about_one_script_each() {
         layout
             .insert(
                 &id,
-                &record_of(300, n as u8),
+                &record_of(OUT_OF_LINE, n as u8),
                 sessionpack::Deadline::In(600),
             )
             .await
@@ -628,7 +737,7 @@ async fn touches_in_flight_at_once_cost_about_one_script_each() {
     );
     for (n, id) in ids.iter().enumerate() {
         let stored = layout.load(id).await.unwrap().unwrap();
-        assert_eq!(stored.record, record_of(300, n as u8));
+        assert_eq!(stored.record, record_of(OUT_OF_LINE, n as u8));
         assert_eq!(stored.expires_at, at + ROUNDS as u64 - 1);
     }
 }

@@ -1,29 +1,36 @@
 -- The common case of compact_save.lua and compact_touch.lua, on its own:
--- a live session whose record is kept whole in its value gets a new value
--- (a save) or its value with a new expiry (a touch). Nothing else is
--- included, since every helper a script defines is created again on every
--- call; anything out of the ordinary answers SLOW, and the caller sends
--- the full script, which decides it. For stores the sweeper reclaims
--- (no field TTLs) and that keep no viewed items, fixed or growing: a
--- growing store's bucket is checked for its marker in the same read
--- (compact_route.lua's check), and no count of its fields is returned,
--- since a rewrite adds none. Values are as compact_common.lua describes.
+-- a live session whose record is kept in its bucket (whole in its value,
+-- or in pieces) gets a new value and pieces (a save) or its value with a
+-- new expiry (a touch; pieces hold no expiry and stay as they are).
+-- Nothing else is included, since every helper a script defines is
+-- created again on every call; anything out of the ordinary answers SLOW,
+-- and the caller sends the full script, which decides it. For stores the
+-- sweeper reclaims (no field TTLs) and that keep no viewed items, fixed or
+-- growing: a growing store's bucket is checked for its marker in the same
+-- read (compact_route.lua's check), and no count of its fields is
+-- returned, so a save that would add fields to a growing store's bucket
+-- (more pieces than before) is left to the full script, which returns the
+-- count the caller splits by. Values are as compact_common.lua and
+-- compact_pieces.lua describe.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the new value, or '' to keep the record and move the expiry
 -- ARGV[4]: the new expiry, unix seconds
 -- ARGV[5]: the latest the server's time can be by the caller's estimate
--- ARGV[6]: 'routed' for a growing store's bucket, else absent
+-- ARGV[6]: 'routed' for a growing store's bucket, else ''
+-- ARGV[7..]: the new record's pieces, when the new value is PIECED
 -- Returns the new expiry if written, 0 if there is no session, SLOW (-9)
 -- for the full script: an expiry within the estimate's reach of now (the
--- server's clock decides), a record in pieces or out of line, viewed
--- chunk keys. A value in neither form is a CORRUPT error, nothing written.
+-- server's clock decides), a record out of line, a tombstone or forward
+-- record under the field, a growing bucket gaining fields, viewed chunk
+-- keys. A value in neither form is a CORRUPT error, nothing written.
 local SLOW = -9
 if #KEYS > 2 then
   return SLOW
 end
+local routed = ARGV[6] == 'routed'
 local value
-if ARGV[6] then
+if routed then
   local read = redis.call('HMGET', KEYS[1], '', ARGV[1])
   if not read[1] then
     return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
@@ -35,14 +42,18 @@ end
 if not value then
   return 0
 end
-local b1, b2, b3, b4, b5 = string.byte(value, 1, 5)
+local b1, b2, b3, b4, b5, b6 = string.byte(value, 1, 6)
 local old, integer
+-- The pieces the stored record continues in.
+local had = 0
 if b1 >= 48 and b1 <= 57 and #value <= 19 and string.find(value, '^%d+$') then
   old, integer = tonumber(string.sub(value, -10)), true
 elseif (b1 < 48 or b1 > 57) and #value >= 5 then
-  -- A marker byte (OUT_OF_LINE, PIECED and the others): for the full
-  -- script.
-  if b5 >= 192 and b5 <= 195 then
+  if b5 == 195 and b6 then
+    -- PIECED, then the count (CHECKED, 128, added for a checked payload).
+    had = b6 % 128
+  elseif b5 >= 192 and b5 <= 195 then
+    -- TOMBSTONE, OUT_OF_LINE, FORWARD: for the full script.
     return SLOW
   end
   old = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
@@ -55,6 +66,7 @@ if old <= latest or expiry <= latest then
   return SLOW
 end
 local new = ARGV[3]
+local pieces = #ARGV - 6
 if new == '' then
   if integer then
     local head = string.sub(value, 1, -11)
@@ -67,8 +79,28 @@ if new == '' then
     new = string.char(math.floor(expiry / 16777216) % 256, math.floor(expiry / 65536) % 256,
       math.floor(expiry / 256) % 256, expiry % 256) .. string.sub(value, 5)
   end
+  redis.call('HSET', KEYS[1], ARGV[1], new)
+elseif pieces > 0 then
+  if routed and pieces > had then
+    return SLOW
+  end
+  local args = {ARGV[1], new}
+  for i = 1, pieces do
+    args[2 * i + 1] = ARGV[1] .. string.char(i)
+    args[2 * i + 2] = ARGV[i + 6]
+  end
+  redis.call('HSET', KEYS[1], unpack(args))
+else
+  redis.call('HSET', KEYS[1], ARGV[1], new)
 end
-redis.call('HSET', KEYS[1], ARGV[1], new)
+-- A save's record in fewer pieces than before: the rest go.
+if ARGV[3] ~= '' and had > pieces then
+  local gone = {}
+  for i = pieces + 1, had do
+    gone[#gone + 1] = ARGV[1] .. string.char(i)
+  end
+  redis.call('HDEL', KEYS[1], unpack(gone))
+end
 if expiry < old then
   redis.call('ZADD', KEYS[2], 'LT', expiry, ARGV[2])
 end

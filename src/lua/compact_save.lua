@@ -1,5 +1,7 @@
 -- Writes a live session's record and expiry together (a tower-sessions
--- save). Kept short, as it runs on every save: no helpers but
+-- save), where compact_rewrite.lua, which takes the common case, hands
+-- one on: an expiry near now, a record out of line, a growing bucket
+-- gaining fields, field TTLs, viewed items. No helpers but
 -- compact_pieces.lua's and compact_expiry.lua's, and `TIME` only
 -- when the caller's estimate of the server's clock cannot tell. The stored
 -- expiry is always read: another process may have moved it earlier since

@@ -459,7 +459,7 @@ fn is_reshaped(e: &redis::RedisError) -> bool {
 /// which the full one goes first ([`Compact::touch_until`]).
 const TOUCHES_BEFORE_FULL: u32 = 4;
 /// Once the full script goes first, one touch in this many still tries
-/// the short one, to notice records kept whole again.
+/// the short one, to notice records kept in their buckets again.
 const TOUCH_PROBE_EVERY: u32 = 32;
 
 /// Which script a touch tries first: a touch does not know the record's
@@ -467,7 +467,7 @@ const TOUCH_PROBE_EVERY: u32 = 32;
 #[derive(Debug, Default)]
 struct TouchRoute {
     /// Touches in a row the short script handed to the full one (records
-    /// in pieces or out of line), since the last it took itself.
+    /// out of line), since the last it took itself.
     handed_on: std::sync::atomic::AtomicU32,
     /// Touches begun: each takes a ticket as it decides, so the probes are
     /// one in [`TOUCH_PROBE_EVERY`] however many touches are in flight
@@ -1732,13 +1732,15 @@ where
         let form = self.form_of(record);
         let payload = form.payload(record);
         let value = form.value(&payload, expires_at);
-        if matches!(form, Form::Integer(_) | Form::Inline)
-            && let Some(code) = self.rewrite(id, &value, expires_at, latest).await?
+        let pieces = form.pieces(&payload);
+        if form != Form::OutOfLine
+            && let Some(code) = self
+                .rewrite(id, &value, &pieces, expires_at, latest)
+                .await?
         {
             return Ok(self.wrote_if_done(record, Written::from_code(code.min(1))));
         }
         let side: &[u8] = if form == Form::OutOfLine { record } else { &[] };
-        let pieces = form.pieces(&payload);
         let code = self
             .call_on_session(id, |k| {
                 let mut inv = self.invocation(self.script(&COMPACT_SAVE), k);
@@ -1752,15 +1754,16 @@ where
         Ok(self.wrote_if_done(record, Written::from_code(code)))
     }
 
-    /// The common case of a save (`value`, a record kept whole) or of a
-    /// touch (`value` empty), in the short script with no helpers
-    /// (`compact_rewrite.lua`): the new expiry if written, 0 if there is
-    /// no session, `None` where the full script must decide (and for a
-    /// store whose fields the server expires).
+    /// The common case of a save (`value` and its `pieces`, a record kept
+    /// in its bucket) or of a touch (`value` empty), in the short script
+    /// with no helpers (`compact_rewrite.lua`): the new expiry if written,
+    /// 0 if there is no session, `None` where the full script must decide
+    /// (and for a store whose fields the server expires).
     async fn rewrite(
         &self,
         id: &SessionId,
         value: &[u8],
+        pieces: &[&[u8]],
         expires_at: u64,
         latest: u64,
     ) -> Result<Option<i64>> {
@@ -1771,8 +1774,9 @@ where
             let k = self.keys(id);
             let mut inv = self.short_invocation(&COMPACT_REWRITE, &k);
             inv.arg(value).arg(expires_at).arg(latest);
-            if k.route.is_some() {
-                inv.arg("routed");
+            inv.arg(if k.route.is_some() { "routed" } else { "" });
+            for piece in pieces {
+                inv.arg(*piece);
             }
             match inv.invoke_async::<i64>(&mut self.conn.clone()).await {
                 Ok(code) => return Ok((code != scripts::SLOW).then_some(code)),
@@ -1791,9 +1795,9 @@ where
     /// Moves a live session's expiry to `expires_at` (unix seconds), its
     /// record left as it is; `None` if there is no live session. As
     /// [`Layout::touch`], with the expiry given, and in the short script
-    /// where the record is kept whole in its value and the expiry is not
-    /// near now; after a few touches in a row that script handed on
-    /// (records in pieces or out of line), the full script goes first.
+    /// where the record is kept in its bucket (whole or in pieces) and the
+    /// expiry is not near now; after a few touches in a row that script
+    /// handed on (records out of line), the full script goes first.
     pub async fn touch_until(&self, id: &SessionId, expires_at: u64) -> Result<Option<u64>> {
         Deadline::At(expires_at).check()?;
         id.check_width(self.buckets().id_width())?;
@@ -1802,7 +1806,7 @@ where
         // After a run of records the short script handed on, the full
         // script goes first, rather than two scripts a touch.
         if self.touches.short_first() {
-            match self.rewrite(id, &[], expires_at, latest).await? {
+            match self.rewrite(id, &[], &[], expires_at, latest).await? {
                 Some(0) => return Ok(None),
                 Some(expiry) => {
                     self.touches.taken();
