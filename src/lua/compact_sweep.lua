@@ -31,9 +31,11 @@ for i = 1, n do
     reply[#reply + 1] = member
   else
     local gone, gone_pieces, earliest, oldest, corrupt = {}, {}, nil, nil, false
-    -- One pass over the bucket: the pieces of records are gathered, and
-    -- go after it unless a value names them (its own go with it).
-    local loose, named = {}, {}
+    -- One pass over the bucket: piece fields are gathered, and each live
+    -- session's count of pieces noted. Only a bucket keeping live sessions
+    -- sorts its pieces out after the pass (those of no live session's
+    -- record go); an emptied one's key goes whole.
+    local loose, live_pieces = {}, {}
     for j = 1, #pairs, 2 do
       local field, value = pairs[j], pairs[j + 1]
       local len = #field
@@ -46,25 +48,27 @@ for i = 1, n do
           corrupt = true
           break
         end
-        for k = 1, count or 0 do
-          named[field .. string.char(k)] = true
-        end
         if expiry <= now then
           gone[#gone + 1] = field
-          for k = 1, count or 0 do
-            gone_pieces[#gone_pieces + 1] = field .. string.char(k)
-          end
           if oldest == nil or expiry < oldest then
             oldest = expiry
           end
-        elseif earliest == nil or expiry < earliest then
-          earliest = expiry
+        else
+          if count and count > 0 then
+            live_pieces[field] = count
+          end
+          if earliest == nil or expiry < earliest then
+            earliest = expiry
+          end
         end
       end
     end
-    for _, field in ipairs(loose) do
-      if not named[field] then
-        gone_pieces[#gone_pieces + 1] = field
+    if earliest ~= nil then
+      for _, field in ipairs(loose) do
+        local count = live_pieces[string.sub(field, 1, -2)]
+        if count == nil or string.byte(field, -1) > count then
+          gone_pieces[#gone_pieces + 1] = field
+        end
       end
     end
     if corrupt then
