@@ -96,6 +96,21 @@ fn record_of(len: usize, seed: u8) -> Vec<u8> {
     record
 }
 
+/// Sessions `0..count` with records of `len` bytes (`record_of(len, n)`),
+/// live ten minutes: their ids, in order.
+async fn insert_each(layout: &Compact<Conn>, len: usize, count: u8) -> Vec<sessionpack::SessionId> {
+    let mut ids = Vec::new();
+    for n in 0..count {
+        let id = layout.new_id().await.unwrap();
+        layout
+            .insert(&id, &record_of(len, n), sessionpack::Deadline::In(600))
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    ids
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_size_round_trips_through_every_write() {
     let server = common::server();
@@ -230,15 +245,7 @@ async fn pieces_a_stale_delete_left_are_swept() {
     // Live sessions in pieces beside them (in all four buckets, but by a
     // chance of 1 in 20,000): the sweep sorts the pieces out, rather than
     // dropping a bucket whole.
-    let mut live = Vec::new();
-    for n in 0..40 {
-        let id = layout.new_id().await.unwrap();
-        layout
-            .insert(&id, &record_of(300, n), sessionpack::Deadline::In(600))
-            .await
-            .unwrap();
-        live.push(id);
-    }
+    let live = insert_each(&layout, 300, 40).await;
     // A full pass visits every bucket (a due one is visited by every pass:
     // the index keeps the deleted sessions' expiries as lower bounds).
     Sweeper::new(layout.clone(), SweepConfig::default())
@@ -573,15 +580,7 @@ async fn touches_of_records_in_pieces_take_one_script_each() {
             .await
             .unwrap();
         let mut raw = common::raw(&server).await;
-        let mut ids = Vec::new();
-        for n in 0..40 {
-            let id = layout.new_id().await.unwrap();
-            layout
-                .insert(&id, &record_of(300, n), sessionpack::Deadline::In(600))
-                .await
-                .unwrap();
-            ids.push(id);
-        }
+        let ids = insert_each(&layout, 300, 40).await;
         let at = layout.load(&ids[0]).await.unwrap().unwrap().expires_at + 1_000;
         // The script loaded (a first call is counted twice), on an id of
         // no session: nothing moves.
@@ -669,19 +668,7 @@ async fn touches_of_records_out_of_line_go_to_the_full_script_first() {
     let server = common::server();
     let layout = compact(&server, 4).await;
     let mut raw = common::raw(&server).await;
-    let mut ids = Vec::new();
-    for n in 0..40 {
-        let id = layout.new_id().await.unwrap();
-        layout
-            .insert(
-                &id,
-                &record_of(OUT_OF_LINE, n),
-                sessionpack::Deadline::In(600),
-            )
-            .await
-            .unwrap();
-        ids.push(id);
-    }
+    let ids = insert_each(&layout, OUT_OF_LINE, 40).await;
     let at = layout.load(&ids[0]).await.unwrap().unwrap().expires_at + 1_000;
     // Both scripts loaded (a first call is counted twice, the one the
     // server did not know yet too), on an id of no session: nothing moves.
@@ -716,19 +703,7 @@ async fn touches_in_flight_at_once_cost_about_one_script_each() {
     let server = common::server();
     let layout = compact(&server, 4).await;
     let mut raw = common::raw(&server).await;
-    let mut ids = Vec::new();
-    for n in 0..IN_FLIGHT {
-        let id = layout.new_id().await.unwrap();
-        layout
-            .insert(
-                &id,
-                &record_of(OUT_OF_LINE, n as u8),
-                sessionpack::Deadline::In(600),
-            )
-            .await
-            .unwrap();
-        ids.push(id);
-    }
+    let ids = insert_each(&layout, OUT_OF_LINE, IN_FLIGHT as u8).await;
     let at = layout.load(&ids[0]).await.unwrap().unwrap().expires_at + 1_000;
     let none = layout.new_id().await.unwrap();
     assert_eq!(layout.touch_until(&none, at).await.unwrap(), None);
