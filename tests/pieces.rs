@@ -569,6 +569,34 @@ async fn a_take_returns_a_pieced_entry_whole() {
     assert_eq!(census(&mut raw, &layout).await, Census::default());
 }
 
+/// A growing store deletes a session it has not read with plain commands,
+/// since a bucket holding the session's field is current; only a miss
+/// asks for the bucket's marker, in a script. Pieces go with the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unseen_delete_in_a_growing_store_sends_no_script_when_the_session_is_there() {
+    let server = common::server();
+    let layout = Compact::new(common::manager(&server).await, CompactConfig::growing())
+        .await
+        .unwrap();
+    let mut raw = common::raw(&server).await;
+    let ids = insert_each(&layout, 300, 20).await;
+    // The script loaded (a first call is counted twice): a miss.
+    let none = layout.new_id().await.unwrap();
+    assert!(!layout.delete(&none, None).await.unwrap());
+    let before = common::calls(&mut raw, "evalsha").await;
+    for id in &ids {
+        assert!(layout.delete(id, None).await.unwrap());
+    }
+    assert_eq!(common::calls(&mut raw, "evalsha").await - before, 0);
+    assert!(!layout.delete(&none, None).await.unwrap());
+    assert_eq!(common::calls(&mut raw, "evalsha").await - before, 1);
+    for id in &ids {
+        assert!(layout.load(id).await.unwrap().is_none());
+    }
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.pieces, c.orphans), (0, 0, 0));
+}
+
 /// A touch of a record in pieces takes the short script, which moves the
 /// expiry in its value and keeps every piece: one script a touch, on
 /// fixed and growing buckets alike.

@@ -1918,22 +1918,38 @@ where
             // A fixed store's bucket is always where the shape says.
             return Ok((removed, marked || k.route.is_none()));
         }
+        self.hdel_plain(id, k, fields, record_key)
+            .await
+            .map(|n| (n, true))
+    }
+
+    /// `HDEL` of `fields` from `k`'s bucket and, if `record_key`, the `DEL`
+    /// of the session's out-of-line record's key, as plain commands in one
+    /// round trip: the fields removed.
+    async fn hdel_plain(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        fields: &[Vec<u8>],
+        record_key: bool,
+    ) -> Result<i64> {
         let mut pipe = redis::pipe();
         pipe.hdel(&k.bucket, fields);
         if record_key {
             pipe.del(self.out_of_line_key(k)).ignore();
         }
-        pipe.query_async::<(i64,)>(&mut conn)
+        pipe.query_async::<(i64,)>(&mut self.conn.clone())
             .await
-            .map(|(n,)| (n, true))
+            .map(|(n,)| n)
             .map_err(self.error(id))
     }
 
     /// [`Compact::delete_at`] of a session this process has not read: an
     /// `HDEL` of its field and its first piece's, and a `DEL` of its
     /// out-of-line record's key, in one round trip (one script where the
-    /// store keeps viewed items, whose `HDEL`s go in it, or the bucket may
-    /// have moved); where both fields were there, the record was in
+    /// store keeps viewed items, whose `HDEL`s go in it; in a growing
+    /// store, where those removed nothing, a script that also reads the
+    /// bucket's marker follows); where both fields were there, the record was in
     /// pieces, and an `HDEL` of every other piece field a record can have
     /// follows. So a record kept whole costs one field more than a seen
     /// one, and whoever deletes a session leaves none of its pieces.
@@ -1945,7 +1961,18 @@ where
         if most > 0 {
             fields.push(piece_field(&k.field, 1));
         }
-        let (removed, marked) = self.hdel_marked(id, k, &fields, true).await?;
+        // A growing store's bucket that held the field is current (a split
+        // or merge removes the buckets it replaces whole): plain commands
+        // first, and the script that reads the marker only where nothing
+        // was there.
+        let (removed, marked) = if k.route.is_some() && self.viewed_chunks() == 0 {
+            match self.hdel_plain(id, k, &fields, true).await? {
+                0 => self.hdel_marked(id, k, &fields, true).await?,
+                removed => (removed, true),
+            }
+        } else {
+            self.hdel_marked(id, k, &fields, true).await?
+        };
         if most > 1 && removed == 2 {
             let rest: Vec<Vec<u8>> = (2..=most).map(|i| piece_field(&k.field, i)).collect();
             let _: i64 = redis::cmd("HDEL")
