@@ -1865,32 +1865,21 @@ where
         };
         let mut fields = vec![k.field.clone()];
         fields.extend(self.piece_fields(&k.field, len));
-        let routed = k.route.is_some();
-        if self.viewed_chunks() == 0 {
-            let removed: i64 = redis::cmd("HDEL")
-                .arg(&k.bucket)
-                .arg(&fields)
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(self.error(id))?;
-            // A growing store's bucket that held the field is current: a
-            // split or merge removes the buckets it replaces whole. One that
-            // did not may have moved: the marker decides, below.
-            if removed > 0 || !routed {
-                return Ok(Some(removed > 0));
-            }
-        }
         let (removed, marked) = self.hdel_marked(id, k, &fields, false).await?;
         Ok((removed > 0 || marked).then_some(removed > 0))
     }
 
     /// `HDEL` of `fields` from `k`'s bucket, with the `HDEL`s of the
     /// session's viewed items and, if `record_key`, the `DEL` of its
-    /// out-of-line record's key, in one round trip: one script
-    /// (`compact_drop.lua`) where the store keeps viewed items or the
-    /// bucket may have moved, whose marker is then read in the same step.
-    /// Returns the fields removed and whether
-    /// the bucket holds its marker (a fixed store's always does).
+    /// out-of-line record's key. Plain commands in one round trip where
+    /// the store keeps no viewed items: a fixed store's bucket is always
+    /// where the shape says, and a growing store's that held the field is
+    /// current (a split or merge removes the buckets it replaces whole).
+    /// Otherwise, and after plain commands that removed nothing from a
+    /// growing store's bucket, which may have moved, one script
+    /// (`compact_drop.lua`) that reads the bucket's marker in the same
+    /// step. Returns the fields removed and whether the bucket holds its
+    /// marker (a fixed store's always does).
     async fn hdel_marked(
         &self,
         id: &SessionId,
@@ -1898,29 +1887,30 @@ where
         fields: &[Vec<u8>],
         record_key: bool,
     ) -> Result<(i64, bool)> {
-        let mut conn = self.conn.clone();
         let viewed = self.chunk_keys(k);
-        if !viewed.is_empty() || k.route.is_some() {
-            let mut inv = COMPACT_DROP.prepare_invoke();
-            inv.key(&k.bucket);
-            if record_key {
-                inv.key(self.out_of_line_key(k));
+        if viewed.is_empty() {
+            let removed = self.hdel_plain(id, k, fields, record_key).await?;
+            if removed > 0 || k.route.is_none() {
+                return Ok((removed, true));
             }
-            for key in &viewed {
-                inv.key(key);
-            }
-            inv.arg(scripts::flag(record_key)).arg(&k.field);
-            for field in fields {
-                inv.arg(field);
-            }
-            let (removed, marked): (i64, bool) =
-                inv.invoke_async(&mut conn).await.map_err(self.error(id))?;
-            // A fixed store's bucket is always where the shape says.
-            return Ok((removed, marked || k.route.is_none()));
         }
-        self.hdel_plain(id, k, fields, record_key)
+        let mut inv = COMPACT_DROP.prepare_invoke();
+        inv.key(&k.bucket);
+        if record_key {
+            inv.key(self.out_of_line_key(k));
+        }
+        for key in &viewed {
+            inv.key(key);
+        }
+        inv.arg(scripts::flag(record_key)).arg(&k.field);
+        for field in fields {
+            inv.arg(field);
+        }
+        let (removed, marked): (i64, bool) = inv
+            .invoke_async(&mut self.conn.clone())
             .await
-            .map(|n| (n, true))
+            .map_err(self.error(id))?;
+        Ok((removed, marked || k.route.is_none()))
     }
 
     /// `HDEL` of `fields` from `k`'s bucket and, if `record_key`, the `DEL`
@@ -1946,10 +1936,8 @@ where
 
     /// [`Compact::delete_at`] of a session this process has not read: an
     /// `HDEL` of its field and its first piece's, and a `DEL` of its
-    /// out-of-line record's key, in one round trip (one script where the
-    /// store keeps viewed items, whose `HDEL`s go in it; in a growing
-    /// store, where those removed nothing, a script that also reads the
-    /// bucket's marker follows); where both fields were there, the record was in
+    /// out-of-line record's key, in one round trip ([`Compact::hdel_marked`]);
+    /// where both fields were there, the record was in
     /// pieces, and an `HDEL` of every other piece field a record can have
     /// follows. So a record kept whole costs one field more than a seen
     /// one, and whoever deletes a session leaves none of its pieces.
@@ -1961,18 +1949,7 @@ where
         if most > 0 {
             fields.push(piece_field(&k.field, 1));
         }
-        // A growing store's bucket that held the field is current (a split
-        // or merge removes the buckets it replaces whole): plain commands
-        // first, and the script that reads the marker only where nothing
-        // was there.
-        let (removed, marked) = if k.route.is_some() && self.viewed_chunks() == 0 {
-            match self.hdel_plain(id, k, &fields, true).await? {
-                0 => self.hdel_marked(id, k, &fields, true).await?,
-                removed => (removed, true),
-            }
-        } else {
-            self.hdel_marked(id, k, &fields, true).await?
-        };
+        let (removed, marked) = self.hdel_marked(id, k, &fields, true).await?;
         if most > 1 && removed == 2 {
             let rest: Vec<Vec<u8>> = (2..=most).map(|i| piece_field(&k.field, i)).collect();
             let _: i64 = redis::cmd("HDEL")
