@@ -20,8 +20,11 @@ use tower_sessions_redis_store::fred::clients::Client;
 use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
 
 use sessionpack::CompactConfig;
+use sessionpack::identity::Identity;
+use sessionpack::session::dictionary::Dictionary;
 use sessionpack::takeover::Source;
-use sessionpack::tower::TowerStore;
+use sessionpack::tower::{TowerStore, tower_id};
+use sessionpack::users::UserIndexConfig;
 use sessionpack_cli::migrate::{self, Plan, Report};
 
 /// The peer store on `server`, as its docs set it up.
@@ -575,4 +578,106 @@ async fn a_close_killed_part_way_counts_every_key_it_deleted() {
         .unwrap();
     assert!(!left, "{counter} left behind");
     assert_in_store(&tower_store(&server).await, &records).await;
+}
+
+/// The summed `MEMORY USAGE` of the HASH keys of `namespace`.
+async fn hash_bytes(server: &LocalServer, namespace: &str) -> u64 {
+    let mut conn = common::manager(server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut total = 0;
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if kind == "hash" {
+            let bytes: u64 = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            total += bytes;
+        }
+    }
+    total
+}
+
+/// `migrate` creates the namespace as the app opens it: with
+/// `--user-index` an app keeping a user index opens it (without the flag
+/// it is refused, typed), each copied session is in its owner's entry,
+/// and the copies are packed with a dictionary learned from them, which
+/// the app then finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_opens_the_namespace_as_the_app_will() {
+    let server = common::server();
+    let records = fill(&peer(&server).await, 1300).await;
+    let url = server.url();
+    let copy = |namespace: &str, extra: &[&str]| {
+        let mut args = vec!["migrate", "--redis-url", &url, "--namespace"];
+        args.push(namespace);
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    copy("app", &["--user-index"]);
+    copy("unpacked", &["--user-index", "--unpacked"]);
+    copy("plain", &[]);
+
+    let conn = common::manager(&server).await;
+    let app_config = |namespace: &str| {
+        sessionpack::tower::recommended_config()
+            .with_namespace(namespace)
+            .with_user_index(UserIndexConfig::default())
+    };
+    let refused = TowerStore::new(conn.clone(), app_config("plain")).await;
+    assert!(
+        matches!(refused, Err(sessionpack::Error::Config(_))),
+        "a namespace copied without --user-index opened with one: {refused:?}"
+    );
+    let store = TowerStore::new(conn.clone(), app_config("app"))
+        .await
+        .expect("the app opens the namespace the copy created");
+    assert_in_store(&store, &records).await;
+    for record in records.iter().step_by(97) {
+        let owner = record.data["axum-login.data"]["user_id"].as_u64().unwrap();
+        let listed = store.sessions_of(&Identity::Int(owner)).await.unwrap();
+        let ids: Vec<i128> = listed.iter().map(|s| tower_id(&s.id)).collect();
+        assert_eq!(ids, vec![record.id.0], "user {owner}'s sessions");
+    }
+    assert!(
+        Dictionary::fetch(&conn, "app", 255)
+            .await
+            .unwrap()
+            .is_some(),
+        "no dictionary learned"
+    );
+    assert!(
+        Dictionary::fetch(&conn, "unpacked", 255)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The first 1000 copies are the samples, kept as written; the rest are
+    // packed.
+    let (packed, unpacked) = (
+        hash_bytes(&server, "app").await,
+        hash_bytes(&server, "unpacked").await,
+    );
+    assert!(
+        packed < unpacked,
+        "packed {packed} B, unpacked {unpacked} B"
+    );
 }

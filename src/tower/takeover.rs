@@ -323,6 +323,23 @@ where
         Err(Error::Contended { attempts: ATTEMPTS })
     }
 
+    /// Whether the store holds each of `taken` as its old key has it (data
+    /// and expiry), read in one pipeline for them all: a migration's close
+    /// copies only the others. A record that does not decode counts as
+    /// not held, so its copy reports it.
+    pub async fn holds_each(&self, taken: &[&Taken]) -> Result<Vec<bool>> {
+        let ids: Vec<SessionId> = taken.iter().map(|t| t.id).collect();
+        let stored = self.layout.load_many(&ids).await?;
+        let mut held = Vec::with_capacity(taken.len());
+        for (&taken, stored) in taken.iter().zip(stored) {
+            held.push(match stored {
+                Some(stored) => self.holds(&stored, taken).await.unwrap_or(false),
+                None => false,
+            });
+        }
+        Ok(held)
+    }
+
     /// Whether a stored session is `taken`'s data and expiry.
     async fn holds(&self, stored: &Stored, taken: &Taken) -> Result<bool> {
         if stored.expires_at != taken.expires_at {

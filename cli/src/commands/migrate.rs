@@ -8,10 +8,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use sessionpack::conn::AnyConnection;
 use sessionpack::error::{Error, Result};
-use sessionpack::session::dictionary::Dictionary;
+use sessionpack::session::dictionary::{Dictionary, PACKED_FORMAT};
 use sessionpack::session::layout::Expiry;
 use sessionpack::session::meta::StoreMeta;
-use sessionpack::tower::TowerStore;
+use sessionpack::tower::{TowerStore, recommended_config_for};
 use sessionpack::users::UserIndexConfig;
 use sessionpack::viewed::ViewedConfig;
 use sessionpack::{CompactConfig, IdWidth};
@@ -31,11 +31,33 @@ pub struct MigrateArgs {
     /// The sessionpack store's namespace.
     #[arg(long, default_value = sessionpack::session::buckets::DEFAULT_NAMESPACE)]
     namespace: String,
-    /// Fixed buckets (2^bits) for a namespace no app has opened yet;
-    /// without it such a namespace grows. A store already recorded keeps
-    /// its own.
+    /// Fixed buckets (2^bits), as the app opens the store with
+    /// `CompactConfig::new(bits)`; without it a new namespace grows. A
+    /// namespace already recorded keeps its own, and a count that differs
+    /// is refused.
     #[arg(long)]
     bucket_bits: Option<u8>,
+    /// A user index ("log out everywhere"), as the app opens the store with
+    /// `UserIndexConfig::default()`: each session copied goes into its
+    /// owner's entry (axum-login's user id). Needed when the copy creates
+    /// the namespace: an app that opens it with an index refuses a
+    /// namespace recorded without one.
+    #[arg(long)]
+    user_index: bool,
+    /// The user index's size, as `UserIndexConfig::new(bits)` (implies
+    /// `--user-index`).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=24))]
+    user_index_bits: Option<u8>,
+    /// Fields the server expires, as `CompactConfig::with_server_expiry()`
+    /// (Redis 7.4 or later; fixed buckets, so with `--bucket-bits`).
+    #[arg(long, requires = "bucket_bits")]
+    server_expiry: bool,
+    /// Store the copies unpacked. Without it they are packed as
+    /// `TowerStore::connect` packs what it writes: with the dictionary the
+    /// namespace has learned, or with one learned from the first 1000
+    /// sessions copied, which the app then finds and packs with.
+    #[arg(long, conflicts_with = "dictionary_id")]
+    unpacked: bool,
     /// The store the sessions come from, and its keys' form.
     #[command(flatten)]
     source: super::source_args::SourceArgs,
@@ -66,35 +88,52 @@ pub struct MigrateArgs {
     json: bool,
 }
 
-/// Opens the tower store the namespace records, or a new one: growing, or
-/// with `--bucket-bits` fixed buckets.
+/// Opens the tower store as the app opens it: what the namespace records,
+/// and for a new namespace what the flags say (growing buckets unless
+/// `--bucket-bits`, a user index with `--user-index`), packed unless
+/// `--unpacked`. A flag that differs from the record is refused.
 async fn open_store(
     manager: &redis::aio::ConnectionManager,
     args: &MigrateArgs,
 ) -> Result<TowerStore<redis::aio::ConnectionManager>> {
     let meta = StoreMeta::read(manager, &args.namespace).await?;
-    let config = match (&meta, args.bucket_bits) {
-        (Some(meta), _) => {
-            if meta.layout != "compact"
-                || IdWidth::from_bits(meta.id_bits) != Some(IdWidth::Bits128)
-            {
-                return Err(Error::Config(format!(
-                    "namespace {:?} holds a store with {meta}: a migration fills a compact \
-                     store with 128-bit ids (a tower store)",
-                    args.namespace
-                )));
-            }
-            let mut config =
-                CompactConfig::new(meta.bucket_bits).with_namespace(args.namespace.clone());
-            config.user_index = UserIndexConfig::from_meta(meta);
-            config.viewed = ViewedConfig::from_meta(meta);
-            config.expiry = Expiry::from_meta(meta);
-            config
-        }
-        (None, Some(bits)) => CompactConfig::new(bits).with_namespace(args.namespace.clone()),
-        // No count: a store that grows as the sessions come in.
-        (None, None) => CompactConfig::default().with_namespace(args.namespace.clone()),
-    };
+    if let Some(meta) = &meta
+        && (meta.layout != "compact" || IdWidth::from_bits(meta.id_bits) != Some(IdWidth::Bits128))
+    {
+        return Err(Error::Config(format!(
+            "namespace {:?} holds a store with {meta}: a migration fills a compact store \
+             with 128-bit ids (a tower store)",
+            args.namespace
+        )));
+    }
+    // What the flags leave follows the record (CompactConfig::resolve).
+    let mut config = match args.bucket_bits {
+        Some(bits) => CompactConfig::new(bits),
+        None => CompactConfig::default(),
+    }
+    .with_namespace(args.namespace.clone());
+    if let Some(meta) = &meta {
+        config.user_index = UserIndexConfig::from_meta(meta);
+        config.viewed = ViewedConfig::from_meta(meta);
+        config.expiry = Expiry::from_meta(meta);
+    }
+    if args.user_index || args.user_index_bits.is_some() {
+        let index = args
+            .user_index_bits
+            .map_or_else(UserIndexConfig::default, UserIndexConfig::new);
+        config = config.with_user_index(index);
+    }
+    if args.server_expiry {
+        config = config.with_server_expiry();
+    }
+    let packs = !args.unpacked
+        && args.dictionary_id.is_none()
+        && meta.as_ref().is_none_or(|m| m.format >= PACKED_FORMAT);
+    if packs {
+        // The app's own choice: none where the eviction policy may evict
+        // the dictionary's key.
+        config.learn_dictionary = recommended_config_for(manager).await?.learn_dictionary;
+    }
     if args.dry_run && meta.is_none() {
         return Err(Error::Config(
             "a dry run writes nothing, not even a new store: open the store first".into(),

@@ -165,15 +165,29 @@ pub async fn run(
             .collect();
         report.scanned += keys.len() as u64;
         let reads = read_keys(&mut redis, &read, &plan.source, keys, &mut report).await?;
+        let closing_pass = plan.delete_copied && !plan.dry_run;
+        // The close copies only what the store does not hold as read: most
+        // keys were copied before, and one pipelined read tells them apart.
+        let held = if closing_pass {
+            let taken: Vec<&Taken> = reads.iter().map(|r| &r.taken).collect();
+            store.holds_each(&taken).await?
+        } else {
+            vec![false; reads.len()]
+        };
+        let mut closing = Vec::new();
         let mut settled = tokio::task::JoinSet::new();
-        for read in reads {
+        for (read, held) in reads.into_iter().zip(held) {
+            if held {
+                report.count(outcome_name(Outcome::Unchanged));
+                closing.push(read);
+                continue;
+            }
             let (store, dry) = (store.clone(), plan.dry_run);
             settled.spawn(async move {
                 let outcome = settle(&store, &read.taken, dry).await;
                 (read, outcome)
             });
         }
-        let mut closing = Vec::new();
         while let Some(joined) = settled.join_next().await {
             let (read, outcome) =
                 joined.map_err(|e| Error::Config(format!("a copy task failed: {e}")))?;
@@ -183,24 +197,28 @@ pub async fn run(
                 outcome,
                 Outcome::Copied | Outcome::Updated | Outcome::Unchanged
             );
-            if plan.delete_copied && in_store && !plan.dry_run {
+            if closing_pass && in_store {
                 closing.push(read);
             }
         }
-        for read in closing {
-            let closed: i64 = close
-                .key(&read.key)
-                .key(tower_store::marks_key(store.layout(), &read.taken.id))
-                .key(&deleted_key)
-                .arg(&read.value)
-                .arg(read.expire_ms)
-                .arg(read.taken.id.as_bytes())
-                .arg(read.taken.expires_at)
-                .invoke_async(&mut redis)
-                .await?;
-            if closed != 1 {
-                report.kept_changed += 1;
+        if !closing.is_empty() {
+            let mut pipe = redis::pipe();
+            for read in &closing {
+                pipe.cmd("EVALSHA")
+                    .arg(close.get_hash())
+                    .arg(3)
+                    .arg(&read.key)
+                    .arg(tower_store::marks_key(store.layout(), &read.taken.id))
+                    .arg(&deleted_key)
+                    .arg(&read.value)
+                    .arg(read.expire_ms)
+                    .arg(read.taken.id.as_bytes())
+                    .arg(read.taken.expires_at);
             }
+            // Pipelined: one round trip for the batch. A key changed since
+            // its read is kept and counted; the next run closes it.
+            let closed: Vec<i64> = scripted(&mut redis, &close, &pipe).await?;
+            report.kept_changed += closed.iter().filter(|&&c| c != 1).count() as u64;
         }
         if plan.delete_copied && !plan.dry_run {
             let deleted: Option<u64> = redis::cmd("GET")
@@ -298,13 +316,7 @@ async fn read_keys(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let replies: Vec<redis::Value> = match pipe.query_async(redis).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            let _: String = script.prepare_invoke().load_async(redis).await?;
-            pipe.query_async(redis).await?
-        }
-        other => other?,
-    };
+    let replies: Vec<redis::Value> = scripted(redis, script, &pipe).await?;
     let mut reads = Vec::with_capacity(ids.len());
     for (key, reply) in ids.into_iter().zip(replies) {
         let (kind, value, expire_ms) = parse_read(reply);
@@ -319,6 +331,25 @@ async fn read_keys(
         }
     }
     Ok(reads)
+}
+
+/// Runs a pipeline of `script`'s `EVALSHA`s, loading the script and running
+/// the pipeline again where the server had not cached it. Both scripts
+/// run so are safe to run twice: a read reads again, and a close of a key
+/// closed by the first run finds it gone and counts it kept (changed),
+/// which only leaves the takeover for the next run to close.
+async fn scripted<T: redis::FromRedisValue>(
+    redis: &mut ConnectionManager,
+    script: &redis::Script,
+    pipe: &redis::Pipeline,
+) -> Result<T> {
+    match pipe.query_async(redis).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            let _: String = script.prepare_invoke().load_async(redis).await?;
+            Ok(pipe.query_async(redis).await?)
+        }
+        other => Ok(other?),
+    }
 }
 
 /// The read script's reply: type, value, expiry in ms.
