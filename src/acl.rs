@@ -41,11 +41,32 @@ pub enum Role {
     /// the store makes. Apart because servers before Redis 7.4 refuse a
     /// rule that names `HEXPIREAT`.
     ServerExpiry,
+    /// `sessionpack migrate`: it opens the store as the app does and copies
+    /// the old store's keys in: `SCAN`, a script reading each key
+    /// (`TYPE`, `GET`, `PEXPIRETIME`), the copies, and with
+    /// `--delete-copied` a script deleting each key while it holds what
+    /// was copied (`DEL`, `INCR`), then the takeover's marks (`UNLINK`);
+    /// `INFO` and `DBSIZE` for its report. Its rule also names the old
+    /// store's keys ([`rule_for`]).
+    Migrate,
+    /// What a store taking over another store's sessions during a deploy
+    /// ([`crate::tower::TowerStore::with_takeover`]) adds to
+    /// [`Role::Store`]: it reads the old keys (`TYPE`, `GET`,
+    /// `PEXPIRETIME` in a script) and writes and deletes them (`SET`,
+    /// `DEL`). Its rule also names the old store's keys ([`rule_for`]).
+    Takeover,
 }
 
 impl Role {
     /// Every role.
-    pub const ALL: [Self; 4] = [Self::Store, Self::Sweeper, Self::Users, Self::ServerExpiry];
+    pub const ALL: [Self; 6] = [
+        Self::Store,
+        Self::Sweeper,
+        Self::Users,
+        Self::ServerExpiry,
+        Self::Migrate,
+        Self::Takeover,
+    ];
 
     /// Its name in the docs and on the command line.
     pub fn name(self) -> &'static str {
@@ -54,6 +75,8 @@ impl Role {
             Self::Sweeper => "sweeper",
             Self::Users => "users",
             Self::ServerExpiry => "server-expiry",
+            Self::Migrate => "migrate",
+            Self::Takeover => "takeover",
         }
     }
 
@@ -65,7 +88,15 @@ impl Role {
             Self::Sweeper => SWEEPER,
             Self::Users => USERS,
             Self::ServerExpiry => SERVER_EXPIRY,
+            Self::Migrate => MIGRATE,
+            Self::Takeover => TAKEOVER,
         }
+    }
+
+    /// Whether the role touches another store's keys, which its rule must
+    /// name ([`rule_for`]).
+    pub fn needs_old_keys(self) -> bool {
+        matches!(self, Self::Migrate | Self::Takeover)
     }
 }
 
@@ -135,17 +166,78 @@ const USERS: &[&str] = &[
 /// Field TTLs, and the check of how the server keeps them.
 const SERVER_EXPIRY: &[&str] = &["hexpireat", "object|encoding"];
 
+/// `sessionpack migrate`: the app's store, plus reading, closing and
+/// counting the old keys.
+const MIGRATE: &[&str] = &[
+    "get",
+    "set",
+    "del",
+    "exists",
+    "expireat",
+    "hget",
+    "hmget",
+    "hgetall",
+    "hkeys",
+    "hset",
+    "hsetnx",
+    "hdel",
+    "hexists",
+    "hlen",
+    "rename",
+    "object|encoding",
+    "zadd",
+    "zscore",
+    "zrem",
+    "type",
+    "pexpiretime",
+    "incr",
+    "scan",
+    "unlink",
+    "dbsize",
+    "info",
+];
+
+/// A store's takeover: the old keys read, written and deleted, and the
+/// marks beside each bucket.
+const TAKEOVER: &[&str] = &[
+    "get",
+    "set",
+    "del",
+    "type",
+    "pexpiretime",
+    "hget",
+    "hset",
+    "hdel",
+    "expireat",
+];
+
 /// The rule for `roles` (one, or several a process plays: an app that
 /// runs its sweeper in-process is [`Role::Store`] and [`Role::Sweeper`])
 /// on `namespace`'s keys, as `ACL SETUSER` takes it after the user's
 /// name, `on` and its password: channels and keys first, then `-@all` and
 /// each command once.
 pub fn rule(roles: &[Role], namespace: &str, topology: Topology) -> String {
+    rule_for(roles, namespace, &[], topology)
+}
+
+/// [`rule`] that also grants the keys `other_keys` match (glob patterns,
+/// as ACL key patterns take them): the old store's keys for
+/// [`Role::Migrate`] and [`Role::Takeover`], which
+/// [`crate::takeover::Source::key_glob`] gives, as narrow as the keys'
+/// form allows (tower-sessions-redis-store's keys, which have no prefix,
+/// are matched by their length: 22 `?`).
+pub fn rule_for(
+    roles: &[Role],
+    namespace: &str,
+    other_keys: &[String],
+    topology: Topology,
+) -> String {
     let mut parts = vec![
         "resetchannels".to_owned(),
         format!("~{}:*", escape_glob(namespace)),
-        "-@all".to_owned(),
     ];
+    parts.extend(other_keys.iter().map(|k| format!("~{k}")));
+    parts.push("-@all".to_owned());
     let cluster: &[&str] = match topology {
         Topology::Server => &[],
         Topology::Cluster => &CLUSTER,
@@ -243,10 +335,21 @@ mod tests {
             "user_label.lua",
             "meta_claim.lua"
         );
+        // A store taking over reads old keys; only `migrate` closes them.
+        let takeover = [("READ_SCRIPT", crate::takeover::READ_SCRIPT)];
+        let close = [("CLOSE_SCRIPT", crate::takeover::CLOSE_SCRIPT)];
+        let migrate: Vec<_> = store
+            .iter()
+            .chain(&takeover)
+            .chain(&close)
+            .copied()
+            .collect();
         for (role, scripts) in [
             (Role::Store, &store[..]),
             (Role::Sweeper, &sweeper[..]),
             (Role::Users, &users[..]),
+            (Role::Migrate, &migrate[..]),
+            (Role::Takeover, &takeover[..]),
         ] {
             // A store whose fields the server expires adds its commands.
             let granted: Vec<&str> = BASE
@@ -268,7 +371,7 @@ mod tests {
                 }
             }
             // The parser found the calls it checks.
-            assert!(seen > 10, "{}: {seen} calls found", role.name());
+            assert!(seen >= 3, "{}: {seen} calls found", role.name());
         }
     }
 
@@ -284,6 +387,14 @@ mod tests {
         // Each command once, though both roles send it.
         assert_eq!(text.matches("+hget ").count(), 1, "{text}");
         assert!(text.contains("+zcount"), "{text}");
+    }
+
+    #[test]
+    fn old_keys_follow_the_namespace() {
+        let old = ["?".repeat(22)];
+        let text = rule_for(&[Role::Takeover], "sp", &old, Topology::Server);
+        assert!(text.starts_with(&format!("resetchannels ~sp:* ~{} -@all ", old[0])));
+        assert!(text.contains("+pexpiretime"), "{text}");
     }
 
     #[test]

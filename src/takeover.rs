@@ -135,6 +135,23 @@ impl Source {
         format!("{}*", crate::acl::escape_glob(&self.prefix))
     }
 
+    /// A glob pattern matching exactly the keys of this source's ids of
+    /// `width`: the prefix, its glob characters escaped, then one `?` per
+    /// character of an id. The key pattern of an ACL rule for a migration
+    /// or a takeover ([`crate::acl::rule_for`]).
+    pub fn key_glob(&self, width: IdWidth) -> String {
+        let bytes = width.bytes();
+        let chars = match self.id {
+            IdForm::Base64Url => (4 * bytes).div_ceil(3),
+            IdForm::Hex => 2 * bytes,
+        };
+        format!(
+            "{}{}",
+            crate::acl::escape_glob(&self.prefix),
+            "?".repeat(chars)
+        )
+    }
+
     /// The key under which the source keeps `id`.
     pub fn key_of(&self, id: &SessionId) -> String {
         let text = match self.id {
@@ -216,6 +233,29 @@ pub const READ_SCRIPT: &str = r#"
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'string' then return {kind} end
 return {kind, redis.call('GET', KEYS[1]), redis.call('PEXPIRETIME', KEYS[1])}
+"#;
+
+/// Closes a session's old key: deletes it only while it holds the value and
+/// expiry copied, and marks the session moved, in one step. `KEYS[1]` the
+/// old key, `KEYS[2]` the marks; `ARGV[1]` the value, `ARGV[2]` its
+/// expiry (unix ms), `ARGV[3]` the session's field, `ARGV[4]` the
+/// session's expiry (unix s); `KEYS[3]`, if given, a counter of the keys
+/// closed, raised in the same step (so a count survives a close killed
+/// part way). Returns 1 if closed, 0 if the key changed.
+/// Every key in one script: one server, not a cluster.
+pub const CLOSE_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1]
+    and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[1])
+  if KEYS[3] then
+    redis.call('INCR', KEYS[3])
+  end
+  redis.call('HSET', KEYS[2], ARGV[3], 'c')
+  redis.call('EXPIREAT', KEYS[2], ARGV[4], 'NX')
+  redis.call('EXPIREAT', KEYS[2], ARGV[4], 'GT')
+  return 1
+end
+return 0
 "#;
 
 /// tower-sessions' `Record`: only the data is read; the id is the key's,
@@ -310,6 +350,28 @@ mod tests {
         for other in ["sp:{0a}:h", "session:abc", "", "AAAAAAAAAAAAAAAAAAAAAAA"] {
             assert!(source.id_of(other.as_bytes(), IdWidth::Bits128).is_err());
         }
+    }
+
+    /// The ACL key pattern is as long as the keys' ids, for every width.
+    #[test]
+    fn key_globs_match_the_keys_of_ids() {
+        for width in [IdWidth::Bits128, IdWidth::Bits160] {
+            let id = SessionId::from_slice(&vec![0xfe; width.bytes()]).unwrap();
+            for (source, prefix) in [
+                (Source::tower_sessions_redis_store(), ""),
+                (Source::new("s*:", IdForm::Hex, ValueForm::JsonMap), r"s\*:"),
+            ] {
+                let glob = source.key_glob(width);
+                let key = source.key_of(&id);
+                let rest = glob.strip_prefix(prefix).unwrap();
+                assert!(rest.chars().all(|c| c == '?'), "{glob}");
+                assert_eq!(rest.len(), key.len() - source.prefix.len(), "{glob} {key}");
+            }
+        }
+        assert_eq!(
+            Source::tower_sessions_redis_store().key_glob(IdWidth::Bits128),
+            "?".repeat(22)
+        );
     }
 
     #[test]

@@ -6,11 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use sessionpack::acl::{Role, Topology, rule};
+use sessionpack::acl::{Role, Topology, rule, rule_for};
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
+use sessionpack::takeover::Source;
 use sessionpack::users::UserIndexConfig;
 use sessionpack::viewed::ViewedConfig;
-use sessionpack::{Compact, CompactConfig, Error, Store};
+use sessionpack::{Compact, CompactConfig, Error, IdWidth, Store};
 use sessionpack_testkit::LocalServer;
 
 const NAMESPACE: &str = "app1";
@@ -303,8 +304,14 @@ async fn a_cluster_user_needs_the_cluster_rule() {
 #[test]
 fn the_readme_shows_each_rule() {
     let readme = include_str!("../README.md");
+    let old_keys = [Source::tower_sessions_redis_store().key_glob(IdWidth::Bits128)];
     for role in Role::ALL {
-        let text = rule(&[role], "sp", Topology::Server);
+        let old_keys = if role.needs_old_keys() {
+            &old_keys[..]
+        } else {
+            &[]
+        };
+        let text = rule_for(&[role], "sp", old_keys, Topology::Server);
         assert!(
             readme.contains(&format!("```text\n{text}\n```")),
             "README lacks the {} rule: {text}",

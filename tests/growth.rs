@@ -1398,3 +1398,56 @@ async fn a_deleted_shape_is_a_typed_error_and_nothing_is_lost() {
         assert!(mended.load(id).await.unwrap().is_some());
     }
 }
+
+/// Many first writes at once to a new store, from one process and from
+/// several: a call that read a group's shape as never split, while another
+/// split it, routes again; none reads the split as a lost shape
+/// (`CorruptRecord`), and every session is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_writes_racing_a_groups_first_split_route_again() {
+    let server = server();
+    for round in 0..12 {
+        let namespace = format!("race{round}");
+        let config = || {
+            CompactConfig::new(1)
+                .with_growth()
+                .with_namespace(&namespace)
+        };
+        let shared = Compact::new(common::manager(&server).await, config())
+            .await
+            .unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..400 {
+            // Most share one process's connection and shape; some are
+            // processes of their own.
+            let layout = if task % 50 != 0 {
+                shared.clone()
+            } else {
+                Compact::new(common::manager(&server).await, config())
+                    .await
+                    .unwrap()
+            };
+            tasks.spawn(async move {
+                let mut ids = Vec::new();
+                for n in 0..2 {
+                    let id = layout.new_id().await.unwrap();
+                    let inserted = layout
+                        .insert(&id, &record_for(task * 2 + n), Deadline::In(3600))
+                        .await?;
+                    assert!(matches!(inserted, Inserted::Created { .. }), "{inserted:?}");
+                    ids.push((id, task * 2 + n));
+                }
+                sessionpack::Result::Ok(ids)
+            });
+        }
+        let mut stored = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            let ids: sessionpack::Result<Vec<(SessionId, usize)>> = done.unwrap();
+            stored.extend(ids.unwrap_or_else(|e| panic!("round {round}: {e}")));
+        }
+        for (id, n) in stored {
+            let got = shared.load(&id).await.unwrap();
+            assert_eq!(got.map(|s| s.record), Some(record_for(n)), "round {round}");
+        }
+    }
+}

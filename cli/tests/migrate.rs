@@ -681,3 +681,71 @@ async fn a_copy_opens_the_namespace_as_the_app_will() {
         "packed {packed} B, unpacked {unpacked} B"
     );
 }
+
+/// With `--bucket-bits` and `--server-expiry` the copy fills a store whose
+/// fields the server expires, which an app opened that way reads; skipped,
+/// said, where the server cannot expire fields in a listpack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_into_a_store_whose_fields_the_server_expires() {
+    use sessionpack::limits::{FieldTtls, field_ttls};
+    let server = common::server();
+    let mut raw = common::raw(&server).await;
+    let ttls = field_ttls(&mut raw, "probe:field-ttl").await.unwrap();
+    if ttls != FieldTtls::Listpack {
+        println!("skipped: this server cannot expire fields in a listpack ({ttls:?})");
+        return;
+    }
+    let records = fill(&peer(&server).await, 60).await;
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(["migrate", "--redis-url", &server.url(), "--namespace", "fx"])
+        .args(["--bucket-bits", "4", "--server-expiry"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = CompactConfig::new(4)
+        .with_namespace("fx")
+        .with_server_expiry();
+    let store = TowerStore::new(common::manager(&server).await, config)
+        .await
+        .expect("the app opens the namespace the copy created");
+    assert_in_store(&store, &records).await;
+    // Each session's field carries its expiry, as the app's own writes do.
+    let mut expiring = 0;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("fx:*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for key in keys
+        .iter()
+        .filter(|k| !k.ends_with(":m") && !k.ends_with(":meta"))
+    {
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if kind != "hash" {
+            continue;
+        }
+        let fields: Vec<Vec<u8>> = redis::cmd("HKEYS")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let ttls: Vec<i64> = redis::cmd("HTTL")
+            .arg(key)
+            .arg("FIELDS")
+            .arg(fields.len())
+            .arg(&fields)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        expiring += ttls.iter().filter(|&&t| t > 0).count();
+    }
+    assert!(expiring >= records.len(), "{expiring} fields expire");
+}

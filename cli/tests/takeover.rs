@@ -298,32 +298,114 @@ async fn closing_moves_every_session_and_ends_the_takeover() {
     assert!(matches!(again, Err(Error::Config(_))), "{again:?}");
 }
 
-/// "Log out everywhere" is refused while the takeover is open: sessions
-/// still only in old keys are in no user index.
+/// One of user `n`'s sessions, written by the old app.
+async fn old_session(old: &RedisStore<Client>, n: u64) -> Record {
+    let mut r = record(n, 600);
+    old.create(&mut r).await.unwrap();
+    r
+}
+
+/// "Log out everywhere" while the takeover is open reaches every session
+/// of the user, on old and new instances: those in the index (copied by
+/// `migrate` or a load, or created by a new instance) at once; one only in
+/// an old key when a new instance first sees it, or at the close. "Log out
+/// everywhere else" keeps its session, other users keep theirs, and a
+/// session a new instance creates afterwards lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn revocations_wait_for_the_close() {
+async fn log_out_everywhere_reaches_old_keys_during_the_takeover() {
     use sessionpack::identity::Identity;
     use sessionpack::users::UserIndexConfig;
     let server = common::server();
+    let old = peer(&server).await;
     let new = new_instance(
         &server,
         CompactConfig::new(6).with_user_index(UserIndexConfig::new(4)),
     )
     .await;
-    let refused = new.revoke_all(&Identity::Int(7)).await;
-    assert!(matches!(refused, Err(Error::Config(_))), "{refused:?}");
-    let _: () = redis::cmd("SET")
-        .arg("sp:takeover")
-        .arg("closed")
+    let mut plan = Plan {
+        source: Source::tower_sessions_redis_store(),
+        dry_run: false,
+        delete_copied: false,
+        batch: 16,
+        restart: false,
+        stop_after_batches: None,
+    };
+    let copied = old_session(&old, 7).await;
+    let keep = old_session(&old, 8).await;
+    let other = old_session(&old, 9).await;
+    migrate::run(common::manager(&server).await, new.clone(), &plan, |_| {})
+        .await
+        .unwrap();
+    let loaded = old_session(&old, 7).await;
+    assert!(load(&new, &loaded.id).await.is_some());
+    let mut created = record(7, 600);
+    new.create(&mut created).await.unwrap();
+    let only_old = old_session(&old, 7).await;
+    let at_close = old_session(&old, 7).await;
+    let mut created_8 = record(8, 600);
+    new.create(&mut created_8).await.unwrap();
+    let only_old_8 = old_session(&old, 8).await;
+
+    let none = new.revoke_all(&Identity::Int(4242)).await.unwrap();
+    assert_eq!(none.removed, 0, "{none:?}");
+    let revoked = new.revoke_all(&Identity::Int(7)).await.unwrap();
+    assert_eq!(revoked.removed, 3, "{revoked:?}");
+    for r in [&copied, &loaded, &created] {
+        assert!(
+            load(&old, &r.id).await.is_none(),
+            "an old instance serves it"
+        );
+        assert!(
+            load(&new, &r.id).await.is_none(),
+            "a new instance serves it"
+        );
+    }
+    // Old instances read only their keys: one no new instance has seen
+    // is theirs until one does.
+    assert!(load(&old, &only_old.id).await.is_some());
+    assert!(load(&new, &only_old.id).await.is_none());
+    assert!(!old_key_exists(&server, &only_old.id).await);
+    assert!(load(&old, &only_old.id).await.is_none());
+    assert!(same(&load(&new, &other.id).await.unwrap(), &other));
+
+    // Signed in again afterwards, on a new instance: the session lives,
+    // also once an old instance wrote to it.
+    let mut after = record(7, 900);
+    new.create(&mut after).await.unwrap();
+    after
+        .data
+        .insert("flash".into(), json!("written by the old app"));
+    old.save(&after).await.unwrap();
+    assert!(same(&load(&new, &after.id).await.unwrap(), &after));
+
+    let revoked = new
+        .revoke_others(&Identity::Int(8), keep.id.0)
+        .await
+        .unwrap();
+    assert_eq!(revoked.removed, 1, "{revoked:?}");
+    assert!(load(&old, &created_8.id).await.is_none());
+    assert!(load(&new, &only_old_8.id).await.is_none());
+    let mut kept = keep.clone();
+    kept.data.insert("cart".into(), json!([4]));
+    old.save(&kept).await.unwrap();
+    assert!(same(&load(&new, &kept.id).await.unwrap(), &kept));
+
+    // The close refuses the last one and deletes its key.
+    plan.delete_copied = true;
+    let report = migrate::run(common::manager(&server).await, new.clone(), &plan, |_| {})
+        .await
+        .unwrap();
+    assert!(report.closed, "{report:?}");
+    assert_eq!(report.get("revoked"), 1, "{report:?}");
+    assert!(load(&new, &at_close.id).await.is_none());
+    assert!(!old_key_exists(&server, &at_close.id).await);
+    assert!(same(&load(&new, &after.id).await.unwrap(), &after));
+    let left: bool = redis::cmd("EXISTS")
+        .arg(sessionpack::tower::revoked_key("sp"))
         .query_async(&mut common::raw(&server).await)
         .await
         .unwrap();
-    let closed = new_instance(
-        &server,
-        CompactConfig::new(6).with_user_index(UserIndexConfig::new(4)),
-    )
-    .await;
-    closed.revoke_all(&Identity::Int(7)).await.unwrap();
+    assert!(!left, "the revoked owners outlive the close");
 }
 
 /// A new instance's save that moves a session's expiry later moves its
@@ -360,4 +442,144 @@ async fn marks_outlast_their_sessions_and_far_expiries_are_taken() {
         sessionpack::ttl::MAX_EXPIRES_AT
     );
     assert_eq!(loaded.data, far.data);
+}
+
+/// Makes ACL user `name` with the rule `sessionpack acl` prints for
+/// `roles` (taking over tower-sessions-redis-store's keys); returns its
+/// URL.
+async fn acl_user(server: &LocalServer, name: &str, roles: &[&str]) -> String {
+    let mut args = vec!["acl", "--user", name];
+    for role in roles {
+        args.extend(["--role", role]);
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let line = String::from_utf8(out.stdout).unwrap();
+    let line = line.trim().replace("CHANGE-THIS-PASSWORD", "pw");
+    let mut words = line.split_whitespace();
+    let mut cmd = redis::cmd(words.next().unwrap());
+    for word in words {
+        cmd.arg(word);
+    }
+    let () = cmd
+        .query_async(&mut common::raw(server).await)
+        .await
+        .unwrap();
+    format!("redis://{name}:pw@127.0.0.1:{}/", server.port())
+}
+
+/// `sessionpack migrate` as `url`'s user; returns its JSON report.
+fn migrate_as(url: &str, extra: &[&str]) -> Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(["migrate", "--redis-url", url, "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A whole switch runs under the rules `sessionpack acl` prints: the copy
+/// and the close as `--role migrate`, the new instances as `--role store
+/// --role sweeper --role takeover`. Neither user reaches a key that is
+/// neither the namespace's nor an old session's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_runs_within_the_acl_rules_it_prints() {
+    let server = common::server();
+    let old = peer(&server).await;
+    let mut records = Vec::new();
+    for n in 0..120 {
+        let mut r = record(n, 600 + n as i64);
+        old.create(&mut r).await.unwrap();
+        records.push(r);
+    }
+    let migrator = acl_user(&server, "migrator", &["migrate"]).await;
+    let app = acl_user(&server, "app", &["store", "sweeper", "takeover"]).await;
+
+    // The app's user may not migrate: the command fails and says which
+    // rule it needs.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(["migrate", "--redis-url", &app])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("ACL") && stderr.contains("sessionpack acl --role migrate"),
+        "{stderr}"
+    );
+
+    let copy = migrate_as(&migrator, &["--user-index"]);
+    assert_eq!(copy["outcomes"]["copied"], 120, "{copy}");
+
+    let config =
+        CompactConfig::default().with_user_index(sessionpack::users::UserIndexConfig::default());
+    let conn = sessionpack::connect(&app).await.unwrap();
+    let new = TowerStore::new(conn, config)
+        .await
+        .unwrap()
+        .with_takeover(Source::tower_sessions_redis_store())
+        .await
+        .unwrap();
+    // The old app writes on; the new one loads, saves, creates, deletes.
+    let mut changed = records[0].clone();
+    changed
+        .data
+        .insert("flash".into(), json!("from the old app"));
+    old.save(&changed).await.unwrap();
+    assert!(same(&load(&new, &changed.id).await.unwrap(), &changed));
+    let mut saved = records[1].clone();
+    saved.data.insert("cart".into(), json!([1, 2, 3]));
+    new.save(&saved).await.unwrap();
+    assert!(same(&load(&old, &saved.id).await.unwrap(), &saved));
+    let mut fresh = record(900, 3600);
+    new.create(&mut fresh).await.unwrap();
+    assert!(same(&load(&old, &fresh.id).await.unwrap(), &fresh));
+    SessionStore::delete(&new, &records[2].id).await.unwrap();
+    assert!(load(&old, &records[2].id).await.is_none());
+
+    let close = migrate_as(&migrator, &["--delete-copied"]);
+    assert_eq!(close["closed"], true, "{close}");
+    assert_eq!(close["deleted"], 120, "{close}");
+    assert!(same(&load(&new, &changed.id).await.unwrap(), &changed));
+    assert!(same(&load(&new, &saved.id).await.unwrap(), &saved));
+    assert!(load(&new, &records[2].id).await.is_none());
+
+    // Outside their keys and commands, both are refused.
+    let _: () = redis::cmd("SET")
+        .arg("other:key")
+        .arg("x")
+        .query_async(&mut common::raw(&server).await)
+        .await
+        .unwrap();
+    for url in [&migrator, &app] {
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for cmd in [
+            redis::cmd("GET").arg("other:key").clone(),
+            // One character shorter or longer than an old session's key.
+            redis::cmd("GET").arg("k".repeat(21)).clone(),
+            redis::cmd("GET").arg("k".repeat(23)).clone(),
+            redis::cmd("FLUSHALL").clone(),
+            redis::cmd("KEYS").arg("*").clone(),
+        ] {
+            let refused: redis::RedisResult<redis::Value> = cmd.query_async(&mut conn).await;
+            assert!(
+                refused.as_ref().is_err_and(
+                    |e| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+                ),
+                "{url}: {cmd:?} → {refused:?}"
+            );
+        }
+    }
 }

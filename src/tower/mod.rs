@@ -108,7 +108,8 @@ mod takeover;
 #[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
 mod traits;
 pub use takeover::{
-    CLOSE_SCRIPT, CLOSED, MARK_MOVED, MARK_OLD, OPEN, Synced, marks_key, state_key,
+    CLOSE_SCRIPT, CLOSED, MARK_MOVED, MARK_NEW, MARK_OLD, OPEN, Synced, marks_key, revoked_key,
+    state_key,
 };
 
 /// Reads a session's owner from its data.
@@ -802,17 +803,25 @@ where
 
     /// Revokes every session of `owner` ("log out everywhere").
     pub async fn revoke_all(&self, owner: &Identity) -> Result<Revoked> {
-        self.refuse_revocation_in_takeover().await?;
         let head = head(owner);
-        let revoke = self.layout.revoke_user(&head, None);
+        let revoke = async {
+            if let Some(t) = self.open_takeover().await? {
+                self.revoke_in_takeover(t, &head, None).await?;
+            }
+            self.layout.revoke_user(&head, None).await
+        };
         metrics::call(Op::RevokeAll, Outcome::ok, revoke).await
     }
 
     /// Revokes every session of `owner` but `keep` (the current one).
     pub async fn revoke_others(&self, owner: &Identity, keep: i128) -> Result<Revoked> {
-        self.refuse_revocation_in_takeover().await?;
         let (head, keep) = (head(owner), session_id(keep));
-        let revoke = self.layout.revoke_user(&head, Some(&keep));
+        let revoke = async {
+            if let Some(t) = self.open_takeover().await? {
+                self.revoke_in_takeover(t, &head, Some(&keep)).await?;
+            }
+            self.layout.revoke_user(&head, Some(&keep)).await
+        };
         metrics::call(Op::RevokeOthers, Outcome::ok, revoke).await
     }
 

@@ -21,6 +21,16 @@
 //! - **Create**: the mark, then `SET <old key> NX EXAT` (a taken id draws
 //!   another), then the store's create: old instances see new sessions.
 //! - **Delete**: `DEL` of the old key, then the store's delete.
+//! - **Revoke** ("log out everywhere"): the owner is recorded revoked
+//!   ([`revoked_key`]), the old keys of the sessions in the owner's index
+//!   are deleted, then the store revokes as always. A copy of an old key
+//!   that the owner's session holds, made after (by a load, or by
+//!   `migrate`), deletes the key and copies nothing, unless this store
+//!   created the session after the revocation ([`MARK_NEW`]). A copy
+//!   checks after it stored the session, and the revocation records the
+//!   owner before it reads the index: of a copy and a revocation at the
+//!   same time, either the copy sees the owner revoked or the revocation
+//!   sees the copy's index entry.
 //!
 //! The old keys stay until `sessionpack migrate --delete-copied` closes the
 //! takeover, once no old instance runs: it copies each key a last time,
@@ -38,12 +48,17 @@ use super::{TowerStore, session_id, tower_id};
 use crate::error::{Error, Result};
 use crate::session::id::{IdWidth, SessionId};
 use crate::session::layout::{Compact, Layout, Stored};
+pub use crate::takeover::CLOSE_SCRIPT;
 use crate::takeover::{READ_SCRIPT, Skip, Source, Taken};
 
 /// A session's mark while it has an old key.
 pub const MARK_OLD: u8 = b'o';
 /// A session's mark once the close deleted its old key.
 pub const MARK_MOVED: u8 = b'c';
+/// A session's mark when a store taking over created it (it has an old key
+/// too, written after the mark): its owner's revocation during the
+/// takeover reached it through the user index if it was created before.
+pub const MARK_NEW: u8 = b'n';
 /// The takeover state key's values.
 pub const OPEN: &str = "open";
 /// See [`OPEN`].
@@ -62,6 +77,15 @@ pub fn state_key(namespace: &str) -> String {
     format!("{namespace}:takeover")
 }
 
+/// The HASH of the owners revoked while the takeover is open: field the
+/// owner's head (as records begin), value the id of the session a
+/// "log out everywhere else" kept, or empty. A copy of an old key that
+/// such an owner's session holds is refused ([`Synced::Revoked`]); the
+/// close deletes the HASH.
+pub fn revoked_key(namespace: &str) -> String {
+    format!("{namespace}:takeover:revoked")
+}
+
 /// The HASH of marks beside `id`'s bucket (`<bucket key>:m`, in its slot).
 pub fn marks_key<C>(layout: &Compact<C>, id: &SessionId) -> String
 where
@@ -70,29 +94,6 @@ where
     let scheme = layout.scheme();
     format!("{}:m", scheme.bucket_key(scheme.buckets().bucket_of(id)))
 }
-
-/// Closes a session's old key: deletes it only while it holds the value and
-/// expiry copied, and marks the session moved, in one step. `KEYS[1]` the
-/// old key, `KEYS[2]` the marks; `ARGV[1]` the value, `ARGV[2]` its
-/// expiry (unix ms), `ARGV[3]` the session's field, `ARGV[4]` the
-/// session's expiry (unix s); `KEYS[3]`, if given, a counter of the keys
-/// closed, raised in the same step (so a count survives a close killed
-/// part way). Returns 1 if closed, 0 if the key changed.
-/// Every key in one script: one server, not a cluster.
-pub const CLOSE_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1]
-    and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(ARGV[2]) then
-  redis.call('DEL', KEYS[1])
-  if KEYS[3] then
-    redis.call('INCR', KEYS[3])
-  end
-  redis.call('HSET', KEYS[2], ARGV[3], 'c')
-  redis.call('EXPIREAT', KEYS[2], ARGV[4], 'NX')
-  redis.call('EXPIREAT', KEYS[2], ARGV[4], 'GT')
-  return 1
-end
-return 0
-"#;
 
 /// What [`TowerStore::take_over`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +108,10 @@ pub enum Synced {
     Expired,
     /// The store refuses the id (a revocation's mark stands beside it).
     Taken,
+    /// Its owner was revoked while the takeover was open ("log out
+    /// everywhere"): nothing is copied, and the caller deletes the old key
+    /// (old instances log the session out too).
+    Revoked,
 }
 
 /// A store's takeover of another store's keys.
@@ -137,9 +142,9 @@ where
     ///
     /// Records the takeover open for the namespace, unless it was closed
     /// (then this does nothing: the old keys are gone). While it is open,
-    /// "log out everywhere" is refused ([`Error::Config`]): sessions still
-    /// only in old keys are in no user index. A store with an absolute
-    /// lifetime is refused too (another store's ids carry no issue time).
+    /// "log out everywhere" reaches old keys too, as the module docs say.
+    /// A store with an absolute lifetime is refused (another store's ids
+    /// carry no issue time).
     pub async fn with_takeover(mut self, source: Source) -> Result<Self> {
         if source.value != crate::takeover::ValueForm::TowerRecord {
             return Err(Error::Config(
@@ -195,19 +200,6 @@ where
         Ok(open.then_some(t))
     }
 
-    /// Refuses a revocation while a takeover is open.
-    pub(super) async fn refuse_revocation_in_takeover(&self) -> Result<()> {
-        if self.open_takeover().await?.is_some() {
-            return Err(Error::Config(
-                "a takeover of another store is open: sessions still only in its keys are in \
-                 no user index, so a revocation would miss them; close it first \
-                 (`sessionpack migrate --delete-copied`)"
-                    .into(),
-            ));
-        }
-        Ok(())
-    }
-
     async fn read_old(&self, t: &Takeover, sid: &SessionId) -> Result<Option<OldKey>> {
         let mut conn = self.layout.connection().clone();
         let key = t.source.key_of(sid);
@@ -248,10 +240,12 @@ where
         Ok(mark.and_then(|m| m.first().copied()))
     }
 
-    async fn set_mark(&self, sid: &SessionId, mark: u8, until: u64) -> Result<()> {
+    /// Marks `sid`: `HSET`, or with `keep` `HSETNX`, which leaves a mark
+    /// standing (a copy keeps [`MARK_NEW`]).
+    async fn set_mark(&self, sid: &SessionId, mark: u8, until: u64, keep: bool) -> Result<()> {
         let key = marks_key(&self.layout, sid);
         let mut pipe = redis::pipe();
-        pipe.cmd("HSET")
+        pipe.cmd(if keep { "HSETNX" } else { "HSET" })
             .arg(&key)
             .arg(sid.as_bytes())
             .arg(&[mark][..])
@@ -282,7 +276,8 @@ where
     /// read, so no write made meanwhile is overwritten by a stale one.
     pub async fn take_over(&self, taken: &Taken) -> Result<Synced> {
         let id = tower_id(&taken.id);
-        self.set_mark(&taken.id, MARK_OLD, taken.expires_at).await?;
+        self.set_mark(&taken.id, MARK_OLD, taken.expires_at, true)
+            .await?;
         let mut replaced = false;
         for _ in 0..ATTEMPTS {
             let stored = self.layout.load(&taken.id).await?;
@@ -301,6 +296,10 @@ where
                 }
             }
             match self.import_data(id, &taken.data, taken.expires_at).await? {
+                super::Imported::Created if self.revoked_owner(taken).await? => {
+                    self.layout.delete(&taken.id, None).await?;
+                    return Ok(Synced::Revoked);
+                }
                 super::Imported::Created if replaced => return Ok(Synced::Updated),
                 super::Imported::Created => return Ok(Synced::Created),
                 super::Imported::Expired => return Ok(Synced::Expired),
@@ -321,6 +320,73 @@ where
             return Ok(Synced::Taken);
         }
         Err(Error::Contended { attempts: ATTEMPTS })
+    }
+
+    /// Whether `taken`'s owner was revoked while the takeover was open,
+    /// this session not kept and not created by this store since: read
+    /// after the copy stored it (see the module docs). False for a store
+    /// without a user index, where nothing is revoked.
+    async fn revoked_owner(&self, taken: &Taken) -> Result<bool> {
+        let Some((owner_of, _)) = self.owner else {
+            return Ok(false);
+        };
+        let Some(owner) = owner_of(&taken.data) else {
+            return Ok(false);
+        };
+        let mut head = Vec::new();
+        owner.encode(&mut head);
+        let (kept, mark): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
+            .cmd("HGET")
+            .arg(revoked_key(self.layout.buckets().namespace()))
+            .arg(&head)
+            .cmd("HGET")
+            .arg(marks_key(&self.layout, &taken.id))
+            .arg(taken.id.as_bytes())
+            .query_async(&mut self.layout.connection().clone())
+            .await?;
+        Ok(match kept {
+            None => false,
+            Some(kept) => {
+                kept != taken.id.as_bytes()
+                    && mark.and_then(|m| m.first().copied()) != Some(MARK_NEW)
+            }
+        })
+    }
+
+    /// Before a revocation while the takeover is open: records the owner
+    /// revoked (keeping `keep`), then deletes the old keys of the sessions
+    /// in the owner's index, but `keep`'s, so old instances log them out.
+    pub(super) async fn revoke_in_takeover(
+        &self,
+        t: &Takeover,
+        head: &[u8],
+        keep: Option<&SessionId>,
+    ) -> Result<()> {
+        let mut conn = self.layout.connection().clone();
+        let kept: &[u8] = keep.map_or(&[], |k| k.as_bytes());
+        let () = redis::cmd("HSET")
+            .arg(revoked_key(self.layout.buckets().namespace()))
+            .arg(head)
+            .arg(kept)
+            .query_async(&mut conn)
+            .await?;
+        let old_keys: Vec<String> = self
+            .layout
+            .indexed_ids(head)
+            .await?
+            .iter()
+            .filter(|id| Some(*id) != keep)
+            .map(|id| t.source.key_of(id))
+            .collect();
+        // One key at a time: in a cluster the old keys live in many slots.
+        let mut pipe = redis::pipe();
+        for key in &old_keys {
+            pipe.cmd("DEL").arg(key).ignore();
+        }
+        if !old_keys.is_empty() {
+            let () = pipe.query_async(&mut conn).await?;
+        }
+        Ok(())
     }
 
     /// Whether the store holds each of `taken` as its old key has it (data
@@ -362,7 +428,7 @@ where
                 self.mark_of(&sid)
             )?;
             let Some(old) = old else {
-                if mark == Some(MARK_OLD) && stored.is_some() {
+                if matches!(mark, Some(MARK_OLD | MARK_NEW)) && stored.is_some() {
                     // An old instance deleted it (or it expired there).
                     self.layout.delete(&sid, None).await?;
                     self.memo.take(id);
@@ -396,6 +462,13 @@ where
             self.memo.take(id);
             return match self.take_over(&taken).await {
                 Ok(Synced::Expired) => Ok(None),
+                Ok(Synced::Revoked) => {
+                    let _: () = redis::cmd("DEL")
+                        .arg(t.source.key_of(&sid))
+                        .query_async(&mut self.layout.connection().clone())
+                        .await?;
+                    Ok(None)
+                }
                 // Taken: other loads moving the copy in and out as this
                 // one tried, like contention.
                 Ok(_) | Err(Error::Contended { .. }) => {
@@ -439,7 +512,12 @@ where
             .arg(sid.as_bytes())
             .query_async(&mut self.layout.connection().clone())
             .await?;
-        if written.is_none() && mark.and_then(|m| m.first().copied()) == Some(MARK_OLD) {
+        if written.is_none()
+            && matches!(
+                mark.and_then(|m| m.first().copied()),
+                Some(MARK_OLD | MARK_NEW)
+            )
+        {
             self.layout.delete(&sid, None).await?;
             return Ok(false);
         }
@@ -456,7 +534,7 @@ where
         at: u64,
     ) -> Result<bool> {
         let sid = session_id(id);
-        self.set_mark(&sid, MARK_OLD, at).await?;
+        self.set_mark(&sid, MARK_NEW, at, false).await?;
         let created: Option<String> = redis::cmd("SET")
             .arg(t.source.key_of(&sid))
             .arg(peer_record(id, data, at)?)

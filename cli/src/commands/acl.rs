@@ -3,7 +3,8 @@
 
 use clap::Args;
 
-use sessionpack::acl::{Role, Topology, rule};
+use sessionpack::IdWidth;
+use sessionpack::acl::{Role, Topology, rule_for};
 use sessionpack::error::{Error, Result};
 use sessionpack::session::buckets::DEFAULT_NAMESPACE;
 
@@ -14,9 +15,19 @@ pub struct AclArgs {
     /// repeat for a process that plays several (an app whose store sweeps
     /// in the background, as stores do unless opened `without_sweeper()`:
     /// `--role store --role sweeper`). Add
-    /// `server-expiry` for a store whose fields the server expires.
-    #[arg(long, required = true, value_parser = ["store", "sweeper", "users", "server-expiry"])]
+    /// `server-expiry` for a store whose fields the server expires. During
+    /// a switch from another store: `migrate` for `sessionpack migrate`,
+    /// and `takeover` added to the app's roles while its store takes the
+    /// old one over; both also name the old store's keys (`--from`).
+    #[arg(
+        long,
+        required = true,
+        value_parser = ["store", "sweeper", "users", "server-expiry", "migrate", "takeover"]
+    )]
     role: Vec<String>,
+    /// For `migrate` and `takeover`: the store the sessions come from.
+    #[command(flatten)]
+    source: super::source_args::SourceArgs,
     /// The store's key namespace.
     #[arg(long, default_value = DEFAULT_NAMESPACE)]
     namespace: String,
@@ -50,10 +61,16 @@ pub(super) fn run(args: &AclArgs) -> Result<()> {
     } else {
         Topology::Server
     };
+    // A tower store's ids, which a migration and a takeover fill.
+    let old_keys: Vec<String> = if roles.iter().any(|r| r.needs_old_keys()) {
+        vec![args.source.source().key_glob(IdWidth::Bits128)]
+    } else {
+        Vec::new()
+    };
     println!(
         "ACL SETUSER {} on >CHANGE-THIS-PASSWORD {}",
         args.user,
-        rule(&roles, &args.namespace, topology)
+        rule_for(&roles, &args.namespace, &old_keys, topology)
     );
     Ok(())
 }

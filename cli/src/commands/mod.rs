@@ -172,6 +172,17 @@ fn write_report<T: serde::Serialize>(
     Ok(())
 }
 
+/// The ACL role (`sessionpack acl --role`) a command connects as, for the
+/// hint printed when the server refuses it.
+pub fn acl_role(cli: &Cli) -> Option<&'static str> {
+    match cli.command {
+        Command::Sweep(_) => Some("sweeper"),
+        Command::Users(_) => Some("users"),
+        Command::Migrate(_) => Some("migrate"),
+        _ => None,
+    }
+}
+
 /// Runs one parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {

@@ -112,8 +112,9 @@ async fn open(args: &StoreArgs) -> Result<Compact<AnyConnection>> {
 }
 
 /// Refuses a revocation while a takeover of another store is open
-/// (`TowerStore::with_takeover`): sessions still only in its keys are in
-/// no user index, and a load would copy a revoked session back from them.
+/// (`TowerStore::with_takeover`): it must also delete the old keys and
+/// record the owner revoked, which the app's store does (it knows the old
+/// store's keys and how to read an owner from them); this command does not.
 async fn refuse_in_takeover(layout: &Compact<AnyConnection>, namespace: &str) -> Result<()> {
     let state: Option<String> = redis::cmd("GET")
         .arg(sessionpack::tower::state_key(namespace))
@@ -121,8 +122,9 @@ async fn refuse_in_takeover(layout: &Compact<AnyConnection>, namespace: &str) ->
         .await?;
     if state.as_deref() == Some(sessionpack::tower::OPEN) {
         return Err(Error::Config(format!(
-            "a takeover of another store is open in namespace {namespace:?}: close it first \
-             (`sessionpack migrate --delete-copied`)"
+            "a takeover of another store is open in namespace {namespace:?}: revoke from the \
+             app (`TowerStore::revoke_all`, which also reaches the old store's keys), or close \
+             the takeover first (`sessionpack migrate --delete-copied`)"
         )));
     }
     Ok(())

@@ -56,6 +56,10 @@ pub struct Plan {
     pub stop_after_batches: Option<u64>,
 }
 
+/// The outcome of a key whose session's owner was revoked during the
+/// takeover.
+const REVOKED: &str = "revoked";
+
 /// What became of one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Outcome {
@@ -175,6 +179,9 @@ pub async fn run(
             vec![false; reads.len()]
         };
         let mut closing = Vec::new();
+        // Keys of sessions whose owner was revoked during the takeover: the
+        // copy refused them, and they go, as the store's own copy went.
+        let mut revoked = Vec::new();
         let mut settled = tokio::task::JoinSet::new();
         for (read, held) in reads.into_iter().zip(held) {
             if held {
@@ -199,7 +206,15 @@ pub async fn run(
             );
             if closing_pass && in_store {
                 closing.push(read);
+            } else if outcome == Outcome::Skipped(REVOKED) {
+                revoked.push(read.key);
             }
+        }
+        if !revoked.is_empty() {
+            let () = redis::cmd("DEL")
+                .arg(revoked)
+                .query_async(&mut redis)
+                .await?;
         }
         if !closing.is_empty() {
             let mut pipe = redis::pipe();
@@ -263,11 +278,17 @@ pub async fn run(
 
 /// Records the takeover of `namespace` closed (stores with
 /// [`TowerStore::with_takeover`] then read only their buckets), and drops
-/// the sessions' marks, which nothing reads any more.
+/// the sessions' marks and the owners revoked during it, which nothing
+/// reads any more.
 async fn close_takeover(redis: &mut ConnectionManager, namespace: &str) -> Result<()> {
-    let _: () = redis::cmd("SET")
+    let _: () = redis::pipe()
+        .cmd("SET")
         .arg(tower_store::state_key(namespace))
         .arg(tower_store::CLOSED)
+        .ignore()
+        .cmd("DEL")
+        .arg(tower_store::revoked_key(namespace))
+        .ignore()
         .query_async(redis)
         .await?;
     let pattern = format!("{}:*:m", sessionpack::acl::escape_glob(namespace));
@@ -393,6 +414,7 @@ async fn settle(
         Synced::Unchanged => Outcome::Unchanged,
         Synced::Expired => Outcome::Skipped("expired"),
         Synced::Taken => Outcome::Skipped("taken"),
+        Synced::Revoked => Outcome::Skipped(REVOKED),
     })
 }
 

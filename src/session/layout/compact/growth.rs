@@ -267,8 +267,9 @@ where
         if growth.shape.leaf(&shape, id) != route.node {
             return Ok(true);
         }
-        if shape.epoch() == 0 {
-            self.check_never_split(group).await?;
+        if shape.epoch() == 0 && self.split_since_read(group).await? {
+            // Split by another call after the shape was read: route again.
+            return Ok(true);
         }
         if !claim {
             // Moved away and back since the read, or never marked.
@@ -289,14 +290,18 @@ where
         Ok(true)
     }
 
-    /// Checks that `group`, whose shape reads as never split, has no
-    /// bucket below its root: one means its shape key was lost or reset
-    /// (deleted by hand, say), and routing by it would miss every session
-    /// of the group and write a root of its own. One `EXISTS` (a command
-    /// every role has) of the buckets at depths 1 to 6 and of the
-    /// indexes of depths 7 to 13 (over 8,000 buckets a group); only calls
-    /// that find a group's root unmarked pay it.
-    async fn check_never_split(&self, group: u32) -> Result<()> {
+    /// Checks that `group`, whose shape read as never split, has no bucket
+    /// below its root. One means either that another call split the group
+    /// since the read (true: the caller routes again), or, where the shape
+    /// read again still says never split, that the shape key was lost or
+    /// reset (deleted by hand, say), and routing by it would miss every
+    /// session of the group and write a root of its own: an error. A split
+    /// writes its buckets and the shape in one script, so a bucket below
+    /// the root with the shape unsplit is never a split in progress. One
+    /// `EXISTS` (a command every role has) of the buckets at depths 1 to 6
+    /// and of the indexes of depths 7 to 13 (over 8,000 buckets a group);
+    /// only calls that find a group's root unmarked pay it.
+    async fn split_since_read(&self, group: u32) -> Result<bool> {
         let growth = self.growing()?;
         let s = &growth.shape;
         let band = 1u32 << INDEX_BAND;
@@ -309,16 +314,18 @@ where
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| Error::from_redis(e, || s.tag(group)))?;
-        if found > 0 {
-            return Err(Error::CorruptRecord {
-                location: s.shape_key(group),
-                reason: "the group's shape is missing or reset, but buckets it split into \
-                         are there: restore the shape key (its sessions cannot be found \
-                         without it)"
-                    .into(),
-            });
+        if found == 0 {
+            return Ok(false);
         }
-        Ok(())
+        if self.fetch_shape(group).await?.epoch() != 0 {
+            return Ok(true);
+        }
+        Err(Error::CorruptRecord {
+            location: s.shape_key(group),
+            reason: "the group's shape is missing or reset, but buckets it split into are \
+                     there: restore the shape key (its sessions cannot be found without it)"
+                .into(),
+        })
     }
 
     /// After a write left `fields` fields in the bucket `k` names: splits

@@ -246,6 +246,13 @@ where
         Ok(())
     }
 
+    /// The ids the index holds for the identity that records begin with
+    /// `head`, live or not (a takeover deletes their old keys before a
+    /// revocation).
+    pub(crate) async fn indexed_ids(&self, head: &[u8]) -> Result<Vec<SessionId>> {
+        Ok(self.entries(head).await?.1.iter().map(|e| e.id).collect())
+    }
+
     /// The entries of the identity that records begin with `head` (and of
     /// any other whose check matches), from its index bucket.
     async fn entries(&self, head: &[u8]) -> Result<(String, Vec<Entry>)> {
