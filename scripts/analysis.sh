@@ -32,8 +32,8 @@
 # GCRA limiter. `viewed` recently viewed items at 1M sessions of 25 items,
 # packed beside the buckets against the book's ZSET per session. `locks`
 # the talk's lease against the fenced lock. `migrate` 1M sessions of
-# tower-sessions-redis-store copied into sessionpack and the takeover
-# closed: time, server CPU and memory at each stage. `actix` the
+# tower-sessions-redis-store, then of actix-session, copied into
+# sessionpack and closed: time, server CPU and memory at each stage. `actix` the
 # actix-session store beside actix-session's RedisSessionStore per state
 # profile; `actix-concurrency` the user-id profile with 4, 16 and 64 calls
 # in flight. `tower-growing` the tower-sessions store on buckets that grow
@@ -82,7 +82,9 @@ for part in "${parts[@]}"; do
       # app's 132-byte one (three listpack entries).
       $sp bench growth --factor 32 --out analysis/growth/identity
       $sp bench growth --factor 128 --data-bytes 120 --out analysis/growth/app-session ;;
-    migrate) $sp bench migrate --sessions 1000000 --out analysis/runs/migrate ;;
+    migrate)
+      $sp bench migrate --sessions 1000000 --out analysis/runs/migrate
+      $sp bench migrate --sessions 1000000 --from actix-session --out analysis/runs/migrate-actix ;;
     cluster)
       # Every layout on a local Redis Cluster of three primaries (summed).
       $sp bench memory --sessions 1000000 --cluster 3 --out analysis/runs/cluster-1m ;;

@@ -80,8 +80,17 @@ impl Role {
         }
     }
 
+    /// Other roles this one plays too: `sessionpack migrate` opens the
+    /// store as the app does.
+    pub fn implies(self) -> &'static [Role] {
+        match self {
+            Self::Migrate => &[Self::Store],
+            _ => &[],
+        }
+    }
+
     /// The commands it sends, lower case (`config|get` is a subcommand),
-    /// on one server.
+    /// on one server, beside those of the roles it [`Role::implies`].
     pub fn commands(self) -> &'static [&'static str] {
         match self {
             Self::Store => STORE,
@@ -166,28 +175,9 @@ const USERS: &[&str] = &[
 /// Field TTLs, and the check of how the server keeps them.
 const SERVER_EXPIRY: &[&str] = &["hexpireat", "object|encoding"];
 
-/// `sessionpack migrate`: the app's store, plus reading, closing and
-/// counting the old keys.
+/// `sessionpack migrate`, beside the app's store ([`Role::Migrate`] takes
+/// [`STORE`] too): reading, closing and counting the old keys.
 const MIGRATE: &[&str] = &[
-    "get",
-    "set",
-    "del",
-    "exists",
-    "expireat",
-    "hget",
-    "hmget",
-    "hgetall",
-    "hkeys",
-    "hset",
-    "hsetnx",
-    "hdel",
-    "hexists",
-    "hlen",
-    "rename",
-    "object|encoding",
-    "zadd",
-    "zscore",
-    "zrem",
     "type",
     "pexpiretime",
     "incr",
@@ -243,10 +233,11 @@ pub fn rule_for(
         Topology::Cluster => &CLUSTER,
     };
     let mut commands: Vec<&str> = Vec::new();
+    let played = roles.iter().flat_map(|r| r.implies().iter().chain([r]));
     for command in BASE
         .iter()
         .chain(cluster)
-        .chain(roles.iter().flat_map(|r| r.commands()))
+        .chain(played.flat_map(|r| r.commands()))
     {
         if !commands.contains(command) {
             commands.push(command);
@@ -354,6 +345,7 @@ mod tests {
             // A store whose fields the server expires adds its commands.
             let granted: Vec<&str> = BASE
                 .iter()
+                .chain(role.implies().iter().flat_map(|r| r.commands()))
                 .chain(role.commands())
                 .chain(Role::ServerExpiry.commands())
                 .copied()

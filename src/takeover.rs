@@ -8,14 +8,16 @@
 //! | store | key | value | [`Source`] |
 //! |---|---|---|---|
 //! | tower-sessions-redis-store 0.16 | the id as tower-sessions prints it (22 base64url characters), no prefix | MessagePack of its `Record` (id, data, expiry date), `EXAT` set | [`Source::tower_sessions_redis_store`] |
+//! | actix-session 0.11's `RedisSessionStore` | the 64-character session key, no prefix | a JSON object of JSON texts, `EX` set | `Source::actix_session` (feature `actix-session`) |
 //! | a store of JSON maps | `<prefix><id>` | a JSON object | `Source::new(prefix, IdForm::.., ValueForm::JsonMap)` |
 //! | a store of MessagePack maps | `<prefix><id>` | a MessagePack map | `Source::new(prefix, IdForm::.., ValueForm::MsgpackMap)` |
 //!
 //! A key's id must be one a sessionpack store can hold: 16 bytes (tower
-//! ids) or 20, written in base64url or hex after the prefix. Ids of other
-//! widths (actix-session's 64 characters, connect-redis' 32 base64url
-//! characters, Rails' `2::` + 64 hex digits) are not: such keys are
-//! skipped as [`Skip::Id`], never touched. Nothing here writes; it only
+//! ids) or 20, written in base64url or hex after the prefix, or an
+//! actix-session key, whose session takes [`hashed_id`] of it. Ids of
+//! other widths (connect-redis' 32 base64url characters, Rails' `2::` + 64
+//! hex digits) are not: such keys are skipped as [`Skip::Id`], never
+//! touched. Nothing here writes; it only
 //! reads keys and tells what they hold.
 
 use std::collections::HashMap;
@@ -33,6 +35,32 @@ pub enum IdForm {
     Base64Url,
     /// Hex digits, either case (32 for 16 bytes, 40 for 20).
     Hex,
+    /// actix-session's session key: 64 ASCII letters and digits, more than
+    /// an id holds. The session's id is [`hashed_id`] of the key (128-bit
+    /// ids only), which the actix store also reads such a key as, so the
+    /// cookie stays valid; the key cannot be told from the id.
+    ActixSessionKey,
+}
+
+/// Characters in an actix-session session key.
+pub const ACTIX_KEY_CHARS: usize = 64;
+
+/// Whether `key` has the form of an actix-session session key: 64 ASCII
+/// letters and digits.
+pub fn is_actix_key(key: &[u8]) -> bool {
+    key.len() == ACTIX_KEY_CHARS && key.iter().all(u8::is_ascii_alphanumeric)
+}
+
+/// The 128-bit id a store gives a session whose key in another store
+/// holds more than an id ([`IdForm::ActixSessionKey`]): the first 16 bytes
+/// of the key's SHA-256. Keys of 380 random bits give ids no one can
+/// choose or guess, as random ids are.
+pub fn hashed_id(key: &[u8]) -> SessionId {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&digest[..16]);
+    SessionId::from_slice(&id).expect("16 bytes are a 128-bit id")
 }
 
 /// How a key's value encodes the session's data.
@@ -46,6 +74,10 @@ pub enum ValueForm {
     JsonMap,
     /// A MessagePack map with string keys: the session's data map.
     MsgpackMap,
+    /// actix-session's state: a JSON object of JSON texts, kept as the
+    /// actix store keeps a state it writes.
+    #[cfg(feature = "actix-session")]
+    ActixState,
 }
 
 /// Where another store keeps its sessions and how.
@@ -129,6 +161,14 @@ impl Source {
         Self::new("", IdForm::Base64Url, ValueForm::TowerRecord)
     }
 
+    /// actix-session 0.11's `RedisSessionStore` as its docs build it: keys
+    /// are the 64-character session keys with no prefix, values the state
+    /// as a JSON object of JSON texts, `SET NX EX`.
+    #[cfg(feature = "actix-session")]
+    pub fn actix_session() -> Self {
+        Self::new("", IdForm::ActixSessionKey, ValueForm::ActixState)
+    }
+
     /// The `SCAN MATCH` pattern of the source's keys: the prefix, its glob
     /// characters escaped, then `*`.
     pub fn pattern(&self) -> String {
@@ -144,6 +184,7 @@ impl Source {
         let chars = match self.id {
             IdForm::Base64Url => (4 * bytes).div_ceil(3),
             IdForm::Hex => 2 * bytes,
+            IdForm::ActixSessionKey => ACTIX_KEY_CHARS,
         };
         format!(
             "{}{}",
@@ -152,13 +193,15 @@ impl Source {
         )
     }
 
-    /// The key under which the source keeps `id`.
-    pub fn key_of(&self, id: &SessionId) -> String {
+    /// The key under which the source keeps `id`; none where the key
+    /// cannot be told from the id ([`IdForm::ActixSessionKey`]).
+    pub fn key_of(&self, id: &SessionId) -> Option<String> {
         let text = match self.id {
             IdForm::Base64Url => base64url::encode(id.as_bytes()),
             IdForm::Hex => hex::encode(id.as_bytes()),
+            IdForm::ActixSessionKey => return None,
         };
-        format!("{}{text}", self.prefix)
+        Some(format!("{}{text}", self.prefix))
     }
 
     /// The id a key names, as an id of `width`.
@@ -169,6 +212,16 @@ impl Source {
         let bytes = match self.id {
             IdForm::Base64Url => base64url::decode(rest),
             IdForm::Hex => hex::decode(rest).ok(),
+            IdForm::ActixSessionKey if width != IdWidth::Bits128 => {
+                return Err(Skip::Id(
+                    "an actix-session key becomes a 128-bit id, not one of the store's width"
+                        .into(),
+                ));
+            }
+            IdForm::ActixSessionKey if is_actix_key(rest) => {
+                return Ok(hashed_id(rest));
+            }
+            IdForm::ActixSessionKey => None,
         }
         .ok_or_else(|| Skip::Id(format!("{} characters not {:?}", rest.len(), self.id)))?;
         if bytes.len() != width.bytes() {
@@ -190,6 +243,12 @@ impl Source {
                 .map_err(|e| bad(&e)),
             ValueForm::JsonMap => serde_json::from_slice(value).map_err(|e| bad(&e)),
             ValueForm::MsgpackMap => rmp_serde::from_slice(value).map_err(|e| bad(&e)),
+            #[cfg(feature = "actix-session")]
+            ValueForm::ActixState => {
+                let state: HashMap<String, String> =
+                    serde_json::from_slice(value).map_err(|e| bad(&e))?;
+                crate::actix::state_values(state).map_err(|e| bad(&e))
+            }
         }
     }
 
@@ -337,7 +396,7 @@ mod tests {
     fn tower_keys_name_their_ids() {
         let source = Source::tower_sessions_redis_store();
         let id = SessionId::from_slice(&[7u8; 16]).unwrap();
-        let key = source.key_of(&id);
+        let key = source.key_of(&id).unwrap();
         assert_eq!(key.len(), 22);
         assert_eq!(source.id_of(key.as_bytes(), IdWidth::Bits128), Ok(id));
         assert_eq!(
@@ -352,6 +411,38 @@ mod tests {
         }
     }
 
+    /// actix-session's keys name the first 16 bytes of their SHA-256, at
+    /// 128 bits only; other text of 64 characters is no key.
+    #[test]
+    fn actix_keys_name_their_hashed_ids() {
+        let source = Source::new("", IdForm::ActixSessionKey, ValueForm::JsonMap);
+        let key = "aZ09".repeat(16);
+        let id = source.id_of(key.as_bytes(), IdWidth::Bits128).unwrap();
+        assert_eq!(id, hashed_id(key.as_bytes()));
+        // SHA-256("abc") begins ba7816bf 8f01cfea 414140de 5dae2223.
+        assert_eq!(
+            hex::encode(hashed_id(b"abc").as_bytes()),
+            "ba7816bf8f01cfea414140de5dae2223"
+        );
+        assert_ne!(
+            hashed_id(key.as_bytes()),
+            hashed_id("aZ09".repeat(15).as_bytes())
+        );
+        for other in ["aZ0-".repeat(16), "a".repeat(63), "a".repeat(65)] {
+            assert!(
+                source.id_of(other.as_bytes(), IdWidth::Bits128).is_err(),
+                "{other}"
+            );
+        }
+        assert!(source.id_of(key.as_bytes(), IdWidth::Bits160).is_err());
+        assert_eq!(
+            source.key_of(&id),
+            None,
+            "the key cannot be told from the id"
+        );
+        assert_eq!(source.key_glob(IdWidth::Bits128), "?".repeat(64));
+    }
+
     /// The ACL key pattern is as long as the keys' ids, for every width.
     #[test]
     fn key_globs_match_the_keys_of_ids() {
@@ -362,7 +453,7 @@ mod tests {
                 (Source::new("s*:", IdForm::Hex, ValueForm::JsonMap), r"s\*:"),
             ] {
                 let glob = source.key_glob(width);
-                let key = source.key_of(&id);
+                let key = source.key_of(&id).unwrap();
                 let rest = glob.strip_prefix(prefix).unwrap();
                 assert!(rest.chars().all(|c| c == '?'), "{glob}");
                 assert_eq!(rest.len(), key.len() - source.prefix.len(), "{glob} {key}");
@@ -379,7 +470,7 @@ mod tests {
         let source = Source::new("sess:[x]", IdForm::Hex, ValueForm::JsonMap);
         assert_eq!(source.pattern(), r"sess:\[x\]*");
         let id = SessionId::from_slice(&[0xab; 20]).unwrap();
-        let key = source.key_of(&id);
+        let key = source.key_of(&id).unwrap();
         assert_eq!(source.id_of(key.as_bytes(), IdWidth::Bits160), Ok(id));
         assert!(source.id_of(b"other:abab", IdWidth::Bits160).is_err());
     }
@@ -390,8 +481,9 @@ mod tests {
             HashMap::from([("user".to_owned(), serde_json::json!({"id": 5, "n": [1, 2]}))]);
         let json = serde_json::to_vec(&data).unwrap();
         let mp = rmp_serde::to_vec(&data).unwrap();
-        let key =
-            Source::tower_sessions_redis_store().key_of(&SessionId::from_slice(&[1; 16]).unwrap());
+        let key = Source::tower_sessions_redis_store()
+            .key_of(&SessionId::from_slice(&[1; 16]).unwrap())
+            .unwrap();
         let decode = |form, value: &[u8], ms| {
             Source::new("", IdForm::Base64Url, form).decode(
                 key.as_bytes(),

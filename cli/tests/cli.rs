@@ -978,34 +978,41 @@ async fn the_printed_acl_rule_is_enough_for_the_store() {
 /// `bench migrate` writes peer keys, copies them and closes the takeover:
 /// every session copied, then every old key deleted, and the store left
 /// smaller than the peer's keys (at this scale a fixed half megabyte the
-/// run leaves in no key weighs on both; see analysis/README.md).
+/// run leaves in no key weighs on both; see analysis/README.md); for
+/// tower-sessions-redis-store's keys and actix-session's.
 #[test]
 fn bench_migrate_copies_and_closes() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().to_str().unwrap();
-    let text = stdout(&sessionpack(&[
-        "bench",
-        "migrate",
-        "--sessions",
-        "3000",
-        "--batch",
-        "500",
-        "--out",
-        out,
-    ]));
-    assert!(text.contains("after the close"), "{text}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("migrate.json")).unwrap())
-            .unwrap();
-    let run = &report["runs"][0];
-    assert_eq!(run["copy"]["report"]["outcomes"]["copied"], 3000, "{run}");
-    assert_eq!(run["close"]["report"]["deleted"], 3000, "{run}");
-    assert_eq!(run["close"]["report"]["closed"], true, "{run}");
-    let bytes = |k: &str| run[k].as_f64().unwrap();
-    assert!(
-        bytes("sessionpack_bytes_per_session") < bytes("peer_bytes_per_session"),
-        "{run}"
-    );
+    for from in ["tower-sessions-redis-store", "actix-session"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().to_str().unwrap();
+        let text = stdout(&sessionpack(&[
+            "bench",
+            "migrate",
+            "--sessions",
+            "3000",
+            "--batch",
+            "500",
+            "--from",
+            from,
+            "--out",
+            out,
+        ]));
+        assert!(text.contains("after the close"), "{text}");
+        assert!(text.contains(&format!("3000 {from} sessions")), "{text}");
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("migrate.json")).unwrap(),
+        )
+        .unwrap();
+        let run = &report["runs"][0];
+        assert_eq!(run["copy"]["report"]["outcomes"]["copied"], 3000, "{run}");
+        assert_eq!(run["close"]["report"]["deleted"], 3000, "{run}");
+        assert_eq!(run["close"]["report"]["closed"], true, "{run}");
+        let bytes = |k: &str| run[k].as_f64().unwrap();
+        assert!(
+            bytes("sessionpack_bytes_per_session") < bytes("peer_bytes_per_session"),
+            "{run}"
+        );
+    }
 }
 
 /// The daemon sweeps a growing store by its metadata, and merges the

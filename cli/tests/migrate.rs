@@ -176,7 +176,11 @@ async fn keyspace(server: &LocalServer) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
 async fn write_junk(server: &LocalServer) -> Vec<String> {
     let mut raw = common::raw(server).await;
     let source = Source::tower_sessions_redis_store();
-    let id = |b: u8| source.key_of(&sessionpack::SessionId::from_slice(&[b; 16]).unwrap());
+    let id = |b: u8| {
+        source
+            .key_of(&sessionpack::SessionId::from_slice(&[b; 16]).unwrap())
+            .unwrap()
+    };
     let (garbage, hash, persistent) = (id(1), id(2), id(3));
     let record = rmp_serde::to_vec(&Record {
         id: Id(5),
@@ -373,7 +377,9 @@ async fn only_copied_keys_are_deleted() {
     let keys = keyspace(&server).await;
     let source = Source::tower_sessions_redis_store();
     for record in &records {
-        let key = source.key_of(&sessionpack::tower::session_id(record.id.0));
+        let key = source
+            .key_of(&sessionpack::tower::session_id(record.id.0))
+            .unwrap();
         assert!(!keys.contains_key(key.as_bytes()), "copied key left");
     }
     for key in &junk {
@@ -450,7 +456,7 @@ async fn json_maps_under_a_prefix_are_copied() {
         let id = sessionpack::SessionId::from_slice(&[n; 16]).unwrap();
         let data = data_of(u64::from(n));
         let _: () = redis::cmd("SET")
-            .arg(source.key_of(&id))
+            .arg(source.key_of(&id).unwrap())
             .arg(serde_json::to_vec(&data).unwrap())
             .arg("EX")
             .arg(3600)
@@ -580,6 +586,20 @@ async fn a_close_killed_part_way_counts_every_key_it_deleted() {
     assert_in_store(&tower_store(&server).await, &records).await;
 }
 
+/// Runs `sessionpack` with `args`, which must succeed; returns its stdout.
+fn sessionpack_ok(args: &[&str]) -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sessionpack {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// The summed `MEMORY USAGE` of the HASH keys of `namespace`.
 async fn hash_bytes(server: &LocalServer, namespace: &str) -> u64 {
     let mut conn = common::manager(server).await;
@@ -622,15 +642,7 @@ async fn a_copy_opens_the_namespace_as_the_app_will() {
         let mut args = vec!["migrate", "--redis-url", &url, "--namespace"];
         args.push(namespace);
         args.extend_from_slice(extra);
-        let out = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        sessionpack_ok(&args);
     };
     copy("app", &["--user-index"]);
     copy("unpacked", &["--user-index", "--unpacked"]);
@@ -696,16 +708,9 @@ async fn a_copy_into_a_store_whose_fields_the_server_expires() {
         return;
     }
     let records = fill(&peer(&server).await, 60).await;
-    let out = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
-        .args(["migrate", "--redis-url", &server.url(), "--namespace", "fx"])
-        .args(["--bucket-bits", "4", "--server-expiry"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let url = server.url();
+    let args = ["migrate", "--redis-url", &url, "--namespace", "fx"];
+    sessionpack_ok(&[&args[..], &["--bucket-bits", "4", "--server-expiry"]].concat());
     let config = CompactConfig::new(4)
         .with_namespace("fx")
         .with_server_expiry();
@@ -748,4 +753,84 @@ async fn a_copy_into_a_store_whose_fields_the_server_expires() {
         expiring += ttls.iter().filter(|&&t| t > 0).count();
     }
     assert!(expiring >= records.len(), "{expiring} fields expire");
+}
+
+/// actix-session's `RedisSessionStore` (the real crate) wrote the
+/// sessions: `migrate --from actix-session` copies them (owners into the
+/// user index), the actix store reads each under the cookie's own key,
+/// state for state, and writes through it; the close deletes the old keys
+/// and the sessions stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actix_session_keys_are_copied_and_served_under_their_own_keys() {
+    use actix_session::storage::{RedisSessionStore, SessionKey, SessionStore as _};
+    use sessionpack::actix::ActixStore;
+
+    let server = common::server();
+    let peer = RedisSessionStore::new(server.url()).await.unwrap();
+    let ttl = time::Duration::seconds(3600);
+    let mut sessions: Vec<(SessionKey, HashMap<String, String>)> = Vec::new();
+    for n in 0..150u64 {
+        let mut state = HashMap::from([
+            (
+                "actix_identity.user_id".to_owned(),
+                format!("\"user-{}\"", n % 10),
+            ),
+            ("cart".to_owned(), format!("[{n},2,3]")),
+        ]);
+        if n % 3 == 0 {
+            // Text that is not JSON, and JSON written unlike serde_json.
+            state.insert("raw".into(), "not json {".into());
+            state.insert("spaced".into(), "{ \"a\" : 1 }".into());
+        }
+        let key = peer.save(state.clone(), &ttl).await.unwrap();
+        sessions.push((key, state));
+    }
+    let url = server.url();
+    let migrate = |extra: &[&str]| {
+        let from = [
+            "migrate",
+            "--redis-url",
+            &url,
+            "--from",
+            "actix-session",
+            "--json",
+        ];
+        let out = sessionpack_ok(&[&from[..], extra].concat());
+        serde_json::from_slice::<Value>(&out).unwrap()
+    };
+    let copy = migrate(&["--user-index"]);
+    assert_eq!(copy["outcomes"]["copied"], 150, "{copy}");
+
+    let config = CompactConfig::default().with_user_index(UserIndexConfig::default());
+    let store = ActixStore::new(common::manager(&server).await, config)
+        .await
+        .expect("the actix store opens the namespace the copy created");
+    for (key, state) in &sessions {
+        assert_eq!(store.load(key).await.unwrap().as_ref(), Some(state));
+    }
+    let listed = store
+        .sessions_of(&Identity::Name("user-3".into()))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 15, "user-3's sessions");
+
+    let close = migrate(&["--delete-copied"]);
+    assert_eq!(close["deleted"], 150, "{close}");
+    assert_eq!(close["closed"], true, "{close}");
+    for (key, _) in &sessions {
+        assert!(
+            peer.load(key).await.unwrap().is_none(),
+            "an old key is left"
+        );
+    }
+    let (key, state) = &sessions[0];
+    let mut changed = state.clone();
+    changed.insert("cart".into(), "[]".into());
+    let same_key = SessionKey::try_from(key.as_ref().to_owned()).unwrap();
+    let kept = store.update(same_key, changed.clone(), &ttl).await.unwrap();
+    assert_eq!(kept.as_ref(), key.as_ref(), "the cookie's key stays");
+    assert_eq!(store.load(key).await.unwrap(), Some(changed));
+    // A key of the same form that no session had is none.
+    let stranger = SessionKey::try_from("Q".repeat(64)).unwrap();
+    assert_eq!(store.load(&stranger).await.unwrap(), None);
 }

@@ -95,6 +95,8 @@ use crate::users::{Revoked, UserSession};
 
 mod state;
 
+pub(crate) use state::values as state_values;
+
 pub use state::RAW_TEXTS;
 
 /// The key actix-identity keeps the logged-in user's id under.
@@ -276,8 +278,16 @@ pub fn session_key(id: i128) -> String {
     format!("{:032x}", id as u128)
 }
 
-/// The id a key names, if it is one this store issues.
+/// The id a key names: one this store issues, or actix-session's own
+/// 64-character key of a session `sessionpack migrate --from
+/// actix-session` copied in, which is read as
+/// [`crate::takeover::hashed_id`] of it (so its cookie stays valid).
 pub fn id_of(key: &str) -> Option<i128> {
+    if crate::takeover::is_actix_key(key.as_bytes()) {
+        return Some(crate::tower::tower_id(&crate::takeover::hashed_id(
+            key.as_bytes(),
+        )));
+    }
     if key.len() != 32 || !key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }

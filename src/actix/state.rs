@@ -15,7 +15,7 @@ pub const RAW_TEXTS: &str = "\0raw";
 
 /// The state as a JSON map: each text parsed where that keeps it exactly,
 /// kept whole otherwise.
-pub(super) fn values(state: HashMap<String, String>) -> Result<HashMap<String, Value>, CodecError> {
+pub(crate) fn values(state: HashMap<String, String>) -> Result<HashMap<String, Value>, CodecError> {
     let mut raw = Vec::new();
     let mut out = HashMap::with_capacity(state.len() + 1);
     for (key, text) in state {

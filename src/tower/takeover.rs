@@ -124,6 +124,14 @@ pub(super) struct Takeover {
     seen: Mutex<Option<(Instant, bool)>>,
 }
 
+impl Takeover {
+    /// The old key of `sid`. A takeover takes only sources whose keys
+    /// follow from the id ([`TowerStore::with_takeover`]), so there is one.
+    fn old_key(&self, sid: &SessionId) -> String {
+        self.source.key_of(sid).unwrap_or_default()
+    }
+}
+
 /// An old key as read: its value and expiry, and what they decode to.
 struct OldKey {
     value: Vec<u8>,
@@ -146,7 +154,9 @@ where
     /// A store with an absolute lifetime is refused (another store's ids
     /// carry no issue time).
     pub async fn with_takeover(mut self, source: Source) -> Result<Self> {
-        if source.value != crate::takeover::ValueForm::TowerRecord {
+        if source.value != crate::takeover::ValueForm::TowerRecord
+            || source.id == crate::takeover::IdForm::ActixSessionKey
+        {
             return Err(Error::Config(
                 "a takeover writes sessions back in the old store's form: only \
                  tower-sessions-redis-store records can be taken over during a deploy"
@@ -202,7 +212,7 @@ where
 
     async fn read_old(&self, t: &Takeover, sid: &SessionId) -> Result<Option<OldKey>> {
         let mut conn = self.layout.connection().clone();
-        let key = t.source.key_of(sid);
+        let key = t.old_key(sid);
         let reply: Vec<redis::Value> = t.read.key(&key).invoke_async(&mut conn).await?;
         let mut parts = reply.into_iter();
         let kind: String = parts
@@ -376,7 +386,7 @@ where
             .await?
             .iter()
             .filter(|id| Some(*id) != keep)
-            .map(|id| t.source.key_of(id))
+            .map(|id| t.old_key(id))
             .collect();
         // One key at a time: in a cluster the old keys live in many slots.
         let mut pipe = redis::pipe();
@@ -442,7 +452,7 @@ where
                 Err(skip) => {
                     // Not a session of the old store's: left alone.
                     tracing::warn!(
-                        key = %t.source.key_of(&sid),
+                        key = %t.old_key(&sid),
                         bytes = old.value.len(),
                         "an old store's key that is no session: {skip}"
                     );
@@ -464,7 +474,7 @@ where
                 Ok(Synced::Expired) => Ok(None),
                 Ok(Synced::Revoked) => {
                     let _: () = redis::cmd("DEL")
-                        .arg(t.source.key_of(&sid))
+                        .arg(t.old_key(&sid))
                         .query_async(&mut self.layout.connection().clone())
                         .await?;
                     Ok(None)
@@ -498,7 +508,7 @@ where
         // session's mark, read for when the old key is gone.
         let (written, _, mark): (Option<String>, i64, Option<Vec<u8>>) = redis::pipe()
             .cmd("SET")
-            .arg(t.source.key_of(&sid))
+            .arg(t.old_key(&sid))
             .arg(peer_record(id, data, at)?)
             .arg("XX")
             .arg("EXAT")
@@ -536,7 +546,7 @@ where
         let sid = session_id(id);
         self.set_mark(&sid, MARK_NEW, at, false).await?;
         let created: Option<String> = redis::cmd("SET")
-            .arg(t.source.key_of(&sid))
+            .arg(t.old_key(&sid))
             .arg(peer_record(id, data, at)?)
             .arg("NX")
             .arg("EXAT")
@@ -571,7 +581,7 @@ where
     pub(super) async fn delete_in_takeover(&self, t: &Takeover, id: i128) -> Result<()> {
         let sid = session_id(id);
         let _: () = redis::cmd("DEL")
-            .arg(t.source.key_of(&sid))
+            .arg(t.old_key(&sid))
             .query_async(&mut self.layout.connection().clone())
             .await?;
         self.drop_mark(&sid).await

@@ -7,6 +7,7 @@ use sessionpack::IdWidth;
 use sessionpack::acl::{Role, Topology, rule_for};
 use sessionpack::error::{Error, Result};
 use sessionpack::session::buckets::DEFAULT_NAMESPACE;
+use sessionpack::takeover::Source;
 
 /// Arguments of `sessionpack acl`.
 #[derive(Debug, Args)]
@@ -61,9 +62,17 @@ pub(super) fn run(args: &AclArgs) -> Result<()> {
     } else {
         Topology::Server
     };
+    let source = args.source.source();
+    if roles.contains(&Role::Takeover) && source != Source::tower_sessions_redis_store() {
+        return Err(Error::Config(
+            "a store takes over only tower-sessions-redis-store's keys during a deploy; other \
+             stores are copied by `sessionpack migrate` alone (--role migrate)"
+                .into(),
+        ));
+    }
     // A tower store's ids, which a migration and a takeover fill.
     let old_keys: Vec<String> = if roles.iter().any(|r| r.needs_old_keys()) {
-        vec![args.source.source().key_glob(IdWidth::Bits128)]
+        vec![source.key_glob(IdWidth::Bits128)]
     } else {
         Vec::new()
     };

@@ -1,16 +1,18 @@
 //! `sessionpack bench migrate`: what switching a tower-sessions-redis-store
-//! app to sessionpack costs. Fills a server with the peer crate's keys,
-//! copies them ([`crate::migrate`]), then closes the takeover (deletes the
-//! old keys), measuring time, sessions per second, the server's CPU per
-//! session and `used_memory` at each stage, beside the advisor's
-//! prediction for the store left.
+//! or actix-session app to sessionpack costs. Fills a server with the peer
+//! crate's keys as it writes them, copies them ([`crate::migrate`]), then
+//! closes (deletes the old keys), measuring time, sessions per second, the
+//! server's CPU per session and `used_memory` at each stage, beside the
+//! advisor's prediction for the store left.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 use serde::Serialize;
+use serde_json::Value;
 use time::OffsetDateTime;
 use tower_sessions_core_014::session::{Id, Record};
 
@@ -42,12 +44,90 @@ pub struct MigrateBenchArgs {
     /// pick for a tower-sessions store of this many sessions).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=24))]
     compact_bits: Option<u8>,
+    /// The store whose keys are copied.
+    #[arg(long, value_enum, default_value = "tower-sessions-redis-store")]
+    from: Peer,
     /// Keys per SCAN of the copy.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
     /// Directory for migrate.json and migrate.md.
     #[arg(long, default_value = "results/migrate")]
     out: PathBuf,
+}
+
+/// A key-per-session store whose keys a migration copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+enum Peer {
+    /// tower-sessions-redis-store 0.16: `SET <id> <MessagePack Record> NX
+    /// EXAT`.
+    TowerSessionsRedisStore,
+    /// actix-session 0.11's `RedisSessionStore`: `SET <64-character key>
+    /// <JSON object of JSON texts> NX EX`.
+    ActixSession,
+}
+
+impl Peer {
+    fn name(self) -> &'static str {
+        match self {
+            Self::TowerSessionsRedisStore => "tower-sessions-redis-store",
+            Self::ActixSession => "actix-session",
+        }
+    }
+
+    fn source(self) -> Source {
+        match self {
+            Self::TowerSessionsRedisStore => Source::tower_sessions_redis_store(),
+            Self::ActixSession => Source::actix_session(),
+        }
+    }
+
+    /// Queues the `SET` this store sends for a new session of `data`
+    /// expiring at `at` (unix seconds).
+    fn write(
+        self,
+        pipe: &mut redis::Pipeline,
+        data: HashMap<String, Value>,
+        at: i64,
+    ) -> Result<()> {
+        match self {
+            Self::TowerSessionsRedisStore => {
+                let record = Record {
+                    id: Id(rand::random()),
+                    data,
+                    expiry_date: OffsetDateTime::from_unix_timestamp(at)
+                        .map_err(|e| Error::Config(e.to_string()))?,
+                };
+                pipe.cmd("SET")
+                    .arg(record.id.to_string())
+                    .arg(rmp_serde::to_vec(&record)?)
+                    .arg("NX")
+                    .arg("EXAT")
+                    .arg(at);
+            }
+            Self::ActixSession => {
+                // Its state: each value a JSON text, the map a JSON object.
+                let state: HashMap<String, String> = data
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect();
+                let key = rand::distr::SampleString::sample_string(
+                    &rand::distr::Alphanumeric,
+                    &mut rand::rng(),
+                    64,
+                );
+                let ttl = at - OffsetDateTime::now_utc().unix_timestamp();
+                pipe.cmd("SET")
+                    .arg(key)
+                    .arg(serde_json::to_vec(&state).map_err(|e| Error::Config(e.to_string()))?)
+                    .arg("NX")
+                    .arg("EX")
+                    .arg(ttl.max(1));
+            }
+        }
+        pipe.ignore();
+        Ok(())
+    }
 }
 
 /// One pass of the migration, measured.
@@ -62,6 +142,7 @@ struct Pass {
 /// The run.
 #[derive(Debug, Serialize)]
 struct Run {
+    from: Peer,
     profile: Profile,
     sessions: u64,
     record_bytes_mean: f64,
@@ -91,7 +172,7 @@ pub(super) async fn run(args: MigrateBenchArgs) -> Result<()> {
     let empty = used_memory(&mut conn).await?;
     let n = args.sessions;
 
-    println!("writing {n} sessions as tower-sessions-redis-store writes them");
+    println!("writing {n} sessions as {} writes them", args.from.name());
     let now = OffsetDateTime::now_utc().unix_timestamp();
     let mut sizes = Vec::new();
     for start in (0..n).step_by(1000) {
@@ -102,20 +183,7 @@ pub(super) async fn run(args: MigrateBenchArgs) -> Result<()> {
                 sizes.push(json_map::encode(&data)?.len() as u64);
             }
             let at = now + 86_400 + (i % 3_600) as i64;
-            let record = Record {
-                id: Id(rand::random()),
-                data,
-                expiry_date: OffsetDateTime::from_unix_timestamp(at)
-                    .map_err(|e| Error::Config(e.to_string()))?,
-            };
-            let bytes = rmp_serde::to_vec(&record)?;
-            pipe.cmd("SET")
-                .arg(record.id.to_string())
-                .arg(bytes)
-                .arg("NX")
-                .arg("EXAT")
-                .arg(at)
-                .ignore();
+            args.from.write(&mut pipe, data, at)?;
         }
         let _: () = pipe.query_async(&mut conn).await?;
     }
@@ -137,7 +205,7 @@ pub(super) async fn run(args: MigrateBenchArgs) -> Result<()> {
     .await?
     .without_sweeper();
     let plan = Plan {
-        source: Source::tower_sessions_redis_store(),
+        source: args.from.source(),
         dry_run: false,
         delete_copied: false,
         batch: args.batch,
@@ -170,6 +238,7 @@ pub(super) async fn run(args: MigrateBenchArgs) -> Result<()> {
     };
     let predicted = advisor::predict(LayoutKind::Compact, bits, &workload).bytes_per_session;
     let run = Run {
+        from: args.from,
         profile: args.profile,
         sessions: n,
         record_bytes_mean: mean,
@@ -239,10 +308,11 @@ fn markdown(server: &ServerInfo, run: &Run) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "# Switching {} tower-sessions-redis-store sessions to sessionpack\n\n\
+        "# Switching {} {} sessions to sessionpack\n\n\
          {}; `{}`; profile `{}` ({:.0}-byte records); compact 2^{}; \
          figures are `used_memory` per session above the empty server.\n",
         run.sessions,
+        run.from.name(),
         server.name(),
         super::bench_memory::command_line(),
         run.profile,

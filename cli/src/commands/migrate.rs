@@ -11,6 +11,7 @@ use sessionpack::error::{Error, Result};
 use sessionpack::session::dictionary::{Dictionary, PACKED_FORMAT};
 use sessionpack::session::layout::Expiry;
 use sessionpack::session::meta::StoreMeta;
+use sessionpack::takeover::ValueForm;
 use sessionpack::tower::{TowerStore, recommended_config_for};
 use sessionpack::users::UserIndexConfig;
 use sessionpack::viewed::ViewedConfig;
@@ -39,7 +40,7 @@ pub struct MigrateArgs {
     bucket_bits: Option<u8>,
     /// A user index ("log out everywhere"), as the app opens the store with
     /// `UserIndexConfig::default()`: each session copied goes into its
-    /// owner's entry (axum-login's user id). Needed when the copy creates
+    /// owner's entry (axum-login's user id, or actix-identity's). Needed when the copy creates
     /// the namespace: an app that opens it with an index refuses a
     /// namespace recorded without one.
     #[arg(long)]
@@ -140,9 +141,13 @@ async fn open_store(
         ));
     }
     // A command, not the app: the app's stores sweep.
-    let store = TowerStore::new(manager.clone(), config)
+    let mut store = TowerStore::new(manager.clone(), config)
         .await?
         .without_sweeper();
+    if args.source.source().value == ValueForm::ActixState {
+        // Owners as the actix store reads them: actix-identity's user id.
+        store = store.with_owner(sessionpack::actix::actix_identity_owner, None);
+    }
     let Some(id) = args.dictionary_id else {
         return Ok(store);
     };

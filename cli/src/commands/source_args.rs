@@ -28,6 +28,10 @@ enum From {
     /// tower-sessions-redis-store 0.16: keys are tower ids, values
     /// MessagePack records.
     TowerSessionsRedisStore,
+    /// actix-session 0.11's `RedisSessionStore`: keys are its 64-character
+    /// session keys, values JSON objects of JSON texts; copied into a
+    /// store the actix store reads those keys from.
+    ActixSession,
     /// Keys `<prefix><id>` with values of `--value-form`.
     Keys,
 }
@@ -49,6 +53,7 @@ impl SourceArgs {
     pub fn source(&self) -> Source {
         match self.from {
             From::TowerSessionsRedisStore => Source::tower_sessions_redis_store(),
+            From::ActixSession => Source::actix_session(),
             From::Keys => Source::new(
                 self.prefix.clone(),
                 match self.id_form {

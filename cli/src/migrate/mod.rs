@@ -83,10 +83,12 @@ pub fn state_key(namespace: &str, source: &Source) -> String {
         takeover::ValueForm::TowerRecord => "tower",
         takeover::ValueForm::JsonMap => "json",
         takeover::ValueForm::MsgpackMap => "msgpack",
+        takeover::ValueForm::ActixState => "actix",
     };
     let id = match source.id {
         takeover::IdForm::Base64Url => "b64",
         takeover::IdForm::Hex => "hex",
+        takeover::IdForm::ActixSessionKey => "actix",
     };
     format!(
         "{namespace}:migrate:{form}:{id}:{}",

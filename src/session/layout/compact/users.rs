@@ -249,6 +249,11 @@ where
     /// The ids the index holds for the identity that records begin with
     /// `head`, live or not (a takeover deletes their old keys before a
     /// revocation).
+    #[cfg(any(
+        feature = "tower-sessions",
+        feature = "tower-sessions-014",
+        feature = "actix-session"
+    ))]
     pub(crate) async fn indexed_ids(&self, head: &[u8]) -> Result<Vec<SessionId>> {
         Ok(self.entries(head).await?.1.iter().map(|e| e.id).collect())
     }
