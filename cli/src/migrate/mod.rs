@@ -13,11 +13,15 @@
 //! stands beside the id). Keys it cannot read are skipped and counted by
 //! reason (see [`sessionpack::takeover::Skip`]), never touched.
 //!
-//! With [`Plan::delete_copied`] the pass closes the takeover: after its
-//! copy each key is deleted by a script that deletes it only while it
-//! holds the value and expiry copied and marks the session moved, in one
-//! step; a pass that went round with every key so closed records the
-//! takeover closed and drops the marks. After each batch the cursor and
+//! With [`Plan::delete_copied`] the pass closes the takeover: it reads
+//! the store's copies of a batch's keys in one pipeline
+//! ([`TowerStore::holds_each`]), copies only those that differ, then
+//! deletes each key by a script that deletes it only while it holds the
+//! value and expiry read and marks the session moved, in one step (the
+//! batch's scripts in one pipeline); a pass that went round with every key
+//! so closed records the takeover closed and drops the marks. A key whose
+//! session's owner was revoked during the takeover is not copied
+//! (`revoked`) and is deleted. After each batch the cursor and
 //! the counters are written to the migration's state key
 //! (`<namespace>:migrate:<source>`), so a pass that stops resumes there; a
 //! finished pass leaves the key with its totals, and the next run begins a
