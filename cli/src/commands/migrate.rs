@@ -29,6 +29,10 @@ pub struct MigrateArgs {
     /// Certificates for a `rediss://` URL.
     #[command(flatten)]
     tls: super::tls_args::TlsArgs,
+    /// How long one reply from Redis may take, in seconds (a batch's
+    /// pipeline is one reply).
+    #[arg(long, default_value_t = 30.0)]
+    response_timeout_secs: f64,
     /// The sessionpack store's namespace.
     #[arg(long, default_value = sessionpack::session::buckets::DEFAULT_NAMESPACE)]
     namespace: String,
@@ -183,7 +187,9 @@ async fn refuse_cluster(manager: &redis::aio::ConnectionManager) -> Result<()> {
 
 pub(super) async fn run(args: MigrateArgs) -> Result<()> {
     let options = args.tls.apply(
-        sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs(30)),
+        sessionpack::ConnectOptions::default().with_response_timeout(Duration::from_secs_f64(
+            args.response_timeout_secs.clamp(0.001, 1e6),
+        )),
     )?;
     let conn = sessionpack::conn::Endpoint::Server(args.redis_url.clone())
         .connect_with(&options)
