@@ -42,17 +42,7 @@ const PASSWORD: &str = "pw-of-the-test";
 
 /// `ACL SETUSER name reset on >PASSWORD <rule>`.
 fn setuser(name: &str, rule: &str) -> redis::Cmd {
-    words(&format!("ACL SETUSER {name} reset on >{PASSWORD} {rule}"))
-}
-
-/// A command from its words.
-fn words(line: &str) -> redis::Cmd {
-    let mut words = line.split_whitespace();
-    let mut cmd = redis::cmd(words.next().unwrap_or_default());
-    for word in words {
-        cmd.arg(word);
-    }
-    cmd
+    common::words(&format!("ACL SETUSER {name} reset on >{PASSWORD} {rule}"))
 }
 
 /// What the app does through its store: every operation of sessions,
@@ -159,7 +149,8 @@ async fn outside_every_rule(url: &str) {
         "CLIENT LIST",
     ];
     for what in attempts {
-        let reply: redis::RedisResult<redis::Value> = words(what).query_async(&mut conn).await;
+        let reply: redis::RedisResult<redis::Value> =
+            common::words(what).query_async(&mut conn).await;
         assert!(refused(&reply), "{what} was not refused: {reply:?}");
     }
     // A script reaching outside the namespace is refused inside the

@@ -947,12 +947,7 @@ async fn the_printed_acl_rule_is_enough_for_the_store() {
         "web",
     ]));
     let line = line.trim().replace("CHANGE-THIS-PASSWORD", "pw");
-    let mut words = line.split_whitespace();
-    let mut cmd = redis::cmd(words.next().unwrap());
-    for word in words {
-        cmd.arg(word);
-    }
-    let () = cmd
+    let () = common::words(&line)
         .query_async(&mut common::raw(&server).await)
         .await
         .unwrap();

@@ -459,12 +459,7 @@ async fn acl_user(server: &LocalServer, name: &str, roles: &[&str]) -> String {
     assert!(out.status.success());
     let line = String::from_utf8(out.stdout).unwrap();
     let line = line.trim().replace("CHANGE-THIS-PASSWORD", "pw");
-    let mut words = line.split_whitespace();
-    let mut cmd = redis::cmd(words.next().unwrap());
-    for word in words {
-        cmd.arg(word);
-    }
-    let () = cmd
+    let () = common::words(&line)
         .query_async(&mut common::raw(server).await)
         .await
         .unwrap();

@@ -325,3 +325,13 @@ pub async fn slow_link(server: &LocalServer, delay: std::time::Duration) -> Stri
     });
     format!("redis://127.0.0.1:{port}/")
 }
+
+/// A command written as words, as `sessionpack acl` prints one.
+pub fn words(line: &str) -> redis::Cmd {
+    let mut words = line.split_whitespace();
+    let mut cmd = redis::cmd(words.next().unwrap_or_default());
+    for word in words {
+        cmd.arg(word);
+    }
+    cmd
+}
