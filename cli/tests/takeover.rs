@@ -346,6 +346,44 @@ async fn log_out_everywhere_reaches_old_keys_during_the_takeover() {
     new.create(&mut created_8).await.unwrap();
     let only_old_8 = old_session(&old, 8).await;
 
+    // Created here before the revocation, then evicted with its index
+    // entry (as the cap evicts): only its old key is left.
+    let mut evicted = record(7, 600);
+    new.create(&mut evicted).await.unwrap();
+    let evicted_id = sessionpack::tower::session_id(evicted.id.0);
+    new.layout().delete(&evicted_id, None).await.unwrap();
+    let mut raw = common::raw(&server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("sp:*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for key in keys.iter().filter(|k| !k.ends_with(":m")) {
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if kind == "hash" {
+            let _: i64 = redis::cmd("HDEL")
+                .arg(key)
+                .arg(evicted_id.as_bytes())
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+    }
+    assert!(old_key_exists(&server, &evicted.id).await);
+    // The revocation is told from the session by the second (its stamp):
+    // wait for the server's clock to pass it.
+    loop {
+        let (secs, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+        if secs > u64::from(evicted_id.stamp()) + 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
     let none = new.revoke_all(&Identity::Int(4242)).await.unwrap();
     assert_eq!(none.removed, 0, "{none:?}");
     let revoked = new.revoke_all(&Identity::Int(7)).await.unwrap();
@@ -367,6 +405,11 @@ async fn log_out_everywhere_reaches_old_keys_during_the_takeover() {
     assert!(!old_key_exists(&server, &only_old.id).await);
     assert!(load(&old, &only_old.id).await.is_none());
     assert!(same(&load(&new, &other.id).await.unwrap(), &other));
+    assert!(
+        load(&new, &evicted.id).await.is_none(),
+        "an evicted session revived"
+    );
+    assert!(!old_key_exists(&server, &evicted.id).await);
 
     // Signed in again afterwards, on a new instance: the session lives,
     // also once an old instance wrote to it.

@@ -26,7 +26,9 @@
 //!   are deleted, then the store revokes as always. A copy of an old key
 //!   that the owner's session holds, made after (by a load, or by
 //!   `migrate`), deletes the key and copies nothing, unless this store
-//!   created the session after the revocation ([`MARK_NEW`]). A copy
+//!   created the session after the revocation ([`MARK_NEW`], and its id's
+//!   stamp not before the revocation's second: one created earlier and
+//!   evicted before the revocation read the index stays revoked). A copy
 //!   checks after it stored the session, and the revocation records the
 //!   owner before it reads the index: of a copy and a revocation at the
 //!   same time, either the copy sees the owner revoked or the revocation
@@ -44,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{TowerStore, session_id, tower_id};
+use super::{TowerStore, head, session_id, tower_id};
 use crate::error::{Error, Result};
 use crate::session::id::{IdWidth, SessionId};
 use crate::session::layout::{Compact, Layout, Stored};
@@ -78,8 +80,9 @@ pub fn state_key(namespace: &str) -> String {
 }
 
 /// The HASH of the owners revoked while the takeover is open: field the
-/// owner's head (as records begin), value the id of the session a
-/// "log out everywhere else" kept, or empty. A copy of an old key that
+/// owner's head (as records begin), value the revocation's time (4 bytes,
+/// big-endian unix seconds, as ids are stamped) then the id of the session
+/// a "log out everywhere else" kept, if any. A copy of an old key that
 /// such an owner's session holds is refused ([`Synced::Revoked`]); the
 /// close deletes the HASH.
 pub fn revoked_key(namespace: &str) -> String {
@@ -343,24 +346,30 @@ where
         let Some(owner) = owner_of(&taken.data) else {
             return Ok(false);
         };
-        let mut head = Vec::new();
-        owner.encode(&mut head);
-        let (kept, mark): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
+        let (revoked, mark): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::pipe()
             .cmd("HGET")
             .arg(revoked_key(self.layout.buckets().namespace()))
-            .arg(&head)
+            .arg(head(&owner))
             .cmd("HGET")
             .arg(marks_key(&self.layout, &taken.id))
             .arg(taken.id.as_bytes())
             .query_async(&mut self.layout.connection().clone())
             .await?;
-        Ok(match kept {
-            None => false,
-            Some(kept) => {
-                kept != taken.id.as_bytes()
-                    && mark.and_then(|m| m.first().copied()) != Some(MARK_NEW)
-            }
-        })
+        let Some(revoked) = revoked else {
+            return Ok(false);
+        };
+        let (at, kept) = match revoked.split_first_chunk::<4>() {
+            Some((at, kept)) => (u32::from_be_bytes(*at), kept),
+            None => (u32::MAX, &[][..]),
+        };
+        // Created here after the revocation: its stamp (this store's ids
+        // are stamped where it keeps a user index) says so. One created
+        // before was revoked through the index, unless it was evicted
+        // first: then only the stamp tells, to the second (one created
+        // and evicted in the revocation's own second passes).
+        let created_after =
+            mark.and_then(|m| m.first().copied()) == Some(MARK_NEW) && taken.id.stamp() >= at;
+        Ok(kept != taken.id.as_bytes() && !created_after)
     }
 
     /// Before a revocation while the takeover is open: records the owner
@@ -373,11 +382,12 @@ where
         keep: Option<&SessionId>,
     ) -> Result<()> {
         let mut conn = self.layout.connection().clone();
-        let kept: &[u8] = keep.map_or(&[], |k| k.as_bytes());
+        let mut revoked = self.layout.stamp_now().await?.to_be_bytes().to_vec();
+        revoked.extend_from_slice(keep.map_or(&[], |k| k.as_bytes()));
         let () = redis::cmd("HSET")
             .arg(revoked_key(self.layout.buckets().namespace()))
             .arg(head)
-            .arg(kept)
+            .arg(revoked)
             .query_async(&mut conn)
             .await?;
         let old_keys: Vec<String> = self

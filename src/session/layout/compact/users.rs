@@ -86,7 +86,7 @@ where
 
     /// The server's time by the clock estimate, whole seconds, never
     /// ahead of it: an id's stamp, an index entry's write time.
-    pub(super) async fn stamp_now(&self) -> Result<u32> {
+    pub(crate) async fn stamp_now(&self) -> Result<u32> {
         let (earliest, _) = self.time_bounds().await?;
         Ok(u32::try_from(earliest.floor() as u64).unwrap_or(u32::MAX))
     }
