@@ -63,6 +63,49 @@ pub fn hashed_id(key: &[u8]) -> SessionId {
     SessionId::from_slice(&id).expect("16 bytes are a 128-bit id")
 }
 
+/// Bytes of an actix-session key packed ([`pack_actix_key`]): 64 digits
+/// of base 62 are less than 2^382.
+pub const PACKED_KEY_BYTES: usize = 48;
+
+/// The digits of an actix-session key, in the order their values run.
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// An actix-session key as a number in 48 bytes (big-endian), where it
+/// has the form ([`is_actix_key`]): a takeover's mark keeps a session's
+/// old key in 53 bytes, under the 64 a listpack HASH's value may take by
+/// default.
+pub fn pack_actix_key(key: &[u8]) -> Option<[u8; PACKED_KEY_BYTES]> {
+    if !is_actix_key(key) {
+        return None;
+    }
+    let mut n = [0u8; PACKED_KEY_BYTES];
+    for &c in key {
+        let mut carry = BASE62.iter().position(|&d| d == c)? as u32;
+        for byte in n.iter_mut().rev() {
+            let v = u32::from(*byte) * 62 + carry;
+            *byte = v as u8;
+            carry = v >> 8;
+        }
+    }
+    Some(n)
+}
+
+/// The key [`pack_actix_key`] packed.
+pub fn unpack_actix_key(packed: &[u8; PACKED_KEY_BYTES]) -> String {
+    let mut n = *packed;
+    let mut digits = [0u8; ACTIX_KEY_CHARS];
+    for digit in digits.iter_mut().rev() {
+        let mut rem = 0u32;
+        for byte in n.iter_mut() {
+            let v = (rem << 8) | u32::from(*byte);
+            *byte = (v / 62) as u8;
+            rem = v % 62;
+        }
+        *digit = BASE62[rem as usize];
+    }
+    String::from_utf8_lossy(&digits).into_owned()
+}
+
 /// How a key's value encodes the session's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValueForm {
@@ -136,6 +179,8 @@ impl std::fmt::Display for Skip {
 /// One session of the source, decoded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Taken {
+    /// The source's key it was read from.
+    pub key: String,
     /// Its id, as a sessionpack id of the store's width.
     pub id: SessionId,
     /// Its data map.
@@ -278,6 +323,7 @@ impl Source {
             ms => (ms as u64).div_ceil(1000).min(crate::ttl::MAX_EXPIRES_AT),
         };
         Ok(Taken {
+            key: String::from_utf8_lossy(key).into_owned(),
             id,
             data: self.data_of(value)?,
             expires_at,
@@ -413,6 +459,40 @@ mod tests {
 
     /// actix-session's keys name the first 16 bytes of their SHA-256, at
     /// 128 bits only; other text of 64 characters is no key.
+    #[test]
+    fn actix_keys_pack_into_48_bytes_and_back() {
+        let mut keys = vec![
+            "0".repeat(64),
+            "z".repeat(64),
+            "Z".repeat(64),
+            format!("{}1", "0".repeat(63)),
+        ];
+        for _ in 0..200 {
+            keys.push(
+                (0..64)
+                    .map(|_| BASE62[rand::random_range(0..62)] as char)
+                    .collect(),
+            );
+        }
+        for key in &keys {
+            let packed = pack_actix_key(key.as_bytes()).unwrap();
+            assert_eq!(&unpack_actix_key(&packed), key);
+        }
+        assert_eq!(pack_actix_key(&[b'0'; 64]), Some([0; PACKED_KEY_BYTES]));
+        assert_ne!(
+            pack_actix_key(keys[2].as_bytes()),
+            pack_actix_key(keys[1].as_bytes())
+        );
+        for bad in [
+            "",
+            &"a".repeat(63),
+            &"a".repeat(65),
+            &format!("{}-", "a".repeat(63)),
+        ] {
+            assert_eq!(pack_actix_key(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
     #[test]
     fn actix_keys_name_their_hashed_ids() {
         let source = Source::new("", IdForm::ActixSessionKey, ValueForm::JsonMap);

@@ -37,6 +37,11 @@
 //! its issue time where the store keeps a user index). A key of any other
 //! form (a forged or stale cookie, or one of another store) loads no
 //! session, and the middleware starts a fresh one: it is never an error.
+//! A key of actix-session's own form (64 letters and digits) names the
+//! session `sessionpack migrate --from actix-session` copied from it; while
+//! a takeover of actix-session's store is open
+//! ([`ActixStore::with_takeover`]) new sessions get keys of that form, so
+//! old instances load them too.
 //!
 //! **State.** actix-session keeps a session as a map of keys to JSON
 //! texts. Each text is parsed and kept in [`crate::json_map`]'s encoding
@@ -262,15 +267,85 @@ where
         }
     }
 
-    /// A new session holding `state` for `ttl_secs`; returns its key.
+    /// Takes over the sessions of actix-session's `RedisSessionStore` on
+    /// the same server during a rolling deploy: old instances (on
+    /// actix-session's store) and new ones (on this store) serve side by
+    /// side, each seeing the other's writes, until `sessionpack migrate
+    /// --from actix-session --delete-copied` closes the takeover. `source`
+    /// is [`crate::takeover::Source::actix_session`] (or one with the
+    /// prefix the old store's `cache_keygen` adds).
+    ///
+    /// While it is open, a session's old key is its cookie's key (its id is
+    /// that key's [`crate::takeover::hashed_id`]), and the calls are those
+    /// of [`crate::tower::TowerStore::with_takeover`], the old key written
+    /// in actix-session's form: a new session gets a key of actix-session's
+    /// form too (`SET NX EXAT` of its state), so an old instance loads it;
+    /// an update writes the old key first (`SET XX EXAT`), a delete deletes
+    /// it. With a user index, each session's mark keeps its key (packed in
+    /// 48 bytes), so "log out everywhere" deletes the old keys of the
+    /// owner's sessions. Refused for a source of another form, or a store
+    /// with an absolute lifetime.
+    pub async fn with_takeover(mut self, source: crate::takeover::Source) -> Result<Self> {
+        use crate::takeover::{IdForm, ValueForm};
+        if source.id != IdForm::ActixSessionKey || source.value != ValueForm::ActixState {
+            return Err(Error::Config(
+                "an actix store takes over only actix-session's keys (Source::actix_session)"
+                    .into(),
+            ));
+        }
+        self.inner = self.inner.open_takeover_of(source).await?;
+        Ok(self)
+    }
+
+    /// A new session holding `state` for `ttl_secs`; returns its key: 32
+    /// hex digits, or an actix-session key while a takeover of
+    /// actix-session's store is open.
     async fn create(&self, state: &HashMap<String, Value>, ttl_secs: i64) -> Result<String> {
         let expires_at = expires_at(ttl_secs);
-        let id = self
+        let old_keys = self.inner.issues_old_keys().await?;
+        let fresh = move || {
+            if old_keys {
+                let key = actix_session_key();
+                (id_of_actix_key(&key), Some(key))
+            } else {
+                (random_id(), None)
+            }
+        };
+        let (id, key) = self
             .inner
-            .create_data(random_id(), state, expires_at, random_id)
+            .create_data_keyed(fresh(), state, expires_at, fresh)
             .await?;
-        Ok(session_key(id))
+        Ok(key.unwrap_or_else(|| session_key(id)))
     }
+}
+
+/// A session key of actix-session's own form: 64 random ASCII letters and
+/// digits, as its middleware draws them.
+fn actix_session_key() -> String {
+    use rand::Rng;
+    rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(crate::takeover::ACTIX_KEY_CHARS)
+        .map(char::from)
+        .collect()
+}
+
+fn id_of_actix_key(key: &str) -> i128 {
+    crate::tower::tower_id(&crate::takeover::hashed_id(key.as_bytes()))
+}
+
+/// actix-session's `RedisSessionStore` value for `data`: its state (keys to
+/// JSON texts) as a JSON object.
+pub(crate) fn state_json(data: &HashMap<String, Value>) -> Result<Vec<u8>> {
+    let encode = |e: String| Error::EncodeData(crate::json_map::CodecError::new(e));
+    let texts = state::texts(data.clone()).map_err(encode)?;
+    serde_json::to_vec(&texts).map_err(|e| encode(e.to_string()))
+}
+
+/// The session's key where it is one of actix-session's form: the old
+/// key a takeover reads and writes.
+fn old_key(key: &str) -> Option<&str> {
+    crate::takeover::is_actix_key(key.as_bytes()).then_some(key)
 }
 
 /// The key of the session whose id is `id`: 32 lowercase hex digits.
@@ -284,9 +359,7 @@ pub fn session_key(id: i128) -> String {
 /// [`crate::takeover::hashed_id`] of it (so its cookie stays valid).
 pub fn id_of(key: &str) -> Option<i128> {
     if crate::takeover::is_actix_key(key.as_bytes()) {
-        return Some(crate::tower::tower_id(&crate::takeover::hashed_id(
-            key.as_bytes(),
-        )));
+        return Some(id_of_actix_key(key));
     }
     if key.len() != 32 || !key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
@@ -321,7 +394,11 @@ where
         let Some(id) = id_of(session_key.as_ref()) else {
             return Ok(None);
         };
-        match self.inner.load_data(id).await {
+        match self
+            .inner
+            .load_data_keyed(id, old_key(session_key.as_ref()))
+            .await
+        {
             Ok(Some((data, _))) => state::texts(data)
                 .map(Some)
                 .map_err(|e| LoadError::Deserialization(anyhow::anyhow!("session state: {e}"))),
@@ -369,7 +446,12 @@ where
         // A session that is gone stays gone: nothing is written, and the
         // key's next load finds no session (see the module's docs).
         self.inner
-            .save_data(id, &data, expires_at(ttl.whole_seconds()))
+            .save_data_keyed(
+                id,
+                old_key(session_key.as_ref()),
+                &data,
+                expires_at(ttl.whole_seconds()),
+            )
             .await
             .map_err(|e| match e {
                 e @ Error::EncodeData(_) => UpdateError::Serialization(other(e)),
@@ -385,7 +467,11 @@ where
     ) -> std::result::Result<(), anyhow::Error> {
         if let Some(id) = id_of(session_key.as_ref()) {
             self.inner
-                .touch_data(id, expires_at(ttl.whole_seconds()))
+                .touch_data_keyed(
+                    id,
+                    old_key(session_key.as_ref()),
+                    expires_at(ttl.whole_seconds()),
+                )
                 .await
                 .map_err(other)?;
         }
@@ -394,7 +480,10 @@ where
 
     async fn delete(&self, session_key: &SessionKey) -> std::result::Result<(), anyhow::Error> {
         if let Some(id) = id_of(session_key.as_ref()) {
-            self.inner.delete_data(id).await.map_err(other)?;
+            self.inner
+                .delete_data_keyed(id, old_key(session_key.as_ref()))
+                .await
+                .map_err(other)?;
         }
         Ok(())
     }

@@ -408,34 +408,52 @@ where
         id: i128,
         data: &HashMap<String, Value>,
         expires_at: i64,
-        fresh: impl FnMut() -> i128,
+        mut fresh: impl FnMut() -> i128,
     ) -> Result<i128> {
-        let create = self.create_unobserved(id, data, expires_at, fresh);
+        let create = self.create_unobserved((id, None), data, expires_at, || (fresh(), None));
+        let (id, _) = metrics::call(Op::Create, Outcome::ok, create).await?;
+        Ok(id)
+    }
+
+    #[cfg(feature = "actix-session")]
+    /// [`TowerStore::create_data`] of a session whose id may come with a
+    /// key it is the hash of (an actix-session key, while a takeover of
+    /// actix-session's store is open: old instances load the session under
+    /// that key). Returns the id and key used.
+    pub(crate) async fn create_data_keyed(
+        &self,
+        first: (i128, Option<String>),
+        data: &HashMap<String, Value>,
+        expires_at: i64,
+        fresh: impl FnMut() -> (i128, Option<String>),
+    ) -> Result<(i128, Option<String>)> {
+        let create = self.create_unobserved(first, data, expires_at, fresh);
         metrics::call(Op::Create, Outcome::ok, create).await
     }
 
     async fn create_unobserved(
         &self,
-        mut id: i128,
+        (mut id, mut key): (i128, Option<String>),
         data: &HashMap<String, Value>,
         expires_at: i64,
-        mut fresh: impl FnMut() -> i128,
-    ) -> Result<i128> {
+        mut fresh: impl FnMut() -> (i128, Option<String>),
+    ) -> Result<(i128, Option<String>)> {
         let (bytes, head) = self.encode(data).await?;
         let asked = expiry_secs(expires_at)?;
         // A store with a user index, or an absolute lifetime, issues its
-        // own, stamped, ids.
-        let stamped = self.layout.stamps_ids() || self.absolute.is_some();
+        // own, stamped, ids; an id that is a key's hash stays that.
+        let stamped = key.is_none() && (self.layout.stamps_ids() || self.absolute.is_some());
         if stamped {
             id = tower_id(&self.stamped_id().await?);
         }
         let mut at = self.capped(id, asked);
         let takeover = self.open_takeover().await?;
         for _ in 0..CREATE_ATTEMPTS {
+            let old = takeover.and_then(|t| Some((t, t.old_key(&session_id(id), key.as_deref())?)));
             // With a takeover open, the old key first: old instances see
             // the session, and an id taken there draws another.
-            let free = match takeover {
-                Some(t) => self.create_in_takeover(t, id, data, at).await?,
+            let free = match &old {
+                Some((t, old)) => self.create_in_takeover(t, old, id, data, at).await?,
                 None => true,
             };
             // tower-sessions draws a create's id at random (`Id::default`),
@@ -447,19 +465,19 @@ where
             } else {
                 Inserted::IdTaken
             };
-            let inserted = match inserted {
-                Inserted::IdTaken if free && takeover.is_some() => {
-                    if self.created_by_copy(id, data, at).await? {
-                        return Ok(id);
+            let inserted = match (inserted, &old) {
+                (Inserted::IdTaken, Some((_, old))) if free => {
+                    if self.created_by_copy(old, id, data, at).await? {
+                        return Ok((id, key));
                     }
                     Inserted::IdTaken
                 }
-                other => other,
+                (other, _) => other,
             };
             match inserted {
                 Inserted::IdTaken | Inserted::Late => {
-                    id = if stamped {
-                        tower_id(&self.stamped_id().await?)
+                    (id, key) = if stamped {
+                        (tower_id(&self.stamped_id().await?), None)
                     } else {
                         fresh()
                     };
@@ -467,10 +485,10 @@ where
                 }
                 Inserted::Created { .. } => {
                     self.created(id, &bytes, head, at, data).await?;
-                    return Ok(id);
+                    return Ok((id, key));
                 }
                 // Stored and gone at once, as a key set with a past EXAT.
-                Inserted::AlreadyExpired => return Ok(id),
+                Inserted::AlreadyExpired => return Ok((id, key)),
             }
         }
         Err(Error::Config(format!(
@@ -552,19 +570,30 @@ where
         data: &HashMap<String, Value>,
         expires_at: i64,
     ) -> Result<bool> {
-        let save = self.save_unobserved(id, data, expires_at);
-        let saved = metrics::call(Op::Save, Saved::outcome, save).await?;
-        Ok(saved != Saved::Skipped)
+        self.save_data_keyed(id, None, data, expires_at).await
+    }
+
+    /// [`TowerStore::save_data`] of a session whose old key, while a
+    /// takeover of actix-session's store is open, is `key`.
+    pub(crate) async fn save_data_keyed(
+        &self,
+        id: i128,
+        key: Option<&str>,
+        data: &HashMap<String, Value>,
+        expires_at: i64,
+    ) -> Result<bool> {
+        Ok(self.save_or_gone(id, key, data, expires_at).await? != Saved::Skipped)
     }
 
     /// [`TowerStore::save_data`], saying whether the session was gone.
     async fn save_or_gone(
         &self,
         id: i128,
+        key: Option<&str>,
         data: &HashMap<String, Value>,
         expires_at: i64,
     ) -> Result<Saved> {
-        let save = self.save_unobserved(id, data, expires_at);
+        let save = self.save_unobserved(id, key, data, expires_at);
         metrics::call(Op::Save, Saved::outcome, save).await
     }
 
@@ -575,11 +604,22 @@ where
     /// its lifetime, nothing is sent ([`TowerStore::with_write_threshold`]).
     /// Returns whether the session is live, or was when last seen.
     pub async fn touch_data(&self, id: i128, expires_at: i64) -> Result<bool> {
-        let touch = self.touch_unobserved(id, expires_at);
+        self.touch_data_keyed(id, None, expires_at).await
+    }
+
+    /// [`TowerStore::touch_data`] of a session whose old key, while a
+    /// takeover of actix-session's store is open, is `key`.
+    pub(crate) async fn touch_data_keyed(
+        &self,
+        id: i128,
+        key: Option<&str>,
+        expires_at: i64,
+    ) -> Result<bool> {
+        let touch = self.touch_unobserved(id, key, expires_at);
         metrics::call(Op::Touch, Outcome::of_bool, touch).await
     }
 
-    async fn touch_unobserved(&self, id: i128, expires_at: i64) -> Result<bool> {
+    async fn touch_unobserved(&self, id: i128, key: Option<&str>, expires_at: i64) -> Result<bool> {
         let at = self.capped(id, expiry_secs(expires_at)?);
         if let Some(memory) = self.memo.get(id)
             && self.write_threshold > 0.0
@@ -587,12 +627,12 @@ where
         {
             return Ok(true);
         }
-        if let Some(t) = self.open_takeover().await? {
+        if let Some((t, old)) = self.takeover_of(id, key).await? {
             // The old key holds the newest state while a takeover is open:
             // a save of it carries the new expiry to both.
-            return match self.load_in_takeover(t, id).await? {
+            return match self.load_in_takeover(t, &old, id).await? {
                 Some((data, _)) => {
-                    Ok(self.save_or_gone(id, &data, expires_at).await? != Saved::Gone)
+                    Ok(self.save_or_gone(id, key, &data, expires_at).await? != Saved::Gone)
                 }
                 None => Ok(false),
             };
@@ -617,6 +657,7 @@ where
     async fn save_unobserved(
         &self,
         id: i128,
+        key: Option<&str>,
         data: &HashMap<String, Value>,
         expires_at: i64,
     ) -> Result<Saved> {
@@ -638,8 +679,8 @@ where
         {
             return Ok(Saved::Skipped);
         }
-        if let Some(t) = self.open_takeover().await?
-            && !self.save_in_takeover(t, id, data, at).await?
+        if let Some((t, old)) = self.takeover_of(id, key).await?
+            && !self.save_in_takeover(t, &old, id, data, at).await?
         {
             self.memo.take(id);
             return Ok(Saved::Gone);
@@ -658,14 +699,23 @@ where
 
     /// Loads a live session's data and its expiry (unix seconds).
     pub async fn load_data(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
-        metrics::call(Op::Load, Outcome::of_option, self.load_unobserved(id)).await
+        self.load_data_keyed(id, None).await
     }
 
-    async fn load_unobserved(&self, id: i128) -> Result<Option<(HashMap<String, Value>, i64)>> {
-        match self.open_takeover().await? {
-            Some(t) => self.load_in_takeover(t, id).await,
-            None => self.load_plain(id).await,
-        }
+    /// [`TowerStore::load_data`] of a session whose old key, while a
+    /// takeover of actix-session's store is open, is `key`.
+    pub(crate) async fn load_data_keyed(
+        &self,
+        id: i128,
+        key: Option<&str>,
+    ) -> Result<Option<(HashMap<String, Value>, i64)>> {
+        let load = async move {
+            match self.takeover_of(id, key).await? {
+                Some((t, old)) => self.load_in_takeover(t, &old, id).await,
+                None => self.load_plain(id).await,
+            }
+        };
+        metrics::call(Op::Load, Outcome::of_option, load).await
     }
 
     /// A load from this store's buckets alone.
@@ -701,9 +751,15 @@ where
 
     /// Deletes a session (nothing happens if there is none).
     pub async fn delete_data(&self, id: i128) -> Result<()> {
+        self.delete_data_keyed(id, None).await
+    }
+
+    /// [`TowerStore::delete_data`] of a session whose old key, while a
+    /// takeover of actix-session's store is open, is `key`.
+    pub(crate) async fn delete_data_keyed(&self, id: i128, key: Option<&str>) -> Result<()> {
         metrics::call(Op::Destroy, Outcome::ok, async move {
-            if let Some(t) = self.open_takeover().await? {
-                self.delete_in_takeover(t, id).await?;
+            if let Some((_, old)) = self.takeover_of(id, key).await? {
+                self.delete_in_takeover(&old, id).await?;
             }
             let seen = self.memo.take(id).map(|m| m.seen.record_len);
             self.layout.delete(&session_id(id), seen).await?;

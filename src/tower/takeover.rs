@@ -1,5 +1,8 @@
 //! Taking over a running app's sessions during a rolling deploy
-//! ([`TowerStore::with_takeover`]).
+//! ([`TowerStore::with_takeover`], and `ActixStore::with_takeover` for
+//! actix-session's store, whose keys are the cookies' own: each call is
+//! given its session's key, and a mark keeps it where a revocation needs
+//! it).
 //!
 //! While the takeover is open, old instances (serving through the old
 //! store) and new ones (this store) run side by side, and a session's old
@@ -51,7 +54,10 @@ use crate::error::{Error, Result};
 use crate::session::id::{IdWidth, SessionId};
 use crate::session::layout::{Compact, Layout, Stored};
 pub use crate::takeover::CLOSE_SCRIPT;
-use crate::takeover::{READ_SCRIPT, Skip, Source, Taken};
+use crate::takeover::{
+    ACTIX_KEY_CHARS, IdForm, PACKED_KEY_BYTES, READ_SCRIPT, Skip, Source, Taken, ValueForm,
+    is_actix_key, pack_actix_key, unpack_actix_key,
+};
 
 /// A session's mark while it has an old key.
 pub const MARK_OLD: u8 = b'o';
@@ -128,10 +134,76 @@ pub(super) struct Takeover {
 }
 
 impl Takeover {
-    /// The old key of `sid`. A takeover takes only sources whose keys
-    /// follow from the id ([`TowerStore::with_takeover`]), so there is one.
-    fn old_key(&self, sid: &SessionId) -> String {
-        self.source.key_of(sid).unwrap_or_default()
+    /// The old key of `sid`: the one its id names, or, for a source whose
+    /// keys do not follow from the id (actix-session's), `given` (the
+    /// session's key as its cookie holds it) after the source's prefix.
+    /// None for a key of this store's own form: that session has no old
+    /// key.
+    pub(super) fn old_key(&self, sid: &SessionId, given: Option<&str>) -> Option<String> {
+        self.source.key_of(sid).or_else(|| {
+            given
+                .filter(|k| is_actix_key(k.as_bytes()))
+                .map(|k| format!("{}{k}", self.source.prefix))
+        })
+    }
+
+    /// Whether a session's mark keeps its old key: the key does not follow
+    /// from the id, and a revocation must find it.
+    fn keeps_keys(&self) -> bool {
+        self.source.id == IdForm::ActixSessionKey
+    }
+
+    /// The old store's value for a session, in its own form.
+    fn old_value(&self, id: i128, data: &HashMap<String, Value>, at: u64) -> Result<Vec<u8>> {
+        match self.source.value {
+            ValueForm::TowerRecord => peer_record(id, data, at),
+            #[cfg(feature = "actix-session")]
+            ValueForm::ActixState => crate::actix::state_json(data),
+            ValueForm::JsonMap | ValueForm::MsgpackMap => Err(Error::Config(
+                "a takeover writes back only the forms it takes over".into(),
+            )),
+        }
+    }
+}
+
+/// A session's mark as stored: the mark; then, for [`MARK_NEW`] (or where
+/// a key follows), the second it was set (4 bytes, big-endian, as
+/// revocations are stamped); then, where the session's old key does not
+/// follow from its id, that key packed ([`pack_actix_key`]), so a
+/// revocation finds it. 53 bytes at most: a marks HASH stays a listpack.
+fn mark_value(mark: u8, since: u32, key: Option<&str>) -> Vec<u8> {
+    let packed = key.and_then(|k| pack_actix_key(k.as_bytes()));
+    if mark != MARK_NEW && packed.is_none() {
+        return vec![mark];
+    }
+    let mut value = Vec::with_capacity(1 + 4 + PACKED_KEY_BYTES);
+    value.push(mark);
+    value.extend_from_slice(&since.to_be_bytes());
+    if let Some(packed) = packed {
+        value.extend_from_slice(&packed);
+    }
+    value
+}
+
+/// A mark as [`mark_value`] wrote it: the mark, the second it was set
+/// (where written), and the old key (where kept).
+struct Mark {
+    mark: u8,
+    since: Option<u32>,
+    key: Option<String>,
+}
+
+impl Mark {
+    fn parse(value: &[u8]) -> Option<Self> {
+        let (&mark, rest) = value.split_first()?;
+        let (since, key) = match rest.split_first_chunk::<4>() {
+            Some((since, key)) => (
+                Some(u32::from_be_bytes(*since)),
+                key.try_into().ok().map(|k| unpack_actix_key(&k)),
+            ),
+            None => (None, None),
+        };
+        Some(Self { mark, since, key })
     }
 }
 
@@ -149,23 +221,31 @@ where
     /// server or cluster during a rolling deploy: see the module docs for
     /// what each call then sends. `source` says how the old store names
     /// and encodes its keys; only [`Source::tower_sessions_redis_store`]'s
-    /// record form can be written back, so it is the only one taken.
+    /// record form can be written back, so it is the only one taken
+    /// (actix-session's store is taken over by
+    /// `ActixStore::with_takeover`).
     ///
     /// Records the takeover open for the namespace, unless it was closed
     /// (then this does nothing: the old keys are gone). While it is open,
     /// "log out everywhere" reaches old keys too, as the module docs say.
     /// A store with an absolute lifetime is refused (another store's ids
     /// carry no issue time).
-    pub async fn with_takeover(mut self, source: Source) -> Result<Self> {
-        if source.value != crate::takeover::ValueForm::TowerRecord
-            || source.id == crate::takeover::IdForm::ActixSessionKey
-        {
+    pub async fn with_takeover(self, source: Source) -> Result<Self> {
+        if source.value != ValueForm::TowerRecord || source.id == IdForm::ActixSessionKey {
             return Err(Error::Config(
-                "a takeover writes sessions back in the old store's form: only \
-                 tower-sessions-redis-store records can be taken over during a deploy"
+                "a takeover writes sessions back in the old store's form: a tower store takes \
+                 over only tower-sessions-redis-store records (actix-session's keys are taken \
+                 over by ActixStore::with_takeover)"
                     .into(),
             ));
         }
+        self.open_takeover_of(source).await
+    }
+
+    /// [`TowerStore::with_takeover`] of a source whose form the store can
+    /// write back: tower-sessions-redis-store's, or actix-session's for
+    /// the actix store, which gives each call its session's key.
+    pub(crate) async fn open_takeover_of(mut self, source: Source) -> Result<Self> {
         if self.absolute.is_some() {
             return Err(Error::Config(
                 "a store with an absolute lifetime cannot take over another store's sessions: \
@@ -213,10 +293,34 @@ where
         Ok(open.then_some(t))
     }
 
-    async fn read_old(&self, t: &Takeover, sid: &SessionId) -> Result<Option<OldKey>> {
+    /// The takeover while it is open, with the old key of the session
+    /// `id` (whose key, where the source's keys do not follow from ids,
+    /// is `given`); none for a session with no old key.
+    pub(super) async fn takeover_of(
+        &self,
+        id: i128,
+        given: Option<&str>,
+    ) -> Result<Option<(&Takeover, String)>> {
+        Ok(self
+            .open_takeover()
+            .await?
+            .and_then(|t| Some((t, t.old_key(&session_id(id), given)?))))
+    }
+
+    #[cfg(feature = "actix-session")]
+    /// Whether a create while the takeover is open must issue a key of the
+    /// old store's own form (actix-session's), so that old instances can
+    /// load the session under it.
+    pub(crate) async fn issues_old_keys(&self) -> Result<bool> {
+        Ok(self
+            .open_takeover()
+            .await?
+            .is_some_and(Takeover::keeps_keys))
+    }
+
+    async fn read_old(&self, t: &Takeover, key: &str) -> Result<Option<OldKey>> {
         let mut conn = self.layout.connection().clone();
-        let key = t.old_key(sid);
-        let reply: Vec<redis::Value> = t.read.key(&key).invoke_async(&mut conn).await?;
+        let reply: Vec<redis::Value> = t.read.key(key).invoke_async(&mut conn).await?;
         let mut parts = reply.into_iter();
         let kind: String = parts
             .next()
@@ -243,25 +347,25 @@ where
         }))
     }
 
-    async fn mark_of(&self, sid: &SessionId) -> Result<Option<u8>> {
+    async fn mark_of(&self, sid: &SessionId) -> Result<Option<Mark>> {
         let mut conn = self.layout.connection().clone();
         let mark: Option<Vec<u8>> = redis::cmd("HGET")
             .arg(marks_key(&self.layout, sid))
             .arg(sid.as_bytes())
             .query_async(&mut conn)
             .await?;
-        Ok(mark.and_then(|m| m.first().copied()))
+        Ok(mark.and_then(|m| Mark::parse(&m)))
     }
 
-    /// Marks `sid`: `HSET`, or with `keep` `HSETNX`, which leaves a mark
-    /// standing (a copy keeps [`MARK_NEW`]).
-    async fn set_mark(&self, sid: &SessionId, mark: u8, until: u64, keep: bool) -> Result<()> {
+    /// Marks `sid` with `mark` (a [`mark_value`]): `HSET`, or with `keep`
+    /// `HSETNX`, which leaves a mark standing (a copy keeps [`MARK_NEW`]).
+    async fn set_mark(&self, sid: &SessionId, mark: Vec<u8>, until: u64, keep: bool) -> Result<()> {
         let key = marks_key(&self.layout, sid);
         let mut pipe = redis::pipe();
         pipe.cmd(if keep { "HSETNX" } else { "HSET" })
             .arg(&key)
             .arg(sid.as_bytes())
-            .arg(&[mark][..])
+            .arg(mark)
             .ignore();
         // NX gives a new HASH its expiry; GT moves it later only.
         for flag in ["NX", "GT"] {
@@ -282,6 +386,19 @@ where
         Ok(())
     }
 
+    /// The old key a mark keeps for `taken` where its key does not follow
+    /// from its id: an actix-session key (the key's last 64 characters,
+    /// which the id is the hash of), for a store with a user index, whose
+    /// revocations must find it.
+    fn kept_key<'t>(&self, taken: &'t Taken) -> Option<&'t str> {
+        let start = taken.key.len().checked_sub(ACTIX_KEY_CHARS)?;
+        let key = taken.key.get(start..)?;
+        (self.owner.is_some()
+            && is_actix_key(key.as_bytes())
+            && crate::takeover::hashed_id(key.as_bytes()) == taken.id)
+            .then_some(key)
+    }
+
     /// Makes the store hold `taken` as its old key has it (a takeover's
     /// copy; `sessionpack migrate` calls it for each key): marks the
     /// session as having an old key, then stores it under its id, or
@@ -289,7 +406,8 @@ where
     /// read, so no write made meanwhile is overwritten by a stale one.
     pub async fn take_over(&self, taken: &Taken) -> Result<Synced> {
         let id = tower_id(&taken.id);
-        self.set_mark(&taken.id, MARK_OLD, taken.expires_at, true)
+        let mark = mark_value(MARK_OLD, 0, self.kept_key(taken));
+        self.set_mark(&taken.id, mark, taken.expires_at, true)
             .await?;
         let mut replaced = false;
         for _ in 0..ATTEMPTS {
@@ -362,19 +480,22 @@ where
             Some((at, kept)) => (u32::from_be_bytes(*at), kept),
             None => (u32::MAX, &[][..]),
         };
-        // Created here after the revocation: its stamp (this store's ids
-        // are stamped where it keeps a user index) says so. One created
-        // before was revoked through the index, unless it was evicted
-        // first: then only the stamp tells, to the second (one created
-        // and evicted in the revocation's own second passes).
-        let created_after =
-            mark.and_then(|m| m.first().copied()) == Some(MARK_NEW) && taken.id.stamp() >= at;
+        // Created here after the revocation: its mark's second (or, in a
+        // mark without one, its id's stamp) says so. One created before
+        // was revoked through the index, unless it was evicted first: then
+        // only the second tells (one created and evicted in the
+        // revocation's own second passes).
+        let created_after = mark.as_deref().and_then(Mark::parse).is_some_and(|m| {
+            m.mark == MARK_NEW && m.since.unwrap_or_else(|| taken.id.stamp()) >= at
+        });
         Ok(kept != taken.id.as_bytes() && !created_after)
     }
 
     /// Before a revocation while the takeover is open: records the owner
     /// revoked (keeping `keep`), then deletes the old keys of the sessions
     /// in the owner's index, but `keep`'s, so old instances log them out.
+    /// Where keys do not follow from ids, each session's mark keeps its
+    /// key.
     pub(super) async fn revoke_in_takeover(
         &self,
         t: &Takeover,
@@ -390,13 +511,32 @@ where
             .arg(revoked)
             .query_async(&mut conn)
             .await?;
-        let old_keys: Vec<String> = self
+        let ids: Vec<SessionId> = self
             .layout
             .indexed_ids(head)
             .await?
+            .into_iter()
+            .filter(|id| Some(id) != keep)
+            .collect();
+        let given: Vec<Option<String>> = if t.keeps_keys() && !ids.is_empty() {
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                pipe.cmd("HGET")
+                    .arg(marks_key(&self.layout, id))
+                    .arg(id.as_bytes());
+            }
+            let marks: Vec<Option<Vec<u8>>> = pipe.query_async(&mut conn).await?;
+            marks
+                .into_iter()
+                .map(|m| m.as_deref().and_then(Mark::parse).and_then(|m| m.key))
+                .collect()
+        } else {
+            vec![None; ids.len()]
+        };
+        let old_keys: Vec<String> = ids
             .iter()
-            .filter(|id| Some(*id) != keep)
-            .map(|id| t.old_key(id))
+            .zip(&given)
+            .filter_map(|(id, given)| t.old_key(id, given.as_deref()))
             .collect();
         // One key at a time: in a cluster the old keys live in many slots.
         let mut pipe = redis::pipe();
@@ -434,21 +574,23 @@ where
         Ok(self.decode_stored(&taken.id, &stored.record).await?.0 == taken.data)
     }
 
-    /// A load while a takeover is open (see the module docs).
+    /// A load while a takeover is open (see the module docs): `old` is the
+    /// session's old key.
     pub(super) async fn load_in_takeover(
         &self,
         t: &Takeover,
+        old: &str,
         id: i128,
     ) -> Result<Option<(HashMap<String, Value>, i64)>> {
         let sid = session_id(id);
         for _ in 0..ATTEMPTS {
-            let (stored, old, mark) = tokio::try_join!(
+            let (stored, read, mark) = tokio::try_join!(
                 self.load_plain(id),
-                self.read_old(t, &sid),
+                self.read_old(t, old),
                 self.mark_of(&sid)
             )?;
-            let Some(old) = old else {
-                if matches!(mark, Some(MARK_OLD | MARK_NEW)) && stored.is_some() {
+            let Some(read) = read else {
+                if mark.is_some_and(|m| matches!(m.mark, MARK_OLD | MARK_NEW)) && stored.is_some() {
                     // An old instance deleted it (or it expired there).
                     self.layout.delete(&sid, None).await?;
                     self.memo.take(id);
@@ -456,14 +598,14 @@ where
                 }
                 return Ok(stored);
             };
-            let taken = match old.decoded {
+            let taken = match read.decoded {
                 Ok(taken) => taken,
                 Err(Skip::Gone) => continue,
                 Err(skip) => {
                     // Not a session of the old store's: left alone.
                     tracing::warn!(
-                        key = %t.old_key(&sid),
-                        bytes = old.value.len(),
+                        key = %old,
+                        bytes = read.value.len(),
                         "an old store's key that is no session: {skip}"
                     );
                     return Ok(stored);
@@ -484,7 +626,7 @@ where
                 Ok(Synced::Expired) => Ok(None),
                 Ok(Synced::Revoked) => {
                     let _: () = redis::cmd("DEL")
-                        .arg(t.old_key(&sid))
+                        .arg(old)
                         .query_async(&mut self.layout.connection().clone())
                         .await?;
                     Ok(None)
@@ -500,12 +642,13 @@ where
         Err(Error::Contended { attempts: ATTEMPTS })
     }
 
-    /// Before a save while a takeover is open: writes the old key first.
-    /// Returns false when the session is gone (an old instance deleted
-    /// it): the save is dropped and the session removed.
+    /// Before a save while a takeover is open: writes the old key `old`
+    /// first. Returns false when the session is gone (an old instance
+    /// deleted it): the save is dropped and the session removed.
     pub(super) async fn save_in_takeover(
         &self,
         t: &Takeover,
+        old: &str,
         id: i128,
         data: &HashMap<String, Value>,
         at: u64,
@@ -518,8 +661,8 @@ where
         // session's mark, read for when the old key is gone.
         let (written, _, mark): (Option<String>, i64, Option<Vec<u8>>) = redis::pipe()
             .cmd("SET")
-            .arg(t.old_key(&sid))
-            .arg(peer_record(id, data, at)?)
+            .arg(old)
+            .arg(t.old_value(id, data, at)?)
             .arg("XX")
             .arg("EXAT")
             .arg(at.max(1))
@@ -533,10 +676,10 @@ where
             .query_async(&mut self.layout.connection().clone())
             .await?;
         if written.is_none()
-            && matches!(
-                mark.and_then(|m| m.first().copied()),
-                Some(MARK_OLD | MARK_NEW)
-            )
+            && mark
+                .as_deref()
+                .and_then(Mark::parse)
+                .is_some_and(|m| matches!(m.mark, MARK_OLD | MARK_NEW))
         {
             self.layout.delete(&sid, None).await?;
             return Ok(false);
@@ -544,20 +687,25 @@ where
         Ok(true)
     }
 
-    /// Before a create while a takeover is open: the mark, then the old
-    /// key. Returns false when the id is taken there.
+    /// Before a create while a takeover is open: the mark (with the
+    /// second, and the old key where it does not follow from the id),
+    /// then the old key `old`. Returns false when the id is taken there.
     pub(super) async fn create_in_takeover(
         &self,
         t: &Takeover,
+        old: &str,
         id: i128,
         data: &HashMap<String, Value>,
         at: u64,
     ) -> Result<bool> {
         let sid = session_id(id);
-        self.set_mark(&sid, MARK_NEW, at, false).await?;
+        let since = self.layout.stamp_now().await?;
+        let kept = t.keeps_keys().then(|| &old[t.source.prefix.len()..]);
+        self.set_mark(&sid, mark_value(MARK_NEW, since, kept), at, false)
+            .await?;
         let created: Option<String> = redis::cmd("SET")
-            .arg(t.old_key(&sid))
-            .arg(peer_record(id, data, at)?)
+            .arg(old)
+            .arg(t.old_value(id, data, at)?)
             .arg("NX")
             .arg("EXAT")
             .arg(at.max(1))
@@ -567,15 +715,17 @@ where
     }
 
     /// After a create's insert found its id taken while a takeover is
-    /// open: the old key written moments before is this create's, so a
-    /// load that copied it in got there first.
+    /// open: the old key `old` written moments before is this create's,
+    /// so a load that copied it in got there first.
     pub(super) async fn created_by_copy(
         &self,
+        old: &str,
         id: i128,
         data: &HashMap<String, Value>,
         at: u64,
     ) -> Result<bool> {
         let taken = Taken {
+            key: old.to_owned(),
             id: session_id(id),
             data: data.clone(),
             expires_at: at,
@@ -586,12 +736,12 @@ where
         ))
     }
 
-    /// Before a delete while a takeover is open: the old key goes first,
-    /// so no load copies the session back.
-    pub(super) async fn delete_in_takeover(&self, t: &Takeover, id: i128) -> Result<()> {
+    /// Before a delete while a takeover is open: the old key `old` goes
+    /// first, so no load copies the session back.
+    pub(super) async fn delete_in_takeover(&self, old: &str, id: i128) -> Result<()> {
         let sid = session_id(id);
         let _: () = redis::cmd("DEL")
-            .arg(t.old_key(&sid))
+            .arg(old)
             .query_async(&mut self.layout.connection().clone())
             .await?;
         self.drop_mark(&sid).await

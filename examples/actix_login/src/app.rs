@@ -29,7 +29,9 @@ pub fn store(store: Store) -> Store {
 }
 
 /// The app: sessions in `store`, their cookies signed and encrypted with
-/// `key`, a session living two weeks from its last change.
+/// `key`, a session living two weeks from its last change. `POST /login`,
+/// `GET /me`, `GET /visits`, `POST /logout`, `GET /devices`, `POST
+/// /logout-everywhere`.
 pub fn app(
     store: Store,
     key: Key,
@@ -57,9 +59,45 @@ pub fn app(
         .wrap(sessions)
         .route("/login", web::post().to(login))
         .route("/me", web::get().to(me))
+        .route("/visits", web::get().to(visits))
         .route("/logout", web::post().to(logout))
         .route("/devices", web::get().to(devices))
         .route("/logout-everywhere", web::post().to(logout_everywhere))
+}
+
+/// The routes that need nothing of sessionpack (`POST /login`, `GET /me`,
+/// `GET /visits`, `POST /logout`) over any actix-session store: the app as
+/// it ran on another store before it switched, which the takeover test
+/// serves beside [`app`] during a rolling deploy.
+#[allow(dead_code)] // Served by the takeover test; `main` serves `app`.
+pub fn basic_app<S>(
+    store: S,
+    key: Key,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+>
+where
+    S: actix_session::storage::SessionStore + 'static,
+{
+    let sessions = SessionMiddleware::builder(store, key)
+        .cookie_secure(false)
+        .session_lifecycle(
+            PersistentSession::default().session_ttl(actix_web::cookie::time::Duration::days(14)),
+        )
+        .build();
+    App::new()
+        .wrap(IdentityMiddleware::default())
+        .wrap(sessions)
+        .route("/login", web::post().to(login))
+        .route("/me", web::get().to(me))
+        .route("/visits", web::get().to(visits))
+        .route("/logout", web::post().to(logout))
 }
 
 #[derive(serde::Deserialize)]
@@ -97,6 +135,17 @@ async fn me(user: Option<Identity>) -> actix_web::Result<HttpResponse> {
         Some(user) => HttpResponse::Ok().body(format!("hello {}", user.id()?)),
         None => HttpResponse::Unauthorized().body("log in first"),
     })
+}
+
+/// Counts the signed-in user's visits in the session: each request writes
+/// it.
+async fn visits(user: Option<Identity>, session: Session) -> actix_web::Result<HttpResponse> {
+    if user.is_none() {
+        return Ok(HttpResponse::Unauthorized().body("log in first"));
+    }
+    let n = session.get::<u64>("visits")?.unwrap_or(0) + 1;
+    session.insert("visits", n)?;
+    Ok(HttpResponse::Ok().body(n.to_string()))
 }
 
 async fn logout(user: Option<Identity>) -> HttpResponse {
