@@ -295,3 +295,64 @@ async fn marks_keep_keys_in_listpacks() {
         .await;
     assert!(matches!(refused, Err(Error::Config(_))), "{refused:?}");
 }
+
+/// Many new instances load a session at once while an old instance keeps
+/// updating it: every load finds it and none goes back, and once the
+/// writes stop every store holds the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_movers_and_an_old_writer_lose_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let server = common::server();
+    let old = Arc::new(RedisSessionStore::new(server.url()).await.unwrap());
+    let first = old.save(state("ada", 0), &ttl()).await.unwrap();
+    let text = first.as_ref().to_owned();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (old, stop, writes, text) = (old.clone(), stop.clone(), writes.clone(), text.clone());
+        tokio::spawn(async move {
+            let mut last = state("ada", 0);
+            while !stop.load(Ordering::Relaxed) || writes.load(Ordering::Relaxed) < 50 {
+                let n = writes.fetch_add(1, Ordering::Relaxed) + 1;
+                last = state("ada", n);
+                let same = old.update(key(&text), last.clone(), &ttl()).await.unwrap();
+                assert_eq!(same.as_ref(), text, "the old store lost the session");
+            }
+            last
+        })
+    };
+    let mut movers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let new = new_instance(&server).await;
+        let text = text.clone();
+        movers.spawn(async move {
+            let mut seen = 0;
+            for _ in 0..25 {
+                let loaded = load(&new, &key(&text))
+                    .await
+                    .expect("a load missed the session");
+                let n: u64 = loaded["cart"][1..]
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!(n >= seen, "a load went back from {seen} to {n}");
+                seen = n;
+            }
+        });
+    }
+    while let Some(done) = movers.join_next().await {
+        done.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let last = writer.await.unwrap();
+    let new = new_instance(&server).await;
+    assert_eq!(load(&new, &first).await, Some(last.clone()));
+    assert_eq!(load(old.as_ref(), &first).await, Some(last));
+    eprintln!(
+        "{} updates by the old instance raced 200 loads",
+        writes.load(Ordering::Relaxed)
+    );
+}
