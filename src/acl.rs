@@ -328,7 +328,12 @@ mod tests {
         );
         // A store taking over reads old keys; only `migrate` closes them.
         let takeover = [("READ_SCRIPT", crate::takeover::READ_SCRIPT)];
-        let close = [("CLOSE_SCRIPT", crate::takeover::CLOSE_SCRIPT)];
+        let close = [
+            ("CLOSE_SCRIPT", crate::takeover::CLOSE_SCRIPT),
+            ("CLOSE_MARK_SCRIPT", crate::takeover::CLOSE_MARK_SCRIPT),
+            ("CLOSE_KEY_SCRIPT", crate::takeover::CLOSE_KEY_SCRIPT),
+            ("CLOSE_UNMARK_SCRIPT", crate::takeover::CLOSE_UNMARK_SCRIPT),
+        ];
         let migrate: Vec<_> = store
             .iter()
             .chain(&takeover)

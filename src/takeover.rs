@@ -281,20 +281,32 @@ impl Source {
 
     /// The data map a value holds.
     pub fn data_of(&self, value: &[u8]) -> Result<HashMap<String, Value>, Skip> {
+        self.value_of(value).map(|(data, _)| data)
+    }
+
+    /// The data map a value holds, and the expiry (unix seconds) it
+    /// records, for a form that records one.
+    fn value_of(&self, value: &[u8]) -> Result<(HashMap<String, Value>, Option<i64>), Skip> {
         let bad = |e: &dyn std::fmt::Display| Skip::Value(e.to_string());
-        match self.value {
-            ValueForm::TowerRecord => rmp_serde::from_slice::<TowerRecord>(value)
-                .map(|r| r.data)
-                .map_err(|e| bad(&e)),
-            ValueForm::JsonMap => serde_json::from_slice(value).map_err(|e| bad(&e)),
-            ValueForm::MsgpackMap => rmp_serde::from_slice(value).map_err(|e| bad(&e)),
+        let data = match self.value {
+            ValueForm::TowerRecord => {
+                return rmp_serde::from_slice::<TowerRecord>(value)
+                    .map(|r| {
+                        let at = r.expires_at();
+                        (r.data, at)
+                    })
+                    .map_err(|e| bad(&e));
+            }
+            ValueForm::JsonMap => serde_json::from_slice(value).map_err(|e| bad(&e))?,
+            ValueForm::MsgpackMap => rmp_serde::from_slice(value).map_err(|e| bad(&e))?,
             #[cfg(feature = "actix-session")]
             ValueForm::ActixState => {
                 let state: HashMap<String, String> =
                     serde_json::from_slice(value).map_err(|e| bad(&e))?;
-                crate::actix::state_values(state).map_err(|e| bad(&e))
+                crate::actix::state_values(state).map_err(|e| bad(&e))?
             }
-        }
+        };
+        Ok((data, None))
     }
 
     /// Decodes a key read as `TYPE`, `GET` and `PEXPIRETIME` (see
@@ -315,17 +327,27 @@ impl Source {
             other => return Err(Skip::WrongType(other.to_owned())),
         }
         let value = value.ok_or(Skip::Gone)?;
+        let (data, recorded) = self.value_of(value)?;
         let expires_at = match expire_ms {
             -2 => return Err(Skip::Gone),
             ms if ms < 0 => return Err(Skip::NoExpiry),
-            // A layout keeps expiries to February 2106 (32 bits): one
-            // later is kept as that second, as a tower store keeps it.
-            ms => (ms as u64).div_ceil(1000).min(crate::ttl::MAX_EXPIRES_AT),
-        };
+            // The second the value records, where the key's expiry is
+            // within a second of it: a key a reshard moved (`MIGRATE`
+            // restores its time to live, not its instant) is a few
+            // milliseconds off, and rounded up would end a second late.
+            ms if recorded.is_some_and(|at| at.saturating_mul(1000).abs_diff(ms) < 1000) => {
+                recorded.unwrap_or_default() as u64
+            }
+            // Else rounded up. A layout keeps expiries to February 2106
+            // (32 bits): one later is kept as that second, as a tower
+            // store keeps it.
+            ms => (ms as u64).div_ceil(1000),
+        }
+        .min(crate::ttl::MAX_EXPIRES_AT);
         Ok(Taken {
             key: String::from_utf8_lossy(key).into_owned(),
             id,
-            data: self.data_of(value)?,
+            data,
             expires_at,
         })
     }
@@ -363,15 +385,89 @@ end
 return 0
 "#;
 
-/// tower-sessions' `Record`: only the data is read; the id is the key's,
-/// and the expiry the key's `EXAT`.
+/// On a Redis Cluster the old key and the marks lie in different slots,
+/// so the close takes three steps, in this order, so that no load ever
+/// finds the old key gone while the session is still marked as having
+/// one (which it takes for a log-out): this first marks the session moved
+/// and returns its mark before; `KEYS[1]` the marks, `ARGV[1]` the
+/// session's field, `ARGV[2]` the session's expiry (unix s).
+pub const CLOSE_MARK_SCRIPT: &str = r#"
+local before = redis.call('HGET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], 'c')
+redis.call('EXPIREAT', KEYS[1], ARGV[2], 'NX')
+redis.call('EXPIREAT', KEYS[1], ARGV[2], 'GT')
+return before
+"#;
+
+/// The close's second step on a cluster ([`CLOSE_MARK_SCRIPT`]): deletes
+/// the old key only while it holds the value and expiry copied, and
+/// raises the counter `KEYS[2]` (in the old key's slot) in the same step.
+/// `KEYS[1]` the old key; `ARGV[1]` the value, `ARGV[2]` its expiry
+/// (unix ms). Returns 1 if closed, 0 if the key changed.
+pub const CLOSE_KEY_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1]
+    and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[1])
+  redis.call('INCR', KEYS[2])
+  return 1
+end
+return 0
+"#;
+
+/// The close's third step on a cluster, for a key the second kept (it
+/// changed): gives the session back the mark it had, while it is still
+/// the one the first step set. `KEYS[1]` the marks, `ARGV[1]` the field,
+/// `ARGV[2]` the mark before (empty: none).
+pub const CLOSE_UNMARK_SCRIPT: &str = r#"
+if redis.call('HGET', KEYS[1], ARGV[1]) == 'c' then
+  if ARGV[2] == '' then
+    redis.call('HDEL', KEYS[1], ARGV[1])
+  else
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  end
+end
+return 0
+"#;
+
+/// tower-sessions' `Record`: the id is the key's; the expiry date, where
+/// this build reads dates, is the second the key's `EXAT` set (see
+/// [`Source::decode`]).
 #[derive(Deserialize)]
 struct TowerRecord {
     #[serde(rename = "id")]
     _id: serde::de::IgnoredAny,
     data: HashMap<String, Value>,
+    #[cfg(any(
+        feature = "tower-sessions",
+        feature = "tower-sessions-014",
+        feature = "actix-session"
+    ))]
+    expiry_date: time::OffsetDateTime,
+    #[cfg(not(any(
+        feature = "tower-sessions",
+        feature = "tower-sessions-014",
+        feature = "actix-session"
+    )))]
     #[serde(rename = "expiry_date")]
     _expiry: serde::de::IgnoredAny,
+}
+
+impl TowerRecord {
+    /// The expiry date's unix second, where this build reads dates.
+    fn expires_at(&self) -> Option<i64> {
+        #[cfg(any(
+            feature = "tower-sessions",
+            feature = "tower-sessions-014",
+            feature = "actix-session"
+        ))]
+        return Some(self.expiry_date.unix_timestamp());
+        #[cfg(not(any(
+            feature = "tower-sessions",
+            feature = "tower-sessions-014",
+            feature = "actix-session"
+        )))]
+        None
+    }
 }
 
 /// URL-safe base64 without padding (RFC 4648 §5), for ids.
@@ -596,5 +692,35 @@ mod tests {
             .decode(key.as_bytes(), IdWidth::Bits128, "hash", None, -1)
             .unwrap_err();
         assert_eq!(wrong, Skip::WrongType("hash".into()));
+    }
+
+    /// A tower record's expiry date is the second its key's `EXAT` set:
+    /// a key a reshard moved a few milliseconds off keeps it; one whose
+    /// expiry moved further keeps the key's, rounded up.
+    #[cfg(feature = "tower-sessions")]
+    #[test]
+    fn tower_records_keep_their_seconds_through_a_reshard() {
+        let at = 1_900_000_000i64;
+        let record = tower_sessions_core::session::Record {
+            id: tower_sessions_core::session::Id(7),
+            data: HashMap::from([("n".to_owned(), serde_json::json!(1))]),
+            expiry_date: time::OffsetDateTime::from_unix_timestamp(at).unwrap(),
+        };
+        let value = rmp_serde::to_vec(&record).unwrap();
+        let source = Source::tower_sessions_redis_store();
+        let key = source
+            .key_of(&SessionId::from_slice(&[1; 16]).unwrap())
+            .unwrap();
+        let decode = |ms| {
+            source
+                .decode(key.as_bytes(), IdWidth::Bits128, "string", Some(&value), ms)
+                .unwrap()
+                .expires_at
+        };
+        let ms = at * 1000;
+        assert_eq!(decode(ms), at as u64);
+        assert_eq!(decode(ms + 4), at as u64, "a reshard's drift");
+        assert_eq!(decode(ms - 3), at as u64);
+        assert_eq!(decode(ms + 60_004), at as u64 + 61, "an EXPIRE of the key");
     }
 }

@@ -17,15 +17,19 @@ use sessionpack::users::UserIndexConfig;
 use sessionpack::viewed::ViewedConfig;
 use sessionpack::{CompactConfig, IdWidth};
 
-use crate::migrate::{self, Plan};
+use crate::migrate::{self, Keyspace, Plan};
 
 /// Arguments of `sessionpack migrate`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("server").required(true).args(["redis_url", "cluster_url"])))]
 pub struct MigrateArgs {
-    /// The server holding both stores (one server; a cluster is refused
-    /// before anything is written: not supported yet).
+    /// The server holding both stores.
     #[arg(long, value_name = "URL")]
-    redis_url: String,
+    redis_url: Option<String>,
+    /// A node of the Redis Cluster holding both stores (repeat to name
+    /// more seeds): every primary is scanned.
+    #[arg(long, value_name = "URL")]
+    cluster_url: Vec<String>,
     /// Certificates for a `rediss://` URL.
     #[command(flatten)]
     tls: super::tls_args::TlsArgs,
@@ -98,9 +102,9 @@ pub struct MigrateArgs {
 /// `--bucket-bits`, a user index with `--user-index`), packed unless
 /// `--unpacked`. A flag that differs from the record is refused.
 async fn open_store(
-    manager: &redis::aio::ConnectionManager,
+    manager: &AnyConnection,
     args: &MigrateArgs,
-) -> Result<TowerStore<redis::aio::ConnectionManager>> {
+) -> Result<TowerStore<AnyConnection>> {
     let meta = StoreMeta::read(manager, &args.namespace).await?;
     if let Some(meta) = &meta
         && (meta.layout != "compact" || IdWidth::from_bits(meta.id_bits) != Some(IdWidth::Bits128))
@@ -167,9 +171,8 @@ async fn open_store(
     store.with_dictionary(&dictionary).await
 }
 
-/// Refuses a Redis Cluster node before anything is written: a migration
-/// reads and writes one server's keyspace, and on a cluster its keys and
-/// the store's live on several nodes.
+/// Refuses a Redis Cluster node named as a server before anything is
+/// written: its keys and the store's live on several nodes.
 async fn refuse_cluster(manager: &redis::aio::ConnectionManager) -> Result<()> {
     let info: String = redis::cmd("INFO")
         .arg("cluster")
@@ -177,8 +180,7 @@ async fn refuse_cluster(manager: &redis::aio::ConnectionManager) -> Result<()> {
         .await?;
     if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
         return Err(Error::Config(
-            "the server is a Redis Cluster node: migrate does not support clusters yet \
-             (nothing was written)"
+            "the server is a Redis Cluster node: name it with --cluster-url (nothing was written)"
                 .into(),
         ));
     }
@@ -191,16 +193,27 @@ pub(super) async fn run(args: MigrateArgs) -> Result<()> {
             args.response_timeout_secs.clamp(0.001, 1e6),
         )),
     )?;
-    let conn = sessionpack::conn::Endpoint::Server(args.redis_url.clone())
-        .connect_with(&options)
-        .await?;
-    let AnyConnection::Server(manager) = conn else {
-        return Err(Error::Config(
-            "migrate takes one server, not a cluster".into(),
-        ));
+    let (conn, mut keyspace) = match &args.redis_url {
+        Some(url) => {
+            let conn = sessionpack::conn::Endpoint::Server(url.clone())
+                .connect_with(&options)
+                .await?;
+            let AnyConnection::Server(manager) = &conn else {
+                return Err(Error::Config("a server URL opened a cluster".into()));
+            };
+            refuse_cluster(manager).await?;
+            let keyspace = Keyspace::Server(manager.clone());
+            (conn, keyspace)
+        }
+        None => {
+            let conn = sessionpack::conn::Endpoint::Cluster(args.cluster_url.clone())
+                .connect_with(&options)
+                .await?;
+            let keyspace = Keyspace::cluster(args.cluster_url.clone(), options.clone()).await?;
+            (conn, keyspace)
+        }
     };
-    refuse_cluster(&manager).await?;
-    let store = open_store(&manager, &args).await?;
+    let store = open_store(&conn, &args).await?;
     let plan = Plan {
         source: args.source.source(),
         dry_run: args.dry_run,
@@ -209,14 +222,16 @@ pub(super) async fn run(args: MigrateArgs) -> Result<()> {
         restart: args.restart,
         stop_after_batches: args.stop_after_batches,
     };
-    let mut probe = manager.clone();
-    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut probe).await?;
+    let keys = keyspace.dbsize().await?;
     let bar = ProgressBar::new(keys);
     bar.set_style(
         ProgressStyle::with_template("migrate {bar:40} {pos}/{len} keys ({per_sec}, eta {eta})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let report = migrate::run(manager, store, &plan, |scanned| bar.set_position(scanned)).await;
+    let report = migrate::run_on(keyspace, conn, store, &plan, |scanned| {
+        bar.set_position(scanned)
+    })
+    .await;
     bar.finish_and_clear();
     let report = report?;
     if args.json {

@@ -26,7 +26,16 @@
 //! (`<namespace>:migrate:<source>`), so a pass that stops resumes there; a
 //! finished pass leaves the key with its totals, and the next run begins a
 //! new pass.
+//!
+//! On a Redis Cluster ([`run_on`] with [`Keyspace::cluster`]) the pass
+//! scans each primary in turn and begins again when the slots move under
+//! it ([`keyspace`]), and the close takes three steps where one server
+//! takes one (`close`). A batch that fails with a transient error (a
+//! failover, Redis restarting or loading) is tried again for up to a
+//! minute.
 
+mod close;
+pub mod keyspace;
 pub mod report;
 
 use std::sync::Arc;
@@ -39,6 +48,7 @@ use sessionpack::session::id::IdWidth;
 use sessionpack::takeover::{self, Source, Taken};
 use sessionpack::tower::{self as tower_store, Synced, TowerStore};
 
+pub use keyspace::Keyspace;
 pub use report::Report;
 
 /// What a migration does.
@@ -59,6 +69,13 @@ pub struct Plan {
     /// resuming).
     pub stop_after_batches: Option<u64>,
 }
+
+/// How long a pass tries a batch again while the server fails to answer
+/// (restarting, loading, failing over) before it stops with the error; its
+/// state is saved, and a run after resumes.
+const FAILING_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+/// The pause before a batch is tried again.
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The outcome of a key whose session's owner was revoked during the
 /// takeover.
@@ -100,14 +117,30 @@ pub fn state_key(namespace: &str, source: &Source) -> String {
     )
 }
 
-/// Runs one pass (or the rest of one) of `plan` into `store`; `progress`
-/// is told the keys scanned after each batch.
+/// Runs one pass (or the rest of one) of `plan` into `store`, on one
+/// server; `progress` is told the keys scanned after each batch.
 pub async fn run(
     conn: ConnectionManager,
     store: TowerStore<ConnectionManager>,
     plan: &Plan,
-    mut progress: impl FnMut(u64),
+    progress: impl FnMut(u64),
 ) -> Result<Report> {
+    run_on(Keyspace::Server(conn.clone()), conn, store, plan, progress).await
+}
+
+/// [`run`] on the server or cluster whose keys `keyspace` scans, through
+/// `conn` (a [`sessionpack::conn::cluster::Cluster`] for a cluster), into
+/// `store` on the same.
+pub async fn run_on<C>(
+    mut keyspace: Keyspace,
+    conn: C,
+    store: TowerStore<C>,
+    plan: &Plan,
+    mut progress: impl FnMut(u64),
+) -> Result<Report>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
     if store.layout().id_width() != IdWidth::Bits128 {
         return Err(Error::Config(
             "a migration fills a tower store (128-bit ids)".into(),
@@ -135,20 +168,20 @@ pub async fn run(
     // pass, recorded at once as begun.
     let new_pass = stored.as_ref().is_none_or(|r| r.complete);
     let mut report = stored.filter(|r| !r.complete).unwrap_or_default();
-    // Keys closed this pass, counted by the close script itself, so a
+    // Keys closed this pass, counted by the close scripts themselves, so a
     // close killed part way (even in its first batch) still counts every
     // key it deleted.
-    let deleted_key = format!("{state}:deleted");
-    if new_pass && !plan.dry_run {
-        let _: () = redis::cmd("DEL")
-            .arg(&deleted_key)
-            .query_async(&mut redis)
-            .await?;
+    let counters = close::Counters::new(&state, matches!(keyspace, Keyspace::Cluster(_)));
+    let mut deleted_before = if new_pass && !plan.dry_run {
+        counters.clear(&mut keyspace).await?;
         report.write(&mut redis, &state).await?;
-    }
+        0
+    } else {
+        counters.sum(&mut keyspace).await?
+    };
     let started = Instant::now();
-    let cpu_before = crate::harness::info::server_cpu_secs(&mut redis).await?;
-    let memory = used_memory(&mut redis).await?;
+    let cpu_before = keyspace.cpu_secs().await?;
+    let memory = keyspace.used_memory().await?;
     if report.batches == 0 {
         report.memory_before = memory;
     }
@@ -156,179 +189,158 @@ pub async fn run(
     report.dry_run = plan.dry_run;
 
     let read = redis::Script::new(takeover::READ_SCRIPT);
-    let close = redis::Script::new(tower_store::CLOSE_SCRIPT);
+    let closer = close::Closer::new(&keyspace);
     let own_keys = format!("{namespace}:");
+    let pattern = plan.source.pattern();
     let store = Arc::new(store);
     let mut batches = 0u64;
+    let mut closed_now = 0u64;
+    let mut failing_since: Option<Instant> = None;
     loop {
-        let (cursor, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(report.cursor)
-            .arg("MATCH")
-            .arg(plan.source.pattern())
-            .arg("COUNT")
-            .arg(plan.batch)
-            .query_async(&mut redis)
-            .await?;
-        let keys: Vec<Vec<u8>> = keys
-            .into_iter()
-            .filter(|k| !k.starts_with(own_keys.as_bytes()))
-            .collect();
-        report.scanned += keys.len() as u64;
-        let reads = read_keys(&mut redis, &read, &plan.source, keys, &mut report).await?;
-        let closing_pass = plan.delete_copied && !plan.dry_run;
-        // The close copies only what the store does not hold as read: most
-        // keys were copied before, and one pipelined read tells them apart.
-        let held = if closing_pass {
-            let taken: Vec<&Taken> = reads.iter().map(|r| &r.taken).collect();
-            store.holds_each(&taken).await?
-        } else {
-            vec![false; reads.len()]
+        let saved = report.clone();
+        let batch = async {
+            let scanned = keyspace.scan(&mut report, &pattern, plan.batch).await?;
+            let keys: Vec<Vec<u8>> = scanned
+                .keys
+                .into_iter()
+                .filter(|k| !k.starts_with(own_keys.as_bytes()))
+                .collect();
+            report.scanned += keys.len() as u64;
+            let reads = read_keys(&mut redis, &read, &plan.source, keys, &mut report).await?;
+            let closing_pass = plan.delete_copied && !plan.dry_run;
+            // The close copies only what the store does not hold as read: most
+            // keys were copied before, and one pipelined read tells them apart.
+            let held = if closing_pass {
+                let taken: Vec<&Taken> = reads.iter().map(|r| &r.taken).collect();
+                store.holds_each(&taken).await?
+            } else {
+                vec![false; reads.len()]
+            };
+            let mut closing = Vec::new();
+            // Keys of sessions whose owner was revoked during the takeover: the
+            // copy refused them, and they go, as the store's own copy went.
+            let mut revoked = Vec::new();
+            let mut settled = tokio::task::JoinSet::new();
+            for (read, held) in reads.into_iter().zip(held) {
+                if held {
+                    report.count(outcome_name(Outcome::Unchanged));
+                    closing.push(read);
+                    continue;
+                }
+                let (store, dry) = (store.clone(), plan.dry_run);
+                settled.spawn(async move {
+                    let outcome = settle(&store, &read.taken, dry).await;
+                    (read, outcome)
+                });
+            }
+            while let Some(joined) = settled.join_next().await {
+                let (read, outcome) =
+                    joined.map_err(|e| Error::Config(format!("a copy task failed: {e}")))?;
+                let outcome = outcome?;
+                report.count(outcome_name(outcome));
+                let in_store = matches!(
+                    outcome,
+                    Outcome::Copied | Outcome::Updated | Outcome::Unchanged
+                );
+                if closing_pass && in_store {
+                    closing.push(read);
+                } else if outcome == Outcome::Skipped(REVOKED) {
+                    revoked.push(read.key);
+                }
+            }
+            if !revoked.is_empty() {
+                // One key a command: on a cluster they lie in many slots.
+                let mut pipe = redis::pipe();
+                for key in &revoked {
+                    pipe.cmd("DEL").arg(key).ignore();
+                }
+                let () = pipe.query_async(&mut redis).await?;
+            }
+            if !closing.is_empty() {
+                let (closed, kept) = closer
+                    .close(&mut redis, store.layout(), &counters, &closing)
+                    .await?;
+                closed_now += closed;
+                report.kept_changed += kept;
+            }
+            if closing_pass {
+                report.deleted = deleted_before + closed_now;
+            }
+            report.batches += 1;
+            report.memory_peak = report.memory_peak.max(keyspace.used_memory().await?);
+            report.complete = scanned.round;
+            if !plan.dry_run {
+                report.write(&mut redis, &state).await?;
+            }
+            Ok::<bool, Error>(scanned.round)
         };
-        let mut closing = Vec::new();
-        // Keys of sessions whose owner was revoked during the takeover: the
-        // copy refused them, and they go, as the store's own copy went.
-        let mut revoked = Vec::new();
-        let mut settled = tokio::task::JoinSet::new();
-        for (read, held) in reads.into_iter().zip(held) {
-            if held {
-                report.count(outcome_name(Outcome::Unchanged));
-                closing.push(read);
+        let round = match batch.await {
+            Ok(round) => {
+                failing_since = None;
+                round
+            }
+            // Redis restarting or loading, a failover: the batch again, from
+            // where the last one left the report, once the server answers.
+            // Copies and closes are safe to repeat.
+            Err(e)
+                if e.is_transient()
+                    && failing_since.get_or_insert_with(Instant::now).elapsed() < FAILING_FOR =>
+            {
+                tracing::warn!("a batch failed ({e}); trying it again");
+                report = saved;
+                tokio::time::sleep(PAUSE).await;
+                closed_now = 0;
+                deleted_before = if plan.delete_copied && !plan.dry_run {
+                    counters.sum(&mut keyspace).await?
+                } else {
+                    0
+                };
                 continue;
             }
-            let (store, dry) = (store.clone(), plan.dry_run);
-            settled.spawn(async move {
-                let outcome = settle(&store, &read.taken, dry).await;
-                (read, outcome)
-            });
-        }
-        while let Some(joined) = settled.join_next().await {
-            let (read, outcome) =
-                joined.map_err(|e| Error::Config(format!("a copy task failed: {e}")))?;
-            let outcome = outcome?;
-            report.count(outcome_name(outcome));
-            let in_store = matches!(
-                outcome,
-                Outcome::Copied | Outcome::Updated | Outcome::Unchanged
-            );
-            if closing_pass && in_store {
-                closing.push(read);
-            } else if outcome == Outcome::Skipped(REVOKED) {
-                revoked.push(read.key);
-            }
-        }
-        if !revoked.is_empty() {
-            let () = redis::cmd("DEL")
-                .arg(revoked)
-                .query_async(&mut redis)
-                .await?;
-        }
-        if !closing.is_empty() {
-            let mut pipe = redis::pipe();
-            for read in &closing {
-                pipe.cmd("EVALSHA")
-                    .arg(close.get_hash())
-                    .arg(3)
-                    .arg(&read.key)
-                    .arg(tower_store::marks_key(store.layout(), &read.taken.id))
-                    .arg(&deleted_key)
-                    .arg(&read.value)
-                    .arg(read.expire_ms)
-                    .arg(read.taken.id.as_bytes())
-                    .arg(read.taken.expires_at);
-            }
-            // Pipelined: one round trip for the batch. A key changed since
-            // its read is kept and counted; the next run closes it.
-            let closed: Vec<i64> = scripted(&mut redis, &close, &pipe).await?;
-            report.kept_changed += closed.iter().filter(|&&c| c != 1).count() as u64;
-        }
-        if plan.delete_copied && !plan.dry_run {
-            let deleted: Option<u64> = redis::cmd("GET")
-                .arg(&deleted_key)
-                .query_async(&mut redis)
-                .await?;
-            report.deleted = deleted.unwrap_or(0);
-        }
-        report.cursor = cursor;
-        report.batches += 1;
-        report.memory_peak = report.memory_peak.max(used_memory(&mut redis).await?);
-        report.complete = cursor == 0;
-        if !plan.dry_run {
-            report.write(&mut redis, &state).await?;
-        }
+            Err(e) => return Err(e),
+        };
         progress(report.scanned);
         batches += 1;
-        if cursor == 0 || plan.stop_after_batches.is_some_and(|n| batches >= n) {
+        if round || plan.stop_after_batches.is_some_and(|n| batches >= n) {
             break;
         }
     }
     if plan.delete_copied && report.complete && report.kept_changed == 0 && !plan.dry_run {
-        close_takeover(&mut redis, &namespace).await?;
+        close::close_takeover(&mut redis, &mut keyspace, &namespace).await?;
         report.closed = true;
     }
-    report.memory_after = used_memory(&mut redis).await?;
+    report.memory_after = keyspace.used_memory().await?;
     report.seconds += started.elapsed().as_secs_f64();
-    report.server_cpu_secs += crate::harness::info::server_cpu_secs(&mut redis).await? - cpu_before;
+    let cpu_after = keyspace.cpu_secs().await?;
+    // The primaries that served throughout (a failover's new primary
+    // counts from when it was met).
+    report.server_cpu_secs += cpu_after
+        .iter()
+        .filter_map(|(node, after)| Some(after - cpu_before.get(node)?))
+        .sum::<f64>();
     if !plan.dry_run {
         report.write(&mut redis, &state).await?;
         if report.complete {
             // Its count is in the report now; a pass killed before this
-            // has it deleted when the next pass begins.
-            let _: () = redis::cmd("DEL")
-                .arg(&deleted_key)
-                .query_async(&mut redis)
-                .await?;
+            // has them deleted when the next pass begins.
+            counters.clear(&mut keyspace).await?;
         }
     }
     Ok(report)
 }
 
-/// Records the takeover of `namespace` closed (stores with
-/// [`TowerStore::with_takeover`] then read only their buckets), and drops
-/// the sessions' marks and the owners revoked during it, which nothing
-/// reads any more.
-async fn close_takeover(redis: &mut ConnectionManager, namespace: &str) -> Result<()> {
-    let _: () = redis::pipe()
-        .cmd("SET")
-        .arg(tower_store::state_key(namespace))
-        .arg(tower_store::CLOSED)
-        .ignore()
-        .cmd("DEL")
-        .arg(tower_store::revoked_key(namespace))
-        .ignore()
-        .query_async(redis)
-        .await?;
-    let pattern = format!("{}:*:m", sessionpack::acl::escape_glob(namespace));
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("TYPE")
-            .arg("hash")
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(redis)
-            .await?;
-        if !keys.is_empty() {
-            let _: () = redis::cmd("UNLINK").arg(keys).query_async(redis).await?;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
-    }
-}
-
 /// Reads a batch of keys (type, value, expiry), and decodes them; keys
 /// that do not decode are counted in `report` and dropped.
-async fn read_keys(
-    redis: &mut ConnectionManager,
+async fn read_keys<C>(
+    redis: &mut C,
     script: &redis::Script,
     source: &Source,
     keys: Vec<Vec<u8>>,
     report: &mut Report,
-) -> Result<Vec<Read>> {
+) -> Result<Vec<Read>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
     let mut ids = Vec::with_capacity(keys.len());
     let mut pipe = redis::pipe();
     for key in keys {
@@ -365,11 +377,11 @@ async fn read_keys(
 /// run so are safe to run twice: a read reads again, and a close of a key
 /// closed by the first run finds it gone and counts it kept (changed),
 /// which only leaves the takeover for the next run to close.
-async fn scripted<T: redis::FromRedisValue>(
-    redis: &mut ConnectionManager,
-    script: &redis::Script,
-    pipe: &redis::Pipeline,
-) -> Result<T> {
+async fn scripted<C, T>(redis: &mut C, script: &redis::Script, pipe: &redis::Pipeline) -> Result<T>
+where
+    C: redis::aio::ConnectionLike + Send,
+    T: redis::FromRedisValue,
+{
     match pipe.query_async(redis).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             let _: String = script.prepare_invoke().load_async(redis).await?;
@@ -397,11 +409,10 @@ fn parse_read(reply: redis::Value) -> (String, Option<Vec<u8>>, i64) {
 
 /// Copies one session ([`TowerStore::take_over`]); a dry run only reads
 /// what the store holds and tells what a copy would do.
-async fn settle(
-    store: &TowerStore<ConnectionManager>,
-    taken: &Taken,
-    dry_run: bool,
-) -> Result<Outcome> {
+async fn settle<C>(store: &TowerStore<C>, taken: &Taken, dry_run: bool) -> Result<Outcome>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
     if dry_run {
         let id = sessionpack::tower::tower_id(&taken.id);
         return Ok(match store.load_data(id).await? {
@@ -431,13 +442,4 @@ fn outcome_name(outcome: Outcome) -> &'static str {
         Outcome::Unchanged => "unchanged",
         Outcome::Skipped(reason) => reason,
     }
-}
-
-/// The server's `used_memory`.
-async fn used_memory(redis: &mut ConnectionManager) -> Result<u64> {
-    let info = crate::harness::info::info(redis, "memory").await?;
-    Ok(info
-        .get("used_memory")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0))
 }

@@ -35,6 +35,16 @@ pub struct Report {
     pub batches: u64,
     /// The scan cursor after the last batch (0 once complete).
     pub cursor: u64,
+    /// On a cluster: the primary the scan is at (by address, in order).
+    pub node: u64,
+    /// On a cluster: the slot map the scan began under (each primary and
+    /// its slots as it reports them).
+    pub slot_map: String,
+    /// On a cluster: whether a slot migrated during the scan under way.
+    pub slots_migrating: bool,
+    /// On a cluster: times the scan began again from the first primary
+    /// because the slot map changed, a slot migrated, or a node failed.
+    pub rescans: u64,
     /// Whether the scan went round.
     pub complete: bool,
     /// Nothing was written.
@@ -121,6 +131,14 @@ impl Report {
             server_cpu_secs: f("server_cpu_secs"),
             batches: u("batches"),
             cursor: u("cursor"),
+            node: u("node"),
+            slot_map: value
+                .get("slot_map")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned(),
+            slots_migrating: b("slots_migrating"),
+            rescans: u("rescans"),
             complete: b("complete"),
             dry_run: b("dry_run"),
             closed: b("closed"),
@@ -149,6 +167,12 @@ impl Report {
             out.push_str(&format!("  skipped {reason:<11} {n}\n"));
         }
         out.push_str(&format!("  deleted             {}\n", self.deleted));
+        if self.rescans > 0 {
+            out.push_str(&format!(
+                "  rescans             {} (the cluster's slots moved during the pass)\n",
+                self.rescans
+            ));
+        }
         if self.closed {
             out.push_str("  takeover closed: stores read only their buckets now\n");
         }
@@ -185,6 +209,9 @@ mod tests {
         let mut r = Report {
             scanned: 9,
             cursor: 17,
+            node: 2,
+            slot_map: "127.0.0.1:7000 0-5460\n".into(),
+            rescans: 1,
             seconds: 1.5,
             ..Report::default()
         };
