@@ -1,0 +1,217 @@
+//! The switch from tower-sessions-redis-store to sessionpack on a 3+3
+//! Redis Cluster, over HTTP with real clients: users log in on the app as
+//! it ran on the peer store (fred's cluster client); their sessions are
+//! copied while they keep making requests and the cluster reshards under
+//! the copy; new instances on sessionpack then serve beside the old one,
+//! each user's requests going to either; the old instance stops and the
+//! takeover closes. Every user stays logged in, and every request's write
+//! is counted and found.
+
+#[path = "../src/app.rs"]
+mod app;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use reqwest::StatusCode;
+use sessionpack::CompactConfig;
+use sessionpack::conn::ConnectOptions;
+use sessionpack::conn::cluster::{self, Cluster};
+use sessionpack::takeover::Source;
+use sessionpack::tower::TowerStore;
+use sessionpack_cli::migrate::{self, Keyspace, Plan, Report};
+use sessionpack_testkit::LocalCluster;
+use tower_sessions_redis_store::RedisStore;
+use tower_sessions_redis_store::fred::clients::Client;
+use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
+
+const USERS: usize = 12;
+
+/// An app serving on a free loopback port until dropped.
+struct Serving {
+    base: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(app: axum::Router) -> Serving {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    Serving { base, task }
+}
+
+/// The old instance: the basic app on the peer store over fred's cluster
+/// client.
+async fn old_instance(c: &LocalCluster) -> Serving {
+    let port = c.primaries()[0].port();
+    let config = Config::from_url(&format!("redis-cluster://127.0.0.1:{port}")).unwrap();
+    let client = Client::new(config, None, None, None);
+    client.init().await.expect("fred connects to the cluster");
+    serve(app::basic_app(
+        RedisStore::new(client),
+        time::Duration::hours(1),
+    ))
+    .await
+}
+
+async fn store(c: &LocalCluster) -> TowerStore<Cluster> {
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    TowerStore::new(conn, CompactConfig::new(6)).await.unwrap()
+}
+
+/// A new instance: the app's routes on sessionpack over the cluster,
+/// taking over the peer's sessions.
+async fn new_instance(c: &LocalCluster) -> Serving {
+    let store = store(c)
+        .await
+        .with_takeover(Source::tower_sessions_redis_store())
+        .await
+        .unwrap();
+    serve(app::basic_app(store, time::Duration::hours(1))).await
+}
+
+/// `sessionpack migrate --cluster-url ..` (`--delete-copied` with
+/// `close`), `stop_after` batches at most.
+async fn migrate(c: &LocalCluster, close: bool, stop_after: Option<u64>) -> Report {
+    let plan = Plan {
+        source: Source::tower_sessions_redis_store(),
+        dry_run: false,
+        delete_copied: close,
+        batch: 2,
+        restart: false,
+        stop_after_batches: stop_after,
+    };
+    let keyspace = Keyspace::cluster(c.urls(), ConnectOptions::default())
+        .await
+        .unwrap();
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    migrate::run_on(keyspace, conn, store(c).await, &plan, |_| {})
+        .await
+        .unwrap()
+}
+
+/// A user: a client with its own cookie jar, and the visits it counted.
+struct User {
+    client: reqwest::Client,
+    visits: u64,
+}
+
+impl User {
+    fn new() -> Self {
+        let client = reqwest::Client::builder()
+            .cookie_provider(Arc::new(reqwest::cookie::Jar::default()))
+            .build()
+            .unwrap();
+        Self { client, visits: 0 }
+    }
+
+    async fn login(&self, base: &str) {
+        let r = self
+            .client
+            .post(format!("{base}/login"))
+            .form(&[("name", "ferris"), ("password", "crab")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+
+    /// One visit on `base`: the user must be logged in, and the count the
+    /// session holds must be one more than the last this user saw.
+    async fn visit(&mut self, base: &str) {
+        let r = self
+            .client
+            .get(format!("{base}/visits"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "logged out on {base}");
+        let n: u64 = r.text().await.unwrap().parse().unwrap();
+        assert_eq!(
+            n,
+            self.visits + 1,
+            "a visit's write was lost on the way to {base}"
+        );
+        self.visits = n;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_stay_logged_in_through_the_switch_on_a_cluster() {
+    let c = LocalCluster::start(3, 1).expect("a local 3+3 cluster");
+    let old = old_instance(&c).await;
+    let mut users: Vec<User> = (0..USERS).map(|_| User::new()).collect();
+    for user in &mut users {
+        user.login(&old.base).await;
+        user.visit(&old.base).await;
+    }
+
+    // 1. The copy, while users keep making requests to the old app, and
+    // the cluster reshards between its batches.
+    let stop = Arc::new(AtomicBool::new(false));
+    let requests = Arc::new(AtomicU64::new(0));
+    let racing = {
+        let (stop, requests, base) = (stop.clone(), requests.clone(), old.base.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                for user in &mut users {
+                    user.visit(&base).await;
+                    requests.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            users
+        })
+    };
+    let first = migrate(&c, false, Some(2)).await;
+    assert!(!first.complete, "{first:?}");
+    tokio::task::block_in_place(|| {
+        let primaries = c.primaries();
+        c.reshard(primaries[0], primaries[1], 2000).unwrap()
+    });
+    let copy = migrate(&c, false, None).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut users = racing.await.unwrap();
+    assert!(copy.complete && copy.rescans >= 1, "{copy:?}");
+    // The report is the whole pass's, the resumed run's included.
+    assert_eq!(copy.get("copied"), USERS as u64, "{copy:?}");
+    let during_copy = requests.load(Ordering::Relaxed);
+
+    // 2. The rolling deploy: two new instances beside the old one, each
+    // user's requests spread over all three.
+    let new_a = new_instance(&c).await;
+    let new_b = new_instance(&c).await;
+    let bases = [&old.base, &new_a.base, &new_b.base];
+    let mut deploy_requests = 0;
+    for round in 0..6 {
+        for (i, user) in users.iter_mut().enumerate() {
+            user.visit(bases[(i + round) % 3]).await;
+            deploy_requests += 1;
+        }
+    }
+    let mut late = User::new();
+    late.login(&new_a.base).await;
+    late.visit(&old.base).await;
+    late.visit(&new_b.base).await;
+
+    // 3. The old instance stops; the takeover closes.
+    drop(old);
+    let close = migrate(&c, true, None).await;
+    assert!(close.closed, "{close:?}");
+    assert_eq!(close.deleted, USERS as u64 + 1, "{close:?}");
+    for user in users.iter_mut().chain([&mut late]) {
+        user.visit(&new_a.base).await;
+        user.visit(&new_b.base).await;
+    }
+    eprintln!(
+        "{during_copy} requests raced the copy and a reshard, {deploy_requests} spread over \
+         old and new instances; every visit counted once"
+    );
+}
