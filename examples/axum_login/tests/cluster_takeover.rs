@@ -7,7 +7,9 @@
 //! takeover closes. Every user stays logged in, and every request's write
 //! is counted and found.
 
+// Only the routes that need nothing of sessionpack serve here.
 #[path = "../src/app.rs"]
+#[allow(dead_code)]
 mod app;
 
 use std::sync::Arc;
