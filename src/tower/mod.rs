@@ -85,8 +85,7 @@
 //! [tower-sessions]: https://docs.rs/tower-sessions
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -99,14 +98,19 @@ use crate::session::dictionary::Dictionary;
 use crate::session::id::{IdWidth, SessionId};
 use crate::session::layout::compact::NO_OWNER;
 use crate::session::layout::compact::user_index::head;
-use crate::session::layout::{Compact, CompactConfig, Inserted, Layout, Seen, Written};
+use crate::session::layout::{Compact, CompactConfig, Layout, Written};
 use crate::session::sweep::{InApp, PassReport, SweepConfig, SweepStats, Sweeper};
 use crate::ttl::Deadline;
-use crate::users::{MAX_LABEL_BYTES, Revoked, UserSession};
+use crate::users::MAX_LABEL_BYTES;
 
+mod create;
+mod memo;
 mod takeover;
 #[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
 mod traits;
+mod users;
+
+use memo::Memo;
 pub use takeover::{
     CLOSE_SCRIPT, CLOSED, MARK_MOVED, MARK_NEW, MARK_OLD, OPEN, Synced, marks_key, revoked_key,
     state_key,
@@ -397,171 +401,6 @@ where
         &self.layout
     }
 
-    /// Stores a new session under `id`; a taken id is replaced by one from
-    /// `fresh` and tried again. Returns the id used. Both should give ids
-    /// drawn at random, as tower-sessions draws a create's: the store
-    /// writes a new session in pieces without a script, which is safe for
-    /// an id no one else can know yet ([`Layout::insert_new`]). A taken
-    /// id is never overwritten either way.
-    pub async fn create_data(
-        &self,
-        id: i128,
-        data: &HashMap<String, Value>,
-        expires_at: i64,
-        mut fresh: impl FnMut() -> i128,
-    ) -> Result<i128> {
-        let create = self.create_unobserved((id, None), data, expires_at, || (fresh(), None));
-        let (id, _) = metrics::call(Op::Create, Outcome::ok, create).await?;
-        Ok(id)
-    }
-
-    #[cfg(feature = "actix-session")]
-    /// [`TowerStore::create_data`] of a session whose id may come with a
-    /// key it is the hash of (an actix-session key, while a takeover of
-    /// actix-session's store is open: old instances load the session under
-    /// that key). Returns the id and key used.
-    pub(crate) async fn create_data_keyed(
-        &self,
-        first: (i128, Option<String>),
-        data: &HashMap<String, Value>,
-        expires_at: i64,
-        fresh: impl FnMut() -> (i128, Option<String>),
-    ) -> Result<(i128, Option<String>)> {
-        let create = self.create_unobserved(first, data, expires_at, fresh);
-        metrics::call(Op::Create, Outcome::ok, create).await
-    }
-
-    async fn create_unobserved(
-        &self,
-        (mut id, mut key): (i128, Option<String>),
-        data: &HashMap<String, Value>,
-        expires_at: i64,
-        mut fresh: impl FnMut() -> (i128, Option<String>),
-    ) -> Result<(i128, Option<String>)> {
-        let (bytes, head) = self.encode(data).await?;
-        let asked = expiry_secs(expires_at)?;
-        // A store with a user index, or an absolute lifetime, issues its
-        // own, stamped, ids; an id that is a key's hash stays that.
-        let stamped = key.is_none() && (self.layout.stamps_ids() || self.absolute.is_some());
-        if stamped {
-            id = tower_id(&self.stamped_id().await?);
-        }
-        let mut at = self.capped(id, asked);
-        let takeover = self.open_takeover().await?;
-        for _ in 0..CREATE_ATTEMPTS {
-            let old = takeover.and_then(|t| Some((t, t.old_key(&session_id(id), key.as_deref())?)));
-            // With a takeover open, the old key first: old instances see
-            // the session, and an id taken there draws another.
-            let free = match &old {
-                Some((t, old)) => self.create_in_takeover(t, old, id, data, at).await?,
-                None => true,
-            };
-            // tower-sessions draws a create's id at random (`Id::default`),
-            // as this store draws its stamped ones: no one else knows it.
-            let inserted = if free {
-                self.layout
-                    .insert_new(&session_id(id), &bytes, Deadline::At(at))
-                    .await?
-            } else {
-                Inserted::IdTaken
-            };
-            let inserted = match (inserted, &old) {
-                (Inserted::IdTaken, Some((_, old))) if free => {
-                    if self.created_by_copy(old, id, data, at).await? {
-                        return Ok((id, key));
-                    }
-                    Inserted::IdTaken
-                }
-                (other, _) => other,
-            };
-            match inserted {
-                Inserted::IdTaken | Inserted::Late => {
-                    (id, key) = if stamped {
-                        (tower_id(&self.stamped_id().await?), None)
-                    } else {
-                        fresh()
-                    };
-                    at = self.capped(id, asked);
-                }
-                Inserted::Created { .. } => {
-                    self.created(id, &bytes, head, at, data).await?;
-                    return Ok((id, key));
-                }
-                // Stored and gone at once, as a key set with a past EXAT.
-                Inserted::AlreadyExpired => return Ok((id, key)),
-            }
-        }
-        Err(Error::Config(format!(
-            "{CREATE_ATTEMPTS} random session ids in a row were taken: the random source is broken"
-        )))
-    }
-
-    /// Stores a session taken over from another store ([`crate::takeover`])
-    /// under exactly `id`, as [`TowerStore::create_data`] would store it
-    /// (owner, index entry and label included), expiring at `expires_at`
-    /// (unix seconds). Never replaces anything: an id the store holds, or
-    /// one a revocation or rotation left a mark beside, is
-    /// [`Imported::Taken`]. A store with an absolute lifetime refuses
-    /// ([`Error::Config`]): it counts from a stamp in its own ids, which
-    /// another store's ids lack.
-    pub async fn import_data(
-        &self,
-        id: i128,
-        data: &HashMap<String, Value>,
-        expires_at: u64,
-    ) -> Result<Imported> {
-        if self.absolute.is_some() {
-            return Err(Error::Config(
-                "a store with an absolute lifetime cannot take over another store's sessions: \
-                 their ids carry no issue time"
-                    .into(),
-            ));
-        }
-        let (bytes, head) = self.encode(data).await?;
-        let at = expires_at.min(crate::ttl::MAX_EXPIRES_AT);
-        // Late: slower than the user index's grace after its entry was
-        // written; the next try writes the entry again.
-        let mut inserted = Inserted::Late;
-        for _ in 0..CREATE_ATTEMPTS {
-            inserted = self
-                .layout
-                .insert(&session_id(id), &bytes, Deadline::At(at))
-                .await?;
-            if inserted != Inserted::Late {
-                break;
-            }
-        }
-        Ok(match inserted {
-            Inserted::Created { .. } => {
-                self.created(id, &bytes, head, at, data).await?;
-                Imported::Created
-            }
-            Inserted::IdTaken | Inserted::Late => Imported::Taken,
-            Inserted::AlreadyExpired => Imported::Expired,
-        })
-    }
-
-    /// After a session is stored: remembers it, and gives its index entry
-    /// the label its data carries.
-    async fn created(
-        &self,
-        id: i128,
-        bytes: &[u8],
-        head: usize,
-        at: u64,
-        data: &HashMap<String, Value>,
-    ) -> Result<()> {
-        self.memo.put(id, bytes, head, at);
-        if let Some(owner) = self.head(bytes, head)
-            && let Some(label) = self.label(data)
-        {
-            self.layout
-                .set_label(owner, &session_id(id), Some(&label))
-                .await?;
-        }
-        Ok(())
-    }
-
     /// Writes a live session's data and expiry; a session that is gone
     /// stays gone. Returns whether anything was sent.
     pub async fn save_data(
@@ -780,18 +619,6 @@ where
         self.sweeper.pass().await
     }
 
-    /// A new id stamped with its issue time: the layout's (by the server's
-    /// clock, with a user index), or a random one stamped by this
-    /// process's clock.
-    async fn stamped_id(&self) -> Result<SessionId> {
-        let id = self.layout.new_id().await?;
-        Ok(if self.layout.stamps_ids() {
-            id
-        } else {
-            id.with_stamp(u32::try_from(unix_now()).unwrap_or(u32::MAX))
-        })
-    }
-
     /// An expiry cut to the absolute deadline of `id`, if there is one.
     fn capped(&self, id: i128, at: u64) -> u64 {
         match self.absolute {
@@ -845,69 +672,6 @@ where
         }
         let (_, rest) = crate::session::record::split(record)?;
         Ok(record.len() - rest.len())
-    }
-
-    /// The live sessions of `owner` ("your devices"); compare each `id`
-    /// with the current session's through [`tower_id`]. Needs a user index.
-    pub async fn sessions_of(&self, owner: &Identity) -> Result<Vec<UserSession>> {
-        metrics::call(Op::SessionsOf, Outcome::ok, async move {
-            let found = self.layout.user_sessions(&head(owner)).await?;
-            Ok(UserSession::listing(found, self.idle.map(|d| d.as_secs())))
-        })
-        .await
-    }
-
-    /// Revokes every session of `owner` ("log out everywhere").
-    pub async fn revoke_all(&self, owner: &Identity) -> Result<Revoked> {
-        let head = head(owner);
-        let revoke = async {
-            if let Some(t) = self.open_takeover().await? {
-                self.revoke_in_takeover(t, &head, None).await?;
-            }
-            self.layout.revoke_user(&head, None).await
-        };
-        metrics::call(Op::RevokeAll, Outcome::ok, revoke).await
-    }
-
-    /// Revokes every session of `owner` but `keep` (the current one).
-    pub async fn revoke_others(&self, owner: &Identity, keep: i128) -> Result<Revoked> {
-        let (head, keep) = (head(owner), session_id(keep));
-        let revoke = async {
-            if let Some(t) = self.open_takeover().await? {
-                self.revoke_in_takeover(t, &head, Some(&keep)).await?;
-            }
-            self.layout.revoke_user(&head, Some(&keep)).await
-        };
-        metrics::call(Op::RevokeOthers, Outcome::ok, revoke).await
-    }
-
-    /// Records that the live session `id` (tower-sessions' `Id.0`) viewed
-    /// `item`, for a store opened with viewed items ([`crate::viewed`]).
-    /// tower-sessions keeps the expiry, so a view leaves it. Returns
-    /// whether the session is live. A session tower-sessions has not saved
-    /// yet has no id, and a `cycle_id` (log-in) starts a new list.
-    pub async fn view<T: crate::viewed::Item>(&self, id: i128, item: &T) -> Result<bool> {
-        metrics::call(Op::View, Outcome::of_bool, async move {
-            let found = self
-                .layout
-                .view_kind(&session_id(id), T::KIND, &[item.encode()], None)
-                .await?;
-            Ok(found.is_some())
-        })
-        .await
-    }
-
-    /// The items the live session `id` viewed, newest first; `None` if it
-    /// is gone.
-    pub async fn viewed<T: crate::viewed::Item>(&self, id: i128) -> Result<Option<Vec<T>>> {
-        metrics::call(Op::Viewed, Outcome::of_option, async move {
-            let sid = session_id(id);
-            let Some(items) = self.layout.viewed_entries(&sid).await? else {
-                return Ok(None);
-            };
-            crate::viewed::decode_items(&items, || self.layout.location(&sid)).map(Some)
-        })
-        .await
     }
 }
 
@@ -972,111 +736,6 @@ fn expiry_secs(unix: i64) -> Result<u64> {
     Ok(at)
 }
 
-/// What this process last loaded or wrote for recent sessions: a keyed
-/// digest of the record, its length and its expiry. Two generations: when
-/// the newer fills half the capacity it becomes the older and the old one
-/// is dropped, so the most recent sessions are always remembered.
-#[derive(Debug)]
-struct Memo {
-    generations: Mutex<[HashMap<i128, Memory>; 2]>,
-    capacity: usize,
-    hasher: std::collections::hash_map::RandomState,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Memory {
-    digest: u64,
-    /// A digest of the record's owner head (see [`TowerStore`]).
-    head: u64,
-    seen: Seen,
-}
-
-impl Memo {
-    fn new(capacity: usize) -> Self {
-        Self {
-            generations: Mutex::default(),
-            capacity,
-            hasher: Default::default(),
-        }
-    }
-
-    fn digest(&self, bytes: &[u8]) -> u64 {
-        self.hasher.hash_one(bytes)
-    }
-
-    fn put(&self, id: i128, bytes: &[u8], head: usize, expires_at: u64) {
-        if self.capacity == 0 {
-            return;
-        }
-        let memory = Memory {
-            digest: self.hasher.hash_one(bytes),
-            head: self.digest(&bytes[..head.min(bytes.len())]),
-            seen: Seen {
-                expires_at,
-                record_len: bytes.len(),
-            },
-        };
-        let mut g = self
-            .generations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if g[0].len() >= self.capacity.div_ceil(2) {
-            g[1] = std::mem::take(&mut g[0]);
-        }
-        g[1].remove(&id);
-        g[0].insert(id, memory);
-    }
-
-    fn get(&self, id: i128) -> Option<Memory> {
-        let g = self
-            .generations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        g[0].get(&id).or_else(|| g[1].get(&id)).copied()
-    }
-
-    /// Forgets `id`, returning what was remembered of it.
-    fn take(&self, id: i128) -> Option<Memory> {
-        let mut g = self
-            .generations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let newer = g[0].remove(&id);
-        let older = g[1].remove(&id);
-        newer.or(older)
-    }
-
-    /// Whether writing `bytes` with expiry `at` over `memory` would change
-    /// nothing but move the expiry forward by less than `fraction` of the
-    /// lifetime left.
-    fn unchanged(&self, memory: &Memory, bytes: &[u8], at: u64, fraction: f64) -> bool {
-        memory.digest == self.hasher.hash_one(bytes) && self.moves_little(memory, at, fraction)
-    }
-
-    /// Whether expiry `at` moves the one `memory` saw forward by less than
-    /// `fraction` of the lifetime left.
-    fn moves_little(&self, memory: &Memory, at: u64, fraction: f64) -> bool {
-        let stored = memory.seen.expires_at;
-        let now = unix_now();
-        at >= stored
-            && stored > now
-            && ((at - stored) as f64) < fraction * at.saturating_sub(now) as f64
-    }
-
-    /// Records that session `id`'s expiry is now `expires_at`.
-    fn moved(&self, id: i128, expires_at: u64) {
-        let mut g = self
-            .generations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for generation in g.iter_mut() {
-            if let Some(memory) = generation.get_mut(&id) {
-                memory.seen.expires_at = expires_at;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1096,57 +755,5 @@ mod tests {
         assert_eq!(expiry_secs(1 << 40).unwrap(), last);
         assert_eq!(expiry_secs(i64::MAX).unwrap(), last);
         assert_eq!(expiry_secs(last as i64 - 1).unwrap(), last - 1);
-    }
-
-    fn unchanged(memo: &Memo, id: i128, bytes: &[u8], at: u64, fraction: f64) -> bool {
-        memo.get(id)
-            .is_some_and(|m| memo.unchanged(&m, bytes, at, fraction))
-    }
-
-    #[test]
-    fn the_memo_skips_only_unchanged_data_and_short_moves() {
-        let memo = Memo::new(DEFAULT_MEMO_CAPACITY);
-        let now = unix_now();
-        memo.put(1, b"abc", 0, now + 1000);
-        assert!(unchanged(&memo, 1, b"abc", now + 1050, 0.1));
-        assert!(
-            !unchanged(&memo, 1, b"abc", now + 1200, 0.1),
-            "moves too far"
-        );
-        assert!(
-            !unchanged(&memo, 1, b"abd", now + 1010, 0.1),
-            "data changed"
-        );
-        assert!(!unchanged(&memo, 1, b"abc", now + 900, 0.1), "moves back");
-        assert!(!unchanged(&memo, 2, b"abc", now + 1010, 0.1), "never seen");
-        memo.take(1);
-        assert!(!unchanged(&memo, 1, b"abc", now + 1010, 0.1));
-        memo.put(3, b"abc", 0, now - 1);
-        assert!(
-            !unchanged(&memo, 3, b"abc", now + 10, 1.0),
-            "stored one expired"
-        );
-    }
-
-    #[test]
-    fn the_memo_keeps_the_most_recent_sessions() {
-        let memo = Memo::new(4);
-        for id in 1..=5 {
-            memo.put(id, b"x", 0, 100 + id as u64);
-        }
-        // Generations of two: {1, 2} were dropped when 5 came.
-        assert!(memo.get(1).is_none() && memo.get(2).is_none());
-        for id in 3..=5 {
-            assert_eq!(memo.get(id).unwrap().seen.expires_at, 100 + id as u64);
-        }
-        // A session put again lives in the newer generation only.
-        memo.put(3, b"xy", 0, 200);
-        assert_eq!(memo.get(3).unwrap().seen.record_len, 2);
-        assert_eq!(memo.take(3).unwrap().seen.record_len, 2);
-        assert!(memo.get(3).is_none());
-
-        let none = Memo::new(0);
-        none.put(1, b"x", 0, 100);
-        assert!(none.get(1).is_none(), "capacity 0 remembers nothing");
     }
 }
