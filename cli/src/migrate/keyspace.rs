@@ -118,31 +118,15 @@ impl Keyspace {
     /// Unlinks every key matching `pattern` of type `kind`, node by node.
     pub async fn unlink_matching(&mut self, pattern: &str, kind: &str) -> Result<()> {
         for mut conn in self.conns().await? {
-            let mut cursor = 0u64;
-            loop {
-                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("TYPE")
-                    .arg(kind)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut conn)
-                    .await?;
-                // One key a command: on a cluster node they may lie in
-                // many slots.
-                let mut pipe = redis::pipe();
-                for key in &keys {
-                    pipe.cmd("UNLINK").arg(key).ignore();
-                }
-                if !keys.is_empty() {
-                    let () = pipe.query_async(&mut conn).await?;
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
+            let keys = matching(&mut conn, pattern, Some(kind)).await?;
+            // One key a command: on a cluster node they may lie in many
+            // slots.
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("UNLINK").arg(key).ignore();
+            }
+            if !keys.is_empty() {
+                let () = pipe.query_async(&mut conn).await?;
             }
         }
         Ok(())
@@ -162,28 +146,14 @@ impl Keyspace {
     pub async fn sum_matching(&mut self, pattern: &str) -> Result<u64> {
         let mut total = 0;
         for mut conn in self.conns().await? {
-            let mut cursor = 0u64;
-            loop {
-                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut conn)
-                    .await?;
-                let mut pipe = redis::pipe();
-                for key in &keys {
-                    pipe.cmd("GET").arg(key);
-                }
-                if !keys.is_empty() {
-                    let counts: Vec<Option<u64>> = pipe.query_async(&mut conn).await?;
-                    total += counts.into_iter().flatten().sum::<u64>();
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
+            let keys = matching(&mut conn, pattern, None).await?;
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("GET").arg(key);
+            }
+            if !keys.is_empty() {
+                let counts: Vec<Option<u64>> = pipe.query_async(&mut conn).await?;
+                total += counts.into_iter().flatten().sum::<u64>();
             }
         }
         Ok(total)
@@ -199,6 +169,34 @@ impl Keyspace {
                 .map(|(_, c)| c)
                 .collect(),
         })
+    }
+}
+
+/// Every key of one node matching `pattern` (and of type `kind`): the
+/// few keys a migration keeps (counters, marks).
+async fn matching(
+    conn: &mut ConnectionManager,
+    pattern: &str,
+    kind: Option<&str>,
+) -> Result<Vec<Vec<u8>>> {
+    let mut all = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        if let Some(kind) = kind {
+            cmd.arg("TYPE").arg(kind);
+        }
+        let (next, keys): (u64, Vec<Vec<u8>>) = cmd.query_async(conn).await?;
+        all.extend(keys);
+        if next == 0 {
+            return Ok(all);
+        }
+        cursor = next;
     }
 }
 

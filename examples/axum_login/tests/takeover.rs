@@ -4,7 +4,8 @@
 //! making requests; new instances on sessionpack then serve beside the old
 //! ones (a rolling deploy), each user's requests going to either; the old
 //! instances stop and the takeover closes. Every user stays logged in,
-//! and every request's write is counted and found.
+//! and every request's write is counted and found. The same on a Redis
+//! Cluster, which reshards under the copy.
 
 #[path = "../src/app.rs"]
 mod app;
@@ -14,12 +15,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use reqwest::StatusCode;
 use sessionpack::CompactConfig;
+use sessionpack::conn::ConnectOptions;
+use sessionpack::conn::cluster::{self, Cluster};
 use sessionpack::takeover::Source;
 use sessionpack::tower::TowerStore;
 use sessionpack::users::UserIndexConfig;
 use sessionpack::viewed::ViewedConfig;
-use sessionpack_cli::migrate::{self, Plan};
-use sessionpack_testkit::LocalServer;
+use sessionpack_cli::migrate::{self, Keyspace, Plan, Report};
+use sessionpack_testkit::{LocalCluster, LocalServer};
 use tower_sessions_redis_store::RedisStore;
 use tower_sessions_redis_store::fred::clients::Client;
 use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
@@ -230,5 +233,129 @@ async fn users_stay_logged_in_through_the_switch() {
     eprintln!(
         "{during_copy} requests raced the copy, {deploy_requests} spread over old and new \
          instances; every visit counted once"
+    );
+}
+
+/// The old instance on a cluster: the basic app on the peer store over fred's cluster
+/// client.
+async fn cluster_old_instance(c: &LocalCluster) -> Serving {
+    let port = c.primaries()[0].port();
+    let config = Config::from_url(&format!("redis-cluster://127.0.0.1:{port}")).unwrap();
+    let client = Client::new(config, None, None, None);
+    client.init().await.expect("fred connects to the cluster");
+    serve(app::basic_app(
+        RedisStore::new(client),
+        time::Duration::hours(1),
+    ))
+    .await
+}
+
+async fn cluster_store(c: &LocalCluster) -> TowerStore<Cluster> {
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    TowerStore::new(conn, CompactConfig::new(6)).await.unwrap()
+}
+
+/// A new instance: the app's routes on sessionpack over the cluster,
+/// taking over the peer's sessions.
+async fn cluster_new_instance(c: &LocalCluster) -> Serving {
+    let store = cluster_store(c)
+        .await
+        .with_takeover(Source::tower_sessions_redis_store())
+        .await
+        .unwrap();
+    serve(app::basic_app(store, time::Duration::hours(1))).await
+}
+
+/// `sessionpack migrate --cluster-url ..` (`--delete-copied` with
+/// `close`), `stop_after` batches at most.
+async fn cluster_migrate(c: &LocalCluster, close: bool, stop_after: Option<u64>) -> Report {
+    let plan = Plan {
+        source: Source::tower_sessions_redis_store(),
+        dry_run: false,
+        delete_copied: close,
+        batch: 2,
+        restart: false,
+        stop_after_batches: stop_after,
+    };
+    let keyspace = Keyspace::cluster(c.urls(), ConnectOptions::default())
+        .await
+        .unwrap();
+    let conn = cluster::connect(&c.urls()).await.unwrap();
+    migrate::run_on(keyspace, conn, cluster_store(c).await, &plan, |_| {})
+        .await
+        .unwrap()
+}
+
+/// The same switch on a 3+3 Redis Cluster, the peer over fred's cluster
+/// client, the cluster resharding under the copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_stay_logged_in_through_the_switch_on_a_cluster() {
+    let c = LocalCluster::start(3, 1).expect("a local 3+3 cluster");
+    let old = cluster_old_instance(&c).await;
+    let mut users: Vec<User> = (0..USERS).map(|_| User::new()).collect();
+    for user in &mut users {
+        user.login(&old.base).await;
+        user.visit(&old.base).await;
+    }
+
+    // 1. The copy, while users keep making requests to the old app, and
+    // the cluster reshards between its batches.
+    let stop = Arc::new(AtomicBool::new(false));
+    let requests = Arc::new(AtomicU64::new(0));
+    let racing = {
+        let (stop, requests, base) = (stop.clone(), requests.clone(), old.base.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                for user in &mut users {
+                    user.visit(&base).await;
+                    requests.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            users
+        })
+    };
+    let first = cluster_migrate(&c, false, Some(2)).await;
+    assert!(!first.complete, "{first:?}");
+    tokio::task::block_in_place(|| {
+        let primaries = c.primaries();
+        c.reshard(primaries[0], primaries[1], 2000).unwrap()
+    });
+    let copy = cluster_migrate(&c, false, None).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut users = racing.await.unwrap();
+    assert!(copy.complete && copy.rescans >= 1, "{copy:?}");
+    // The report is the whole pass's, the resumed run's included.
+    assert_eq!(copy.get("copied"), USERS as u64, "{copy:?}");
+    let during_copy = requests.load(Ordering::Relaxed);
+
+    // 2. The rolling deploy: two new instances beside the old one, each
+    // user's requests spread over all three.
+    let new_a = cluster_new_instance(&c).await;
+    let new_b = cluster_new_instance(&c).await;
+    let bases = [&old.base, &new_a.base, &new_b.base];
+    let mut deploy_requests = 0;
+    for round in 0..6 {
+        for (i, user) in users.iter_mut().enumerate() {
+            user.visit(bases[(i + round) % 3]).await;
+            deploy_requests += 1;
+        }
+    }
+    let mut late = User::new();
+    late.login(&new_a.base).await;
+    late.visit(&old.base).await;
+    late.visit(&new_b.base).await;
+
+    // 3. The old instance stops; the takeover closes.
+    drop(old);
+    let close = cluster_migrate(&c, true, None).await;
+    assert!(close.closed, "{close:?}");
+    assert_eq!(close.deleted, USERS as u64 + 1, "{close:?}");
+    for user in users.iter_mut().chain([&mut late]) {
+        user.visit(&new_a.base).await;
+        user.visit(&new_b.base).await;
+    }
+    eprintln!(
+        "{during_copy} requests raced the copy and a reshard, {deploy_requests} spread over \
+         old and new instances; every visit counted once"
     );
 }
