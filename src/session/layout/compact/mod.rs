@@ -42,7 +42,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use redis::{Script, ScriptInvocation};
-use serde::{Deserialize, Serialize};
 
 use super::{Inserted, Layout, Stored, Written, check_batch};
 use crate::clock::{MARGIN, ServerClock, Verdict, query_reads};
@@ -52,7 +51,7 @@ use crate::scripts::{
     self, ByExpiry, COMPACT_ADD, COMPACT_DROP, COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE,
     COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH, PIPELINE_CHUNK, Reads,
 };
-use crate::session::buckets::{Buckets, DEFAULT_NAMESPACE};
+use crate::session::buckets::Buckets;
 use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
 use crate::session::id::{IdWidth, InvalidIdExt, SessionId};
 use crate::session::key_text;
@@ -60,15 +59,22 @@ use crate::session::meta::{FORMAT_VERSION, GROWING_FORMAT, StoreMeta};
 use crate::session::record;
 use crate::session::shape::Shape;
 use crate::ttl::{Deadline, check_ttl};
-use user_index::{UserIndex, UserIndexConfig};
+use user_index::UserIndex;
 use viewed::ViewedConfig;
 
+mod config;
 mod growth;
 mod health;
 mod take;
 pub(crate) mod user_index;
 mod users;
+mod value;
 pub(crate) mod viewed;
+
+pub use config::{CompactConfig, Expiry};
+pub use value::StoredRecord;
+pub(crate) use value::value_expiry;
+use value::{Form, Value, check_of, parse_value, piece_field, pieces_of_len};
 
 pub(crate) use growth::AnyBucket;
 use growth::{Growth, REROUTES, Route};
@@ -124,228 +130,6 @@ const SCALE: u64 = 10_000_000_000;
 /// would not fit a signed 64-bit integer.
 const INTEGER_FORM: std::ops::Range<u64> = 1 << 16..922_337_203;
 
-/// What a compact store is called, how many buckets it has, and its ids.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CompactConfig {
-    /// Prefix of every key, default `sp`.
-    pub namespace: String,
-    /// `log2` of the bucket count, 1..=24. `None`, the default, gives no
-    /// count: a namespace recorded already opens with its recorded count,
-    /// and a new one grows ([`CompactConfig::growing`] is then `None` too)
-    /// from [`DEFAULT_GROWING_BITS`], or opens [`DEFAULT_BUCKET_BITS`]
-    /// fixed buckets where it cannot grow.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bucket_bits: Option<u8>,
-    /// The width of the store's ids, default 160 bits.
-    pub id_width: IdWidth,
-    /// The per-user index ([`crate::users`]), off by default.
-    pub user_index: Option<UserIndexConfig>,
-    /// Recently viewed items per session ([`crate::viewed`]), off by
-    /// default.
-    pub viewed: Option<ViewedConfig>,
-    /// Who removes expired sessions: a sweeper (the default), or the
-    /// server itself ([`Expiry::Server`], Redis 7.4+).
-    pub expiry: Expiry,
-    /// Opens a store whose fields the server expires even on a server that
-    /// then keeps buckets as hashtables (Valkey 9.0 and 9.1), at several
-    /// times the memory; off by default, which refuses such a server. For
-    /// measuring that cost.
-    pub allow_converted_buckets: bool,
-    /// Packs record data with a dictionary the store learns from its first
-    /// writes and shares through the namespace ([`Learning`]; feature
-    /// `compression`); off by default. A store given a trained dictionary
-    /// instead uses [`Compact::with_dictionary`].
-    pub learn_dictionary: Option<Learning>,
-    /// Splits a bucket in two when it fills and merges two back when they
-    /// empty, under traffic ([`CompactConfig::growing`]); `bucket_bits`
-    /// is then the fewest buckets the store has, and names its hash tags.
-    /// `None`, the default, follows the namespace's record, and for a new
-    /// namespace grows unless a bucket count is given
-    /// ([`CompactConfig::resolve`]); `Some(false)` keeps fixed buckets
-    /// ([`CompactConfig::fixed`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub growing: Option<bool>,
-}
-
-/// Who removes a compact store's expired sessions from their buckets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Expiry {
-    /// A sweeper ([`crate::session::sweep`]) or the tool's daemon, which an
-    /// index per group of 128 buckets guides: every server.
-    #[default]
-    Swept,
-    /// The server: each field carries the session's expiry as a
-    /// hash-field TTL too (`HEXPIREAT`, rewritten with every write that
-    /// moves it), and so do its viewed items and the markers a user index
-    /// leaves; out-of-line records already expire as keys. Redis then
-    /// removes each at its second, and the bucket key with its last field,
-    /// with no sweeper and no index. Needs a server that keeps such a
-    /// hash a listpack (Redis 7.4 and later): [`Compact::new`] makes one to
-    /// find out, and refuses a server without hash-field expiry, or one
-    /// that converts the hash (Valkey 9.0 and 9.1). A store with a user
-    /// index still needs a sweeper's full passes for the index's entries.
-    Server,
-}
-
-impl Expiry {
-    /// What a namespace's metadata records.
-    pub fn from_meta(meta: &StoreMeta) -> Self {
-        if meta.server_expiry {
-            Self::Server
-        } else {
-            Self::Swept
-        }
-    }
-}
-
-impl Default for CompactConfig {
-    fn default() -> Self {
-        Self {
-            namespace: DEFAULT_NAMESPACE.to_owned(),
-            bucket_bits: None,
-            id_width: IdWidth::default(),
-            user_index: None,
-            viewed: None,
-            expiry: Expiry::Swept,
-            allow_converted_buckets: false,
-            learn_dictionary: None,
-            growing: None,
-        }
-    }
-}
-
-impl CompactConfig {
-    /// `2^bucket_bits` buckets in the default namespace, 160-bit ids: a
-    /// new namespace keeps that many, fixed, unless
-    /// [`CompactConfig::with_growth`] says it grows from them.
-    /// [`CompactConfig::default`] needs no count.
-    pub fn new(bucket_bits: u8) -> Self {
-        Self {
-            bucket_bits: Some(bucket_bits),
-            ..Self::default()
-        }
-    }
-
-    /// A store that needs no bucket count: it starts with
-    /// [`DEFAULT_GROWING_BITS`] buckets, one per group of keys, and splits
-    /// each bucket in two as it fills and merges them back as they empty,
-    /// online, so its buckets stay near the fill the listpack limits allow
-    /// however many sessions it holds ([`crate::session::shape`]). Each
-    /// group is one hash tag, so the store spreads over a Redis Cluster's
-    /// slots by its `2^bucket_bits` groups: on a cluster of many primaries
-    /// give it more ([`CompactConfig::with_growth`]). The store's record
-    /// format is then [`GROWING_FORMAT`] or later, which earlier versions
-    /// refuse to open. It needs a sweeper ([`Expiry::Swept`]).
-    pub fn growing() -> Self {
-        Self::new(DEFAULT_GROWING_BITS).with_growth()
-    }
-
-    /// The same store growing from its `2^bucket_bits` buckets, which are
-    /// also the fewest it shrinks back to ([`CompactConfig::growing`]).
-    pub fn with_growth(mut self) -> Self {
-        self.growing = Some(true);
-        self
-    }
-
-    /// Keeps fixed buckets, `2^bucket_bits` of them
-    /// ([`DEFAULT_BUCKET_BITS`] where no count is given), even in a new
-    /// namespace opened with no count.
-    pub fn fixed(mut self) -> Self {
-        self.growing = Some(false);
-        self
-    }
-
-    /// The bucket bits and whether the buckets grow, for a namespace that
-    /// has recorded `recorded` (if any) on a server whose eviction policy
-    /// is `policy`. What the config gives wins (and [`StoreMeta::claim`]
-    /// refuses it where it differs from the record); the rest follows the
-    /// record. A new namespace opened with neither grows, but for a store
-    /// the server expires and under an eviction policy that may evict the
-    /// shape's keys (`allkeys-*`): those keep fixed buckets, and say so
-    /// in the log.
-    pub fn resolve(&self, recorded: Option<&StoreMeta>, policy: Option<&str>) -> (u8, bool) {
-        let recorded = recorded.filter(|m| m.layout == COMPACT_LAYOUT);
-        let growing = match (self.growing, recorded) {
-            (Some(growing), _) => growing,
-            (None, Some(meta)) => meta.growing,
-            (None, None) if self.bucket_bits.is_some() => false,
-            (None, None) => {
-                let evicts = policy.is_some_and(crate::limits::evicts_persistent_keys);
-                let server = self.expiry == Expiry::Server;
-                if evicts || server {
-                    tracing::warn!(
-                        namespace = self.namespace,
-                        policy,
-                        "a new compact store opened with no bucket count keeps fixed buckets \
-                         (2^{DEFAULT_BUCKET_BITS}): {}",
-                        if server {
-                            "the server expires its fields, which a growing store does not keep"
-                        } else {
-                            "maxmemory-policy may evict the keys that record a growing store's \
-                             shape"
-                        }
-                    );
-                }
-                !(evicts || server)
-            }
-        };
-        let bits = self
-            .bucket_bits
-            .or(recorded.map(|m| m.bucket_bits))
-            .unwrap_or(if growing {
-                DEFAULT_GROWING_BITS
-            } else {
-                DEFAULT_BUCKET_BITS
-            });
-        (bits, growing)
-    }
-
-    /// Packs record data with a dictionary learned from the store's first
-    /// writes ([`CompactConfig::learn_dictionary`]);
-    /// `Learning::default()` trains on the first 1000 records of 24 bytes
-    /// or more and stores the dictionary under id 255.
-    pub fn with_learned_dictionary(mut self, learning: Learning) -> Self {
-        self.learn_dictionary = Some(learning);
-        self
-    }
-
-    /// Uses another key namespace.
-    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
-        self
-    }
-
-    /// Issues ids of `width` (128 bits saves 4 bytes a session).
-    pub fn with_id_width(mut self, width: IdWidth) -> Self {
-        self.id_width = width;
-        self
-    }
-
-    /// Keeps a per-user index ([`crate::users`]);
-    /// `UserIndexConfig::new(bits)` has `2^bits` buckets: about one per 100
-    /// to 400 sessions.
-    pub fn with_user_index(mut self, config: UserIndexConfig) -> Self {
-        self.user_index = Some(config);
-        self
-    }
-
-    /// Keeps each session's recently viewed items ([`crate::viewed`]);
-    /// `ViewedConfig::default()` keeps the last 25 of up to 8 bytes.
-    pub fn with_viewed(mut self, config: ViewedConfig) -> Self {
-        self.viewed = Some(config);
-        self
-    }
-
-    /// Lets the server expire sessions itself ([`Expiry::Server`]): no
-    /// sweeper needed for them.
-    pub fn with_server_expiry(mut self) -> Self {
-        self.expiry = Expiry::Server;
-        self
-    }
-}
-
 /// What a process last read or wrote for a session: a tower-sessions
 /// store remembers it to skip a save that would change too little, and to
 /// delete a session it saw inline with one `HDEL`.
@@ -355,98 +139,6 @@ pub struct Seen {
     pub expires_at: u64,
     /// Its record's length then, in bytes.
     pub record_len: usize,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Form {
-    /// `identity * 10^10 + expiry`, one listpack integer.
-    Integer(u64),
-    /// Deadline, then the record, in the bucket.
-    Inline,
-    /// Deadline, the marker, the count and the payload's first bytes in
-    /// the value; the rest in pieces of `size` bytes in the bucket. A
-    /// `checked` payload is the record's check, then the record.
-    Pieced { size: usize, checked: bool },
-    /// Deadline, then the marker; the record under its own key.
-    OutOfLine,
-}
-
-impl Form {
-    /// The form's name in the scripts' arguments (`make_value` in
-    /// `compact_common.lua`).
-    fn code(self) -> std::borrow::Cow<'static, str> {
-        match self {
-            Self::Integer(_) => "i".into(),
-            Self::Inline => "b".into(),
-            Self::Pieced {
-                size,
-                checked: false,
-            } => format!("p{size}").into(),
-            Self::Pieced {
-                size,
-                checked: true,
-            } => format!("c{size}").into(),
-            Self::OutOfLine => "o".into(),
-        }
-    }
-
-    /// The stored value for this form, as `make_value` in
-    /// `compact_common.lua` writes it, of the payload [`Form::payload`]
-    /// gives.
-    fn value(self, payload: &[u8], expiry: u64) -> Vec<u8> {
-        match self {
-            Self::Integer(identity) => (identity * SCALE + expiry).to_string().into_bytes(),
-            Self::Inline | Self::OutOfLine | Self::Pieced { .. } => {
-                let mut v = Vec::with_capacity(PIECED_HEAD + payload.len().min(64));
-                // Expiries are checked to fit 32 bits before any write.
-                v.extend_from_slice(&(expiry as u32).to_be_bytes());
-                match self {
-                    Self::OutOfLine => v.push(OUT_OF_LINE),
-                    Self::Pieced { size, checked } => {
-                        let (head, rest) = split(payload, size);
-                        // At most MAX_PIECES, checked where the form is chosen.
-                        let count = rest.len() as u8 | if checked { CHECKED } else { 0 };
-                        v.extend_from_slice(&[PIECED, count]);
-                        v.extend_from_slice(head);
-                    }
-                    _ => v.extend_from_slice(payload),
-                }
-                v
-            }
-        }
-    }
-
-    /// What a script given this form is given beside it (`make_value`),
-    /// and what [`Form::value`] and [`Form::pieces`] cut: the identity in
-    /// decimal for the integer form, a checked record's check followed by
-    /// the record, else the record.
-    fn payload(self, record: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-        match self {
-            Self::Integer(identity) => identity.to_string().into_bytes().into(),
-            Self::Pieced { checked: true, .. } => {
-                let mut payload = Vec::with_capacity(CHECK_BYTES + record.len());
-                payload.extend_from_slice(&check_of(record).to_be_bytes());
-                payload.extend_from_slice(record);
-                payload.into()
-            }
-            Self::Inline | Self::OutOfLine | Self::Pieced { .. } => record.into(),
-        }
-    }
-
-    /// The pieces a payload of this form continues in (none but for
-    /// [`Form::Pieced`]).
-    fn pieces(self, payload: &[u8]) -> Vec<&[u8]> {
-        match self {
-            Self::Pieced { size, .. } => split(payload, size).1,
-            _ => Vec::new(),
-        }
-    }
-}
-
-/// The check a pieced payload begins with: the low half of the record's
-/// XXH3-64 (what the server never computes: scripts only move payloads).
-fn check_of(record: &[u8]) -> u32 {
-    xxhash_rust::xxh3::xxh3_64(record) as u32
 }
 
 /// Whether a growing store's script found its bucket split or merged away
@@ -492,29 +184,6 @@ impl TouchRoute {
     fn handed_on(&self) {
         self.handed_on.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-/// A payload cut for the pieced form with pieces of `size` bytes: the
-/// part its value holds, and the pieces, as `split_record` in
-/// `compact_pieces.lua` cuts it.
-fn split(payload: &[u8], size: usize) -> (&[u8], Vec<&[u8]>) {
-    let first = (size - PIECED_HEAD).min(payload.len());
-    let (head, rest) = payload.split_at(first);
-    (head, rest.chunks(size).collect())
-}
-
-/// The pieces of `size` bytes [`split`] cuts a payload of `len` bytes into.
-fn pieces_of_len(len: usize, size: usize) -> usize {
-    len.saturating_sub(size - PIECED_HEAD).div_ceil(size)
-}
-
-/// The field of piece `i` (from 1) of the session stored under `field`.
-fn piece_field(field: &[u8], i: usize) -> Vec<u8> {
-    let mut name = Vec::with_capacity(field.len() + 1);
-    name.extend_from_slice(field);
-    // At most MAX_PIECES.
-    name.push(i as u8);
-    name
 }
 
 /// Share of written records that may go out of line before the store warns.
@@ -593,117 +262,6 @@ where
 /// expires fields").
 const CONVERTED_COST: &str = "on Valkey 9.1.2 at 1M sessions, 84.4 bytes a session against \
      34.7 with the same buckets swept, 2.4 times";
-
-/// A value read back: its expiry and where its record is.
-#[derive(Debug, PartialEq, Eq)]
-enum Value {
-    Here {
-        expires_at: u64,
-        record: Vec<u8>,
-    },
-    Pieced {
-        expires_at: u64,
-        pieces: usize,
-        /// The record's first bytes.
-        head: Vec<u8>,
-        /// The record's check, where its payload begins with one.
-        check: Option<u32>,
-    },
-    OutOfLine {
-        expires_at: u64,
-    },
-}
-
-impl Value {
-    fn expires_at(&self) -> u64 {
-        match self {
-            Self::Here { expires_at, .. }
-            | Self::Pieced { expires_at, .. }
-            | Self::OutOfLine { expires_at } => *expires_at,
-        }
-    }
-}
-
-/// The expiry a stored value holds; `None` if it is in neither form.
-pub(crate) fn value_expiry(bytes: &[u8]) -> Option<u64> {
-    parse_value(bytes).map(|v| v.expires_at())
-}
-
-/// Where a stored value's record is, and its size: what a reader of the
-/// keyspace (the tool's `advise --sample-namespace`) needs to size the
-/// records a store holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoredRecord {
-    /// In the bucket: the record's length in bytes (an integer-form
-    /// value's record is its identity alone).
-    Inline(usize),
-    /// In the bucket in pieces: the bytes the value holds and the number
-    /// of pieces, each a field of its own (see the module's docs).
-    Pieced {
-        /// The record's bytes in the value.
-        head: usize,
-        /// The pieces holding the rest.
-        pieces: usize,
-    },
-    /// Under a key of its own ([`GroupedBuckets::out_of_line_key`]),
-    /// whose length is the record's.
-    OutOfLine,
-}
-
-impl StoredRecord {
-    /// What the bucket value `bytes` holds; `None` if it is in neither of
-    /// the compact layout's forms.
-    pub fn of_value(bytes: &[u8]) -> Option<Self> {
-        Some(match parse_value(bytes)? {
-            Value::Here { record, .. } => Self::Inline(record.len()),
-            Value::Pieced { pieces, head, .. } => Self::Pieced {
-                head: head.len(),
-                pieces,
-            },
-            Value::OutOfLine { .. } => Self::OutOfLine,
-        })
-    }
-}
-
-/// Reads a stored value; `None` if it is in neither form.
-fn parse_value(bytes: &[u8]) -> Option<Value> {
-    match bytes.first()? {
-        b'0'..=b'9' => {
-            let n: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
-            Some(Value::Here {
-                expires_at: n % SCALE,
-                record: record::join(&(n / SCALE), &[]),
-            })
-        }
-        _ if bytes.len() > EXPIRY_BYTES => {
-            let (head, rest) = bytes.split_at(EXPIRY_BYTES);
-            let expires_at = u64::from(u32::from_be_bytes(head.try_into().ok()?));
-            Some(if rest == [OUT_OF_LINE] {
-                Value::OutOfLine { expires_at }
-            } else if rest.len() >= 2 && rest[0] == PIECED {
-                let pieces = usize::from(rest[1] & !CHECKED);
-                let (check, head) = if rest[1] & CHECKED == 0 {
-                    (None, &rest[2..])
-                } else {
-                    let (check, head) = rest[2..].split_at_checked(CHECK_BYTES)?;
-                    (Some(u32::from_be_bytes(check.try_into().ok()?)), head)
-                };
-                Value::Pieced {
-                    expires_at,
-                    pieces,
-                    head: head.to_vec(),
-                    check,
-                }
-            } else {
-                Value::Here {
-                    expires_at,
-                    record: rest.to_vec(),
-                }
-            })
-        }
-        _ => None,
-    }
-}
 
 /// How the compact layout names its keys: buckets, grouped 128 to a hash
 /// tag, each group with one index ZSET.
