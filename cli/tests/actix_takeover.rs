@@ -77,8 +77,9 @@ async fn load(store: &impl SessionStore, k: &SessionKey) -> Option<State> {
     store.load(k).await.unwrap()
 }
 
-async fn old_ttl(server: &LocalServer, k: &SessionKey) -> i64 {
-    redis::cmd("TTL")
+/// The old key's expiry, unix seconds (`EXPIRETIME`).
+async fn old_expiry(server: &LocalServer, k: &SessionKey) -> u64 {
+    redis::cmd("EXPIRETIME")
         .arg(k.as_ref())
         .query_async(&mut common::raw(server).await)
         .await
@@ -133,25 +134,34 @@ async fn old_and_new_instances_see_each_others_writes_and_deletes() {
     assert_eq!(load(&new, &keys[3]).await, None);
 
     // Expiries cross both ways: the new instance's `update_ttl` moves the
-    // old key's, the old instance's `EXPIRE` the store's.
+    // old key's, the old instance's `EXPIRE` the store's. Each must fall
+    // in the window of seconds the call ran in, however long it took.
+    let unix = || time::OffsetDateTime::now_utc().unix_timestamp() as u64;
+    let before = unix();
     new.update_ttl(&keys[4], &time::Duration::seconds(600))
         .await
         .unwrap();
-    assert!((595..=600).contains(&old_ttl(&server, &keys[4]).await));
+    let after = unix();
+    let at = old_expiry(&server, &keys[4]).await;
+    assert!(
+        (before + 600..=after + 601).contains(&at),
+        "the old key's expiry did not move: {at} against {before}..{after} + 600"
+    );
+    let before = unix();
     old.update_ttl(&keys[5], &time::Duration::seconds(300))
         .await
         .unwrap();
+    let after = unix();
     assert_eq!(load(&new, &keys[5]).await, Some(state("ada", 5)));
     let sid = sessionpack::takeover::hashed_id(keys[5].as_ref().as_bytes());
     let stored = sessionpack::Layout::load(new.layout(), &sid)
         .await
         .unwrap()
         .unwrap();
-    let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
     assert!(
-        (now + 290..=now + 301).contains(&stored.expires_at),
-        "the old instance's expiry was not taken: {} from now",
-        stored.expires_at as i64 - now as i64
+        (before + 300..=after + 301).contains(&stored.expires_at),
+        "the old instance's expiry was not taken: {} against {before}..{after} + 300",
+        stored.expires_at
     );
 
     // A session the new instance creates has a key of actix-session's

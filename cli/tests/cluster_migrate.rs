@@ -100,6 +100,17 @@ fn record(n: u64) -> Record {
     }
 }
 
+/// The old app's sessions, [`SESSIONS`] of them.
+async fn fill(old: &RedisStore<Client>) -> Vec<Record> {
+    let mut records = Vec::new();
+    for n in 0..SESSIONS {
+        let mut r = record(n);
+        old.create(&mut r).await.unwrap();
+        records.push(r);
+    }
+    records
+}
+
 fn same(a: &Record, b: &Record) -> bool {
     a.id == b.id
         && a.data == b.data
@@ -161,12 +172,7 @@ fn fail_over(c: &LocalCluster) {
 async fn a_copy_a_reshard_and_a_failover_interrupt_loses_nothing() {
     let c = LocalCluster::start(3, 1).expect("a local 3+3 cluster");
     let old = peer(&c).await;
-    let mut records = Vec::new();
-    for n in 0..SESSIONS {
-        let mut r = record(n);
-        old.create(&mut r).await.unwrap();
-        records.push(r);
-    }
+    let mut records = fill(&old).await;
 
     let first = run(&c, &plan(false, Some(3))).await;
     assert!(!first.complete, "{first:?}");
@@ -249,12 +255,7 @@ fn reshard_by_cli(nodes: &[(u16, String)], from: u16, to: u16, slots: u64) {
 async fn a_takeover_on_a_cluster_closes_with_nothing_left() {
     let c = LocalCluster::start(3, 1).expect("a local 3+3 cluster");
     let old = peer(&c).await;
-    let mut records = Vec::new();
-    for n in 0..SESSIONS {
-        let mut r = record(n);
-        old.create(&mut r).await.unwrap();
-        records.push(r);
-    }
+    let mut records = fill(&old).await;
     let copy = run(&c, &plan(false, None)).await;
     assert_eq!(copy.get("copied"), SESSIONS, "{copy:?}");
 

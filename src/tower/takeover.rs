@@ -29,9 +29,9 @@
 //!   are deleted, then the store revokes as always. A copy of an old key
 //!   that the owner's session holds, made after (by a load, or by
 //!   `migrate`), deletes the key and copies nothing, unless this store
-//!   created the session after the revocation ([`MARK_NEW`], and its id's
-//!   stamp not before the revocation's second: one created earlier and
-//!   evicted before the revocation read the index stays revoked). A copy
+//!   created the session after the revocation ([`MARK_NEW`], set in the
+//!   revocation's second or later: one created earlier and evicted before
+//!   the revocation read the index stays revoked). A copy
 //!   checks after it stored the session, and the revocation records the
 //!   owner before it reads the index: of a copy and a revocation at the
 //!   same time, either the copy sees the owner revoked or the revocation
@@ -147,8 +147,9 @@ impl Takeover {
         })
     }
 
-    /// Whether a session's mark keeps its old key: the key does not follow
-    /// from the id, and a revocation must find it.
+    /// Whether a session's old key does not follow from its id, so that
+    /// its mark keeps it where a revocation must find it (in a store with
+    /// a user index, as [`TowerStore::take_over`]'s copies do too).
     fn keeps_keys(&self) -> bool {
         self.source.id == IdForm::ActixSessionKey
     }
@@ -700,7 +701,7 @@ where
     ) -> Result<bool> {
         let sid = session_id(id);
         let since = self.layout.stamp_now().await?;
-        let kept = t.keeps_keys().then(|| &old[t.source.prefix.len()..]);
+        let kept = (self.owner.is_some() && t.keeps_keys()).then(|| &old[t.source.prefix.len()..]);
         self.set_mark(&sid, mark_value(MARK_NEW, since, kept), at, false)
             .await?;
         let created: Option<String> = redis::cmd("SET")

@@ -38,6 +38,8 @@ pub struct Primaries {
     conns: HashMap<String, ConnectionManager>,
     /// The primaries serving slots now, by address.
     nodes: Vec<String>,
+    /// The node that told the primaries last.
+    answered: Option<String>,
     /// When the nodes began failing to answer, if they do.
     failing_since: Option<Instant>,
 }
@@ -59,6 +61,7 @@ impl Keyspace {
             options,
             conns: HashMap::new(),
             nodes: Vec::new(),
+            answered: None,
             failing_since: None,
         };
         primaries.read_map().await?;
@@ -239,14 +242,32 @@ impl Primaries {
     /// reports them itself, where a slot migrating in or out shows.
     /// Returns the map, and whether a slot is migrating.
     async fn read_map(&mut self) -> Result<(String, bool)> {
-        let mut asked: Vec<String> = self.seeds.clone();
-        asked.extend(self.conns.keys().cloned());
+        // Over connections kept from batch to batch: the node that answered
+        // last first, then the primaries, the seeds and every node met (a
+        // failover may have taken any of them).
+        let mut asked: Vec<String> = Vec::new();
+        for url in self
+            .answered
+            .iter()
+            .chain(&self.nodes)
+            .chain(&self.seeds)
+            .chain(self.conns.keys())
+        {
+            if !asked.contains(url) {
+                asked.push(url.clone());
+            }
+        }
         let mut last = None;
         let mut nodes = None;
         for url in asked {
-            match sessionpack::conn::cluster::primaries(&url, &self.options).await {
+            let found = match self.conn(&url).await {
+                Ok(mut conn) => sessionpack::conn::cluster::primaries_over(&mut conn, &url).await,
+                Err(e) => Err(e),
+            };
+            match found {
                 Ok(found) => {
                     nodes = Some(found);
+                    self.answered = Some(url);
                     break;
                 }
                 Err(e) => last = Some(e),

@@ -88,6 +88,46 @@ async fn new_instance(
     (serving, store)
 }
 
+/// Users visiting the old app over and over, until stopped.
+struct Racing {
+    stop: Arc<AtomicBool>,
+    requests: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<Vec<User>>,
+}
+
+impl Racing {
+    fn start(mut users: Vec<User>, base: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicU64::new(0));
+        let (stopped, counted, base) = (stop.clone(), requests.clone(), base.to_owned());
+        let task = tokio::spawn(async move {
+            while !stopped.load(Ordering::Relaxed) {
+                for user in &mut users {
+                    user.visit(&base).await;
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            users
+        });
+        Self {
+            stop,
+            requests,
+            task,
+        }
+    }
+
+    /// The visits made so far.
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Stops the visits once the round under way ends; returns the users.
+    async fn stop(self) -> Vec<User> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
 /// A user: a client with its own cookie jar, and the visits it counted.
 struct User {
     client: reqwest::Client,
@@ -156,21 +196,8 @@ async fn users_stay_logged_in_through_the_switch() {
     }
 
     // 1. The copy, while users keep making requests to the old app.
-    let stop = Arc::new(AtomicBool::new(false));
-    let requests = Arc::new(AtomicU64::new(0));
-    let racing = {
-        let (stop, requests, base) = (stop.clone(), requests.clone(), old.base.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                for user in &mut users {
-                    user.visit(&base).await;
-                    requests.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            users
-        })
-    };
-    while requests.load(Ordering::Relaxed) == 0 {
+    let racing = Racing::start(users, &old.base);
+    while racing.requests() == 0 {
         tokio::task::yield_now().await;
     }
     let (_, store) = new_instance(&server).await;
@@ -182,10 +209,9 @@ async fn users_stay_logged_in_through_the_switch() {
     )
     .await
     .unwrap();
-    stop.store(true, Ordering::Relaxed);
-    let mut users = racing.await.unwrap();
+    let during_copy = racing.requests();
+    let mut users = racing.stop().await;
     assert_eq!(copy.get("copied"), USERS as u64, "{copy:?}");
-    let during_copy = requests.load(Ordering::Relaxed);
     assert!(during_copy > 0);
 
     // 2. The rolling deploy: two new instances beside the old one, each
@@ -300,20 +326,7 @@ async fn users_stay_logged_in_through_the_switch_on_a_cluster() {
 
     // 1. The copy, while users keep making requests to the old app, and
     // the cluster reshards between its batches.
-    let stop = Arc::new(AtomicBool::new(false));
-    let requests = Arc::new(AtomicU64::new(0));
-    let racing = {
-        let (stop, requests, base) = (stop.clone(), requests.clone(), old.base.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                for user in &mut users {
-                    user.visit(&base).await;
-                    requests.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            users
-        })
-    };
+    let racing = Racing::start(users, &old.base);
     let first = cluster_migrate(&c, false, Some(2)).await;
     assert!(!first.complete, "{first:?}");
     tokio::task::block_in_place(|| {
@@ -321,12 +334,11 @@ async fn users_stay_logged_in_through_the_switch_on_a_cluster() {
         c.reshard(primaries[0], primaries[1], 2000).unwrap()
     });
     let copy = cluster_migrate(&c, false, None).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut users = racing.await.unwrap();
+    let during_copy = racing.requests();
+    let mut users = racing.stop().await;
     assert!(copy.complete && copy.rescans >= 1, "{copy:?}");
     // The report is the whole pass's, the resumed run's included.
     assert_eq!(copy.get("copied"), USERS as u64, "{copy:?}");
-    let during_copy = requests.load(Ordering::Relaxed);
 
     // 2. The rolling deploy: two new instances beside the old one, each
     // user's requests spread over all three.

@@ -188,10 +188,16 @@ pub(crate) fn node_url(seed: &str, host: &str, port: u16) -> String {
 /// `DBSIZE`) that a cluster connection would send to one node only.
 pub async fn primaries(seed: &str, options: &ConnectOptions) -> Result<Vec<String>> {
     let mut conn = crate::conn::connect_with(seed, options).await?;
-    let nodes: String = redis::cmd("CLUSTER")
-        .arg("NODES")
-        .query_async(&mut conn)
-        .await?;
+    primaries_over(&mut conn, seed).await
+}
+
+/// [`primaries`] over a connection to `seed` already open (one asked again
+/// and again, as a migration reads the slot map before each batch).
+pub async fn primaries_over<C>(conn: &mut C, seed: &str) -> Result<Vec<String>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;
     let primaries: Vec<String> = parse_primaries(&nodes)
         .into_iter()
         .filter_map(|addr| {
