@@ -1,4 +1,47 @@
-#![doc = include_str!("../README.md")]
+//! Web sessions in Redis at half the memory of the usual stores, or less.
+//!
+//! Sessions are packed into small HASH buckets that Redis keeps in its
+//! compact listpack encoding, each record packed with a dictionary learned
+//! from the app's own sessions; expired sessions are removed by the store
+//! itself. Requires Redis 7.0 or newer, or Valkey 8.0 or newer.
+//!
+//! # Which store
+//!
+//! - **axum** (tower-sessions 0.15; `tower-sessions-014` for axum-login
+//!   0.18): [`TowerStore::connect`], with feature `tower-sessions`, then
+//!   `SessionManagerLayer::new(store)`.
+//! - **actix-web** (actix-session 0.11): [`ActixStore::connect`], with
+//!   feature `actix-session`, then `SessionMiddleware::new(store, key)`.
+//! - **Anything else**: [`Store`], typed sessions over a [`Compact`]
+//!   layout, with optimistic updates, rotation and lifetimes.
+//!
+//! ```no_run
+//! use sessionpack::{Compact, CompactConfig, Store};
+//!
+//! # async fn run() -> sessionpack::Result<()> {
+//! let conn = sessionpack::connect("redis://127.0.0.1:6379").await?;
+//! let store: Store<_, Vec<u32>> = Store::new(Compact::new(conn, CompactConfig::default()).await?);
+//! let session = store.create(42, vec![7]).await?; // user 42 signs in
+//! let cookie = session.id.to_hex();
+//! assert_eq!(store.load_cookie(&cookie).await?.map(|s| s.attrs), Some(vec![7]));
+//! # Ok(()) }
+//! ```
+//!
+//! The repository's README has whole apps for each framework, and its
+//! guide (`docs/guide/`) the layouts, packing, growth, sweeping, users,
+//! Redis Cluster, TLS and ACL users, metrics, migration from other stores
+//! and the benchmarks.
+//!
+//! # Features
+//!
+//! | feature | gives |
+//! |---|---|
+//! | `tower-sessions`, `tower-sessions-014` | [`TowerStore`] for tower-sessions 0.15 or 0.14 |
+//! | `actix-session` | [`ActixStore`] for actix-session 0.11 |
+//! | `compression` (default) | records packed with a zstd dictionary ([`session::dictionary`]) |
+//! | `cluster` | Redis Cluster connections (`conn::cluster`) |
+//! | `tls` | `rediss://` over rustls |
+//! | `metrics` | calls, latencies and sweeps through the `metrics` facade ([`metrics`]) |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
