@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sessionpack::session::dictionary::Dictionary;
-use sessionpack::{Compact, CompactConfig, Layout, SessionId};
+use sessionpack::session::layout::Layout;
+use sessionpack::{Compact, CompactConfig, SessionId};
 
 /// Calls per round and rounds for `cargo bench`; a run without `--bench`
 /// (the test suite's) only checks that each variant runs.

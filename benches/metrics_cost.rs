@@ -14,7 +14,12 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use sessionpack::error::Result;
-use sessionpack::{Deadline, Inserted, Layout, SessionId, Store, Stored, Written};
+use sessionpack::session::layout::Inserted;
+use sessionpack::session::layout::Layout;
+use sessionpack::session::layout::Stored;
+use sessionpack::session::layout::Written;
+use sessionpack::ttl::Deadline;
+use sessionpack::{SessionId, Store};
 
 /// Calls per round of the in-process variants, loads per round from the
 /// real server, and rounds, for `cargo bench`; a run without `--bench`

@@ -50,7 +50,7 @@ pub enum Role {
     /// store's keys ([`rule_for`]).
     Migrate,
     /// What a store taking over another store's sessions during a deploy
-    /// ([`crate::tower::TowerStore::with_takeover`]) adds to
+    /// ([`crate::map_store::MapStore::with_takeover`]) adds to
     /// [`Role::Store`]: it reads the old keys (`TYPE`, `GET`,
     /// `PEXPIRETIME` in a script) and writes and deletes them (`SET`,
     /// `DEL`). Its rule also names the old store's keys ([`rule_for`]).

@@ -77,8 +77,8 @@ pub mod tokens;
 pub mod users;
 pub mod viewed;
 
-// 6. Framework adapters. The actix-session store keeps its sessions as
-//    the tower-sessions one does, through its JSON-map store.
+// 6. Framework adapters: the JSON-map store both web stores keep their
+//    sessions in, and each framework's store over it.
 #[cfg(feature = "actix-session")]
 pub mod actix;
 #[cfg(any(
@@ -86,24 +86,25 @@ pub mod actix;
     feature = "tower-sessions-014",
     feature = "actix-session"
 ))]
+pub mod map_store;
+#[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
 pub mod tower;
+
+// The names a web developer meets first: the two framework stores, the
+// typed store and its layout, connections and errors. The rest is in the
+// modules.
 
 /// The actix-session store: `ActixStore::connect(url)`.
 #[cfg(feature = "actix-session")]
 pub use actix::ActixStore;
 pub use conn::{ConnectOptions, Connection, connect, connect_with};
-pub use error::{Error, InvalidId, Result};
-pub use limits::{LimitsSource, ListpackLimits};
-pub use session::buckets::Buckets;
+pub use error::{Error, Result};
 pub use session::id::{IdWidth, SessionId};
-pub use session::layout::{
-    Bucketed, BucketedConfig, Compact, CompactConfig, Inserted, Layout, Stored, Written,
-};
-pub use session::store::{Session, Store};
+pub use session::layout::{Compact, CompactConfig};
+pub use session::store::Store;
 /// The tower-sessions (axum) store: `TowerStore::connect(url)`.
 #[cfg(any(feature = "tower-sessions", feature = "tower-sessions-014"))]
 pub use tower::TowerStore;
-pub use ttl::Deadline;
 
 /// The `redis` crate this one is built on, for connections.
 pub use redis;

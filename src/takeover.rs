@@ -1,6 +1,6 @@
 //! Sessions of another, key-per-session store, read so that a sessionpack
 //! store can take them over with their ids, data and expiries
-//! (`sessionpack migrate`, and [`crate::tower::TowerStore::import_data`]).
+//! (`sessionpack migrate`, and [`crate::map_store::MapStore::import_data`]).
 //!
 //! A [`Source`] says how the other store names its keys and encodes its
 //! values:

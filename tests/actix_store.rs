@@ -17,11 +17,12 @@ use actix_web::cookie::time::Duration;
 use actix_web::cookie::{Cookie, Key};
 use actix_web::{App, HttpResponse, test, web};
 use redis::AsyncCommands;
+use sessionpack::CompactConfig;
 use sessionpack::actix::{ActixStore, IDENTITY_KEY, id_of, session_key};
 use sessionpack::identity::Identity;
+use sessionpack::session::layout::Layout;
 use sessionpack::tower::session_id;
 use sessionpack::users::UserIndexConfig;
-use sessionpack::{CompactConfig, Layout};
 use sessionpack_testkit::LocalServer;
 
 type Store = ActixStore<redis::aio::ConnectionManager>;

@@ -7,8 +7,12 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
+use sessionpack::limits::LimitsSource;
+use sessionpack::session::layout::Bucketed;
+use sessionpack::session::layout::BucketedConfig;
+use sessionpack::session::layout::Layout;
 use sessionpack::session::record;
-use sessionpack::{Bucketed, BucketedConfig, Error, Layout, LimitsSource, Store};
+use sessionpack::{Error, Store};
 use sessionpack_testkit::LocalServer;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use sessionpack::conn::cluster::{self, Cluster};
+use sessionpack::session::layout::Bucketed;
+use sessionpack::session::layout::BucketedConfig;
 use sessionpack::session::layout::{Encoding, KeyPerSession};
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
-use sessionpack::{Bucketed, BucketedConfig, Compact, CompactConfig, IdWidth, Store};
+use sessionpack::{Compact, CompactConfig, IdWidth, Store};
 use sessionpack_testkit::{LocalCluster, Role};
 
 fn start() -> LocalCluster {
@@ -519,7 +521,7 @@ async fn a_primary_that_lost_its_scripts_gets_only_its_own_calls_again() {
             .map(|_| (sessionpack::SessionId::generate().unwrap(), record.clone()))
             .collect()
     };
-    use sessionpack::Layout;
+    use sessionpack::session::layout::Layout;
     layout.insert_many(&batch(300), 600).await.unwrap();
     let primary = c.primaries()[0].url();
     let mut one = sessionpack::connect(&primary).await.unwrap();
@@ -533,7 +535,7 @@ async fn a_primary_that_lost_its_scripts_gets_only_its_own_calls_again() {
     assert!(
         results
             .iter()
-            .all(|r| matches!(r, sessionpack::Inserted::Created { .. })),
+            .all(|r| matches!(r, sessionpack::session::layout::Inserted::Created { .. })),
         "{results:?}"
     );
     let ids: Vec<_> = items.iter().map(|(id, _)| *id).collect();
@@ -564,8 +566,9 @@ async fn the_user_index_holds_on_a_growing_store_on_a_cluster() {
 /// group in its slot), and the cap's cutoff keeps the latest sessions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn viewed_items_and_the_cap_hold_on_a_growing_store_on_a_cluster() {
+    use sessionpack::session::layout::Layout;
+    use sessionpack::ttl::Deadline;
     use sessionpack::viewed::ViewedConfig;
-    use sessionpack::{Deadline, Layout};
     let c = start();
     for node in c.nodes() {
         common::set_hash_entries(node, 16);
@@ -619,7 +622,8 @@ suite_on_cluster!(growing_compact_layout_behaves_on_a_cluster, |conn, ns| {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_growing_store_splits_and_merges_within_its_groups_slots() {
-    use sessionpack::{Deadline, Layout};
+    use sessionpack::session::layout::Layout;
+    use sessionpack::ttl::Deadline;
     let c = start();
     for node in c.nodes() {
         common::set_hash_entries(node, 16);

@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sessionpack::conn::cluster;
+use sessionpack::session::layout::Bucketed;
+use sessionpack::session::layout::BucketedConfig;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
-use sessionpack::{Bucketed, BucketedConfig, Compact, CompactConfig, Error, SessionId, Store};
+use sessionpack::{Compact, CompactConfig, Error, SessionId, Store};
 use sessionpack_testkit::{LocalCluster, LocalServer, Role};
 
 const TTL: Duration = Duration::from_secs(600);
@@ -64,7 +66,7 @@ async fn failover_under_traffic<L>(
     store: Store<L, ()>,
     sweeper: impl FnOnce() -> sessionpack::session::sweep::SweeperHandle,
 ) where
-    L: sessionpack::Layout + Clone + 'static,
+    L: sessionpack::session::layout::Layout + Clone + 'static,
 {
     let mut before = Vec::new();
     for i in 0..600 {
@@ -206,7 +208,7 @@ struct Ledger {
 /// Creates, loads, touches, destroys and rotates sessions (every seventh
 /// with a record too long for one value: in turn in pieces and out of
 /// line) until `stop`, counting its rounds in `rounds`.
-async fn churn<L: sessionpack::Layout>(
+async fn churn<L: sessionpack::session::layout::Layout>(
     store: Store<L, String>,
     stop: Arc<AtomicBool>,
     rounds: Arc<AtomicU64>,
@@ -333,7 +335,7 @@ async fn reshard_under_traffic<L>(
     tags: &[String],
 ) -> Vec<SessionId>
 where
-    L: sessionpack::Layout + Clone + 'static,
+    L: sessionpack::session::layout::Layout + Clone + 'static,
 {
     let stop = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicU64::new(0));
@@ -561,7 +563,7 @@ async fn audit_bucketed(c: &LocalCluster, layout: &Bucketed<cluster::Cluster>) -
 /// no later call fails three times running.
 async fn calls_recover<L>(store: &Store<L, String>, after: &str)
 where
-    L: sessionpack::Layout,
+    L: sessionpack::session::layout::Layout,
 {
     let probe = SessionId::generate().unwrap();
     let mut failed = Vec::new();
@@ -628,7 +630,7 @@ async fn sweeper_survives_reshard_and_pause<L>(
     layout: L,
     bulk: impl AsyncFn() -> L,
 ) where
-    L: sessionpack::Layout
+    L: sessionpack::session::layout::Layout
         + sessionpack::session::sweep::Sweepable
         + Clone
         + Into<sessionpack::session::sweep::SweepTarget<cluster::Cluster>>,
@@ -727,7 +729,7 @@ async fn calls_move_to_the_new_primary<L>(
     store: Store<L, u64>,
     idle: Vec<cluster::Cluster>,
 ) where
-    L: sessionpack::Layout + Clone + 'static,
+    L: sessionpack::session::layout::Layout + Clone + 'static,
 {
     const WORKERS: u64 = 8;
     const EACH: u64 = 30;
@@ -765,7 +767,7 @@ async fn calls_move_to_the_new_primary<L>(
                                 continue;
                             }
                         };
-                        let next = sessionpack::Session {
+                        let next = sessionpack::session::store::Session {
                             attrs: n,
                             ..session
                         };
@@ -940,7 +942,7 @@ async fn writes_replicas_confirmed_survive_a_paused_primary_s_failover() {
 
 async fn confirmed_writes_survive_a_pause<L>(c: &LocalCluster, store: Store<L, String>)
 where
-    L: sessionpack::Layout + Clone + 'static,
+    L: sessionpack::session::layout::Layout + Clone + 'static,
 {
     const TASKS: u64 = 4;
     tokio::task::block_in_place(|| c.wait_in_sync(Duration::from_secs(10))).unwrap();

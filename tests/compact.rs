@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use sessionpack::session::layout::Layout;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
-use sessionpack::{Compact, CompactConfig, IdWidth, Layout, SessionId, Store};
+use sessionpack::{Compact, CompactConfig, IdWidth, SessionId, Store};
 use sessionpack_testkit::LocalServer;
 
 async fn compact(server: &LocalServer, bits: u8) -> Compact<redis::aio::ConnectionManager> {
@@ -128,10 +129,13 @@ async fn the_sweeper_visits_only_the_buckets_its_index_names() {
         let bucket = (i % 16) * 64;
         let id = b.with_bucket(&SessionId::generate().unwrap(), bucket);
         let inserted = layout
-            .insert(&id, &record, sessionpack::Deadline::In(1))
+            .insert(&id, &record, sessionpack::ttl::Deadline::In(1))
             .await
             .unwrap();
-        assert!(matches!(inserted, sessionpack::Inserted::Created { .. }));
+        assert!(matches!(
+            inserted,
+            sessionpack::session::layout::Inserted::Created { .. }
+        ));
         doomed_buckets.insert(bucket);
     }
     tokio::time::sleep(Duration::from_millis(2100)).await;
@@ -472,7 +476,10 @@ async fn a_capped_pass_stopped_at_any_point_leaves_no_record_behind() {
 /// taken id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_insert_sent_twice_is_created_once() {
-    use sessionpack::{Deadline, Inserted, Layout, SessionId};
+    use sessionpack::SessionId;
+    use sessionpack::session::layout::Inserted;
+    use sessionpack::session::layout::Layout;
+    use sessionpack::ttl::Deadline;
     let server = common::server();
     let layout = compact(&server, 6).await;
     let records = [
@@ -647,7 +654,10 @@ async fn health_reports_what_the_store_would_log() {
     let layout = compact(&server, 4).await;
     let health = layout.health();
     assert_eq!(health.eviction_policy.as_deref(), Some("noeviction"));
-    assert_eq!(health.limits.source, sessionpack::LimitsSource::Server);
+    assert_eq!(
+        health.limits.source,
+        sessionpack::limits::LimitsSource::Server
+    );
     assert_eq!(health.warnings(), Vec::<String>::new());
 
     let store: Store<_, String> = Store::new(layout.clone()).without_sweeper();

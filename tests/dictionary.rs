@@ -12,11 +12,12 @@ use redis::AsyncCommands;
 use serde_json::{Value, json};
 use sessionpack::identity::Identity;
 use sessionpack::session::dictionary::{self, Dictionary, PACKED};
+use sessionpack::session::layout::Layout;
 use sessionpack::session::layout::StoredRecord;
 use sessionpack::session::meta::StoreMeta;
 use sessionpack::tower::{TowerStore, session_id};
 use sessionpack::ttl::Deadline;
-use sessionpack::{CompactConfig, Error, Layout};
+use sessionpack::{CompactConfig, Error};
 use sessionpack_testkit::LocalServer;
 
 type Store = TowerStore<redis::aio::ConnectionManager>;
@@ -284,7 +285,7 @@ async fn dictionary_ids_are_never_reused_and_old_namespaces_are_not_packed() {
     // A namespace recorded before record format 3: its other processes
     // would not unpack, so nothing is packed there.
     let mut meta = sessionpack::Compact::<redis::aio::ConnectionManager>::meta(
-        &sessionpack::Buckets::new("old", 4)
+        &sessionpack::session::buckets::Buckets::new("old", 4)
             .unwrap()
             .with_id_width(sessionpack::IdWidth::Bits128),
     );

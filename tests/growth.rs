@@ -12,14 +12,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redis::AsyncCommands;
+use sessionpack::limits::ListpackLimits;
+use sessionpack::session::layout::Inserted;
+use sessionpack::session::layout::Layout;
 use sessionpack::session::layout::compact::{DEFAULT_BUCKET_BITS, DEFAULT_GROWING_BITS};
 use sessionpack::session::meta::StoreMeta;
 use sessionpack::session::record;
 use sessionpack::session::shape::{Node, Shape};
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
-use sessionpack::{
-    Compact, CompactConfig, Deadline, Error, Inserted, Layout, ListpackLimits, SessionId,
-};
+use sessionpack::ttl::Deadline;
+use sessionpack::{Compact, CompactConfig, Error, SessionId};
 use sessionpack_testkit::LocalServer;
 
 type Conn = redis::aio::ConnectionManager;
@@ -285,7 +287,7 @@ async fn writes_through_a_stale_shape_land_in_the_current_buckets() {
             .save(id, b"saved by the stale process", u64::from(u32::MAX) - 1)
             .await
             .unwrap();
-        assert_eq!(written, sessionpack::Written::Done);
+        assert_eq!(written, sessionpack::session::layout::Written::Done);
     }
     // Half as a process that has not read them deletes, half as one that
     // read them moments before (by the record's length): a plain HDEL,
@@ -296,7 +298,7 @@ async fn writes_through_a_stale_shape_land_in_the_current_buckets() {
     }
     for id in removed {
         let written = stale.remove(id, None).await.unwrap();
-        assert_eq!(written, sessionpack::Written::Done);
+        assert_eq!(written, sessionpack::session::layout::Written::Done);
     }
     for id in touched {
         assert!(stale.touch(id, 7200).await.unwrap().is_some());

@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
+use sessionpack::session::layout::Bucketed;
+use sessionpack::session::layout::BucketedConfig;
+use sessionpack::session::layout::Layout;
 use sessionpack::session::meta::StoreMeta;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
-use sessionpack::{Bucketed, BucketedConfig, Error, Layout, SessionId, Store};
+use sessionpack::{Error, SessionId, Store};
 use sessionpack_testkit::LocalServer;
 
 fn long() -> Duration {
@@ -645,7 +648,7 @@ async fn hostile_lifetimes_reach_no_layout_call() {
         let id = SessionId::generate().unwrap();
         assert!(matches!(
             layout
-                .insert(&id, &[1], sessionpack::Deadline::In(secs))
+                .insert(&id, &[1], sessionpack::ttl::Deadline::In(secs))
                 .await,
             Err(Error::InvalidTtl { .. })
         ));
@@ -660,7 +663,7 @@ async fn hostile_lifetimes_reach_no_layout_call() {
             .insert(
                 &id,
                 &[1],
-                sessionpack::Deadline::At(u64::from(u32::MAX) + 1)
+                sessionpack::ttl::Deadline::At(u64::from(u32::MAX) + 1)
             )
             .await,
         Err(Error::InvalidTtl { .. })

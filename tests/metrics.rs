@@ -11,10 +11,11 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redis::AsyncCommands;
 use serde_json::Value;
+use sessionpack::session::layout::Layout;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::tower::TowerStore;
 use sessionpack::users::UserIndexConfig;
-use sessionpack::{Compact, CompactConfig, Error, Layout, SessionId, Store};
+use sessionpack::{Compact, CompactConfig, Error, SessionId, Store};
 
 /// What the recorder saw since the last look, by name and labels.
 struct Seen(HashMap<(String, Vec<(String, String)>), DebugValue>);

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use sessionpack::session::layout::Layout;
 use sessionpack::session::layout::compact::{CHECKED_FORMAT, GroupedBuckets, MAX_PIECED_RECORD};
 use sessionpack::session::meta::StoreMeta;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
-use sessionpack::{Compact, CompactConfig, Layout, Store};
+use sessionpack::{Compact, CompactConfig, Store};
 use sessionpack_testkit::LocalServer;
 
 type Conn = redis::aio::ConnectionManager;
@@ -103,7 +104,7 @@ async fn insert_each(layout: &Compact<Conn>, len: usize, count: u8) -> Vec<sessi
     for n in 0..count {
         let id = layout.new_id().await.unwrap();
         layout
-            .insert(&id, &record_of(len, n), sessionpack::Deadline::In(600))
+            .insert(&id, &record_of(len, n), sessionpack::ttl::Deadline::In(600))
             .await
             .unwrap();
         ids.push(id);
@@ -134,43 +135,46 @@ async fn every_size_round_trips_through_every_write() {
     for (n, record) in records.iter().enumerate() {
         let id = layout.new_id().await.unwrap();
         let created = layout
-            .insert(&id, record, sessionpack::Deadline::In(600))
+            .insert(&id, record, sessionpack::ttl::Deadline::In(600))
             .await
             .unwrap();
         assert!(
-            matches!(created, sessionpack::Inserted::Created { .. }),
+            matches!(
+                created,
+                sessionpack::session::layout::Inserted::Created { .. }
+            ),
             "{n}"
         );
         assert_eq!(&layout.load(&id).await.unwrap().unwrap().record, record);
         // Replaced by every other size in turn, up and down.
         for other in records.iter().cycle().skip(n + 1).take(records.len()) {
             let written = layout.replace(&id, other, None).await.unwrap();
-            assert_eq!(written, sessionpack::Written::Done);
+            assert_eq!(written, sessionpack::session::layout::Written::Done);
             let stored = layout.load(&id).await.unwrap().unwrap();
             assert_eq!(&stored.record, other, "{} after {}", other.len(), n);
             assert_eq!(census(&mut raw, &layout).await.orphans, 0);
             // A save, at a later expiry.
             let at = stored.expires_at + 1;
             let saved = layout.save(&id, record, at).await.unwrap();
-            assert_eq!(saved, sessionpack::Written::Done);
+            assert_eq!(saved, sessionpack::session::layout::Written::Done);
             let stored = layout.load(&id).await.unwrap().unwrap();
             assert_eq!((&stored.record, stored.expires_at), (record, at));
             let written = layout.replace(&id, other, Some(record)).await.unwrap();
-            assert_eq!(written, sessionpack::Written::Done);
+            assert_eq!(written, sessionpack::session::layout::Written::Done);
         }
         let stored = layout.load(&id).await.unwrap().unwrap();
         // A conditional remove matches the whole record.
-        let wrong = sessionpack::Stored {
+        let wrong = sessionpack::session::layout::Stored {
             record: record_of(stored.record.len() + 1, 1),
             expires_at: stored.expires_at,
         };
         assert_eq!(
             layout.remove(&id, Some(&wrong)).await.unwrap(),
-            sessionpack::Written::Conflict
+            sessionpack::session::layout::Written::Conflict
         );
         assert_eq!(
             layout.remove(&id, Some(&stored)).await.unwrap(),
-            sessionpack::Written::Done
+            sessionpack::session::layout::Written::Done
         );
         assert!(layout.load(&id).await.unwrap().is_none());
     }
@@ -231,7 +235,7 @@ async fn pieces_a_stale_delete_left_are_swept() {
     for _ in 0..20 {
         let id = layout.new_id().await.unwrap();
         layout
-            .insert(&id, &record_of(30, 1), sessionpack::Deadline::In(600))
+            .insert(&id, &record_of(30, 1), sessionpack::ttl::Deadline::In(600))
             .await
             .unwrap();
         let at = layout.load(&id).await.unwrap().unwrap().expires_at;
@@ -262,7 +266,7 @@ async fn pieces_a_stale_delete_left_are_swept() {
     // The fields a session takes are gone with it, in each form.
     let id = layout.new_id().await.unwrap();
     layout
-        .insert(&id, &record_of(300, 4), sessionpack::Deadline::In(600))
+        .insert(&id, &record_of(300, 4), sessionpack::ttl::Deadline::In(600))
         .await
         .unwrap();
     assert!(layout.delete(&id, Some(300)).await.unwrap());
@@ -273,7 +277,7 @@ async fn pieces_a_stale_delete_left_are_swept() {
     for len in [100, 300, MAX_PIECED_RECORD] {
         let id = layout.new_id().await.unwrap();
         layout
-            .insert(&id, &record_of(len, 4), sessionpack::Deadline::In(600))
+            .insert(&id, &record_of(len, 4), sessionpack::ttl::Deadline::In(600))
             .await
             .unwrap();
         assert!(census(&mut raw, &layout).await.pieces > 0);
@@ -299,10 +303,13 @@ async fn a_batch_load_returns_records_of_every_size_whole() {
         let id = layout.new_id().await.unwrap();
         let record = record_of(sizes[n % sizes.len()], n as u8);
         let created = layout
-            .insert_new(&id, &record, sessionpack::Deadline::In(600))
+            .insert_new(&id, &record, sessionpack::ttl::Deadline::In(600))
             .await
             .unwrap();
-        assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+        assert!(matches!(
+            created,
+            sessionpack::session::layout::Inserted::Created { .. }
+        ));
         ids.push(id);
         records.push(Some(record));
     }
@@ -342,7 +349,7 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     let server = common::server();
     let layout = compact(&server, 2).await;
     let mut raw = common::raw(&server).await;
-    let in_600 = sessionpack::Deadline::In(600);
+    let in_600 = sessionpack::ttl::Deadline::In(600);
     // Four pieces a stale delete left under `id` (see above).
     let id = layout.new_id().await.unwrap();
     layout.insert(&id, &record_of(30, 1), in_600).await.unwrap();
@@ -355,13 +362,19 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     // id was just drawn or others may know it.
     let long = record_of(400, 3);
     let created = layout.insert_new(&id, &long, in_600).await.unwrap();
-    assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+    assert!(matches!(
+        created,
+        sessionpack::session::layout::Inserted::Created { .. }
+    ));
     assert_eq!(layout.load(&id).await.unwrap().unwrap().record, long);
     let c = census(&mut raw, &layout).await;
     assert_eq!((c.sessions, c.pieces, c.orphans), (1, 6, 0));
     assert!(layout.delete(&id, None).await.unwrap());
     let created = layout.insert(&id, &long, in_600).await.unwrap();
-    assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+    assert!(matches!(
+        created,
+        sessionpack::session::layout::Inserted::Created { .. }
+    ));
     assert_eq!(layout.load(&id).await.unwrap().unwrap().record, long);
     let c = census(&mut raw, &layout).await;
     assert_eq!((c.sessions, c.pieces, c.orphans), (1, 6, 0));
@@ -371,9 +384,12 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     let live = layout.new_id().await.unwrap();
     let short = record_of(100, 4);
     let created = layout.insert_new(&live, &short, in_600).await.unwrap();
-    assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+    assert!(matches!(
+        created,
+        sessionpack::session::layout::Inserted::Created { .. }
+    ));
     let created = layout.insert_new(&live, &long, in_600).await.unwrap();
-    assert_eq!(created, sessionpack::Inserted::IdTaken);
+    assert_eq!(created, sessionpack::session::layout::Inserted::IdTaken);
     assert_eq!(layout.load(&live).await.unwrap().unwrap().record, short);
     let c = census(&mut raw, &layout).await;
     assert_eq!((c.sessions, c.pieces, c.orphans, c.missing), (2, 7, 0, 0));
@@ -381,7 +397,10 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     let twice = layout.new_id().await.unwrap();
     for _ in 0..2 {
         let created = layout.insert_new(&twice, &long, in_600).await.unwrap();
-        assert!(matches!(created, sessionpack::Inserted::Created { .. }));
+        assert!(matches!(
+            created,
+            sessionpack::session::layout::Inserted::Created { .. }
+        ));
     }
 
     // Another program's string where a group's index goes: the create
@@ -459,7 +478,7 @@ async fn loads_racing_saves_see_whole_records() {
     let layout = compact(&server, 2).await;
     let id = layout.new_id().await.unwrap();
     layout
-        .insert(&id, &record_of(100, 0), sessionpack::Deadline::In(600))
+        .insert(&id, &record_of(100, 0), sessionpack::ttl::Deadline::In(600))
         .await
         .unwrap();
     let at = layout.load(&id).await.unwrap().unwrap().expires_at;
@@ -511,13 +530,14 @@ async fn a_namespace_of_record_format_1_keeps_records_out_of_line() {
     let server = common::server();
     let conn = common::manager(&server).await;
     let config = CompactConfig::new(4).with_namespace("old");
-    let mut meta = Compact::<Conn>::meta(&sessionpack::Buckets::new("old", 4).unwrap());
+    let mut meta =
+        Compact::<Conn>::meta(&sessionpack::session::buckets::Buckets::new("old", 4).unwrap());
     meta.format = 1;
     meta.claim(&conn, "old").await.unwrap();
     let layout = Compact::new(conn.clone(), config).await.unwrap();
     let id = layout.new_id().await.unwrap();
     layout
-        .insert(&id, &record_of(300, 9), sessionpack::Deadline::In(600))
+        .insert(&id, &record_of(300, 9), sessionpack::ttl::Deadline::In(600))
         .await
         .unwrap();
     assert_eq!(
@@ -530,7 +550,8 @@ async fn a_namespace_of_record_format_1_keeps_records_out_of_line() {
     let recorded = StoreMeta::read(&conn, "old").await.unwrap().unwrap();
     assert_eq!(recorded.format, 1, "opening it changed nothing");
 
-    let mut newer = Compact::<Conn>::meta(&sessionpack::Buckets::new("new", 4).unwrap());
+    let mut newer =
+        Compact::<Conn>::meta(&sessionpack::session::buckets::Buckets::new("new", 4).unwrap());
     newer.format = sessionpack::session::meta::FORMAT_VERSION + 1;
     newer.claim(&conn, "new").await.unwrap();
     let refused = Compact::new(conn, CompactConfig::new(4).with_namespace("new")).await;
@@ -548,7 +569,7 @@ async fn a_take_returns_a_pieced_entry_whole() {
     let layout = compact(&server, 2).await;
     let id = layout.new_id().await.unwrap();
     layout
-        .insert(&id, &record_of(400, 5), sessionpack::Deadline::In(600))
+        .insert(&id, &record_of(400, 5), sessionpack::ttl::Deadline::In(600))
         .await
         .unwrap();
     let layout = Arc::new(layout);
@@ -656,7 +677,7 @@ async fn saves_of_records_in_pieces_take_the_short_script() {
         for pass in 0..2 {
             let id = layout.new_id().await.unwrap();
             layout
-                .insert(&id, &record_of(300, 1), sessionpack::Deadline::In(600))
+                .insert(&id, &record_of(300, 1), sessionpack::ttl::Deadline::In(600))
                 .await
                 .unwrap();
             let mut at = layout.load(&id).await.unwrap().unwrap().expires_at;
@@ -665,7 +686,7 @@ async fn saves_of_records_in_pieces_take_the_short_script() {
                 let record = record_of(len, n as u8);
                 let before = common::calls(&mut raw, "evalsha").await;
                 let saved = layout.save(&id, &record, at).await.unwrap();
-                assert_eq!(saved, sessionpack::Written::Done);
+                assert_eq!(saved, sessionpack::session::layout::Written::Done);
                 let scripts = common::calls(&mut raw, "evalsha").await - before;
                 if pass == 1 {
                     assert_eq!(scripts, cost, "a save to {len} bytes (growing: {growing})");
@@ -677,7 +698,7 @@ async fn saves_of_records_in_pieces_take_the_short_script() {
             }
             assert_eq!(
                 layout.remove(&id, None).await.unwrap(),
-                sessionpack::Written::Done
+                sessionpack::session::layout::Written::Done
             );
         }
         assert_eq!(census(&mut raw, &layout).await, Census::default());
@@ -933,7 +954,7 @@ async fn a_namespace_of_an_earlier_format_keeps_pieces_without_a_check() {
             let id = layout.new_id().await.unwrap();
             let record = record_of(300, 3);
             layout
-                .insert(&id, &record, sessionpack::Deadline::In(600))
+                .insert(&id, &record, sessionpack::ttl::Deadline::In(600))
                 .await
                 .unwrap();
             assert_eq!(layout.load(&id).await.unwrap().unwrap().record, record);

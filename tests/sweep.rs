@@ -18,7 +18,7 @@ fn long() -> Duration {
 
 async fn totals(
     raw: &mut redis::aio::MultiplexedConnection,
-    b: &sessionpack::Buckets,
+    b: &sessionpack::session::buckets::Buckets,
 ) -> (u64, u64) {
     let (mut h, mut z) = (0, 0);
     for bucket in 0..b.count() {
@@ -324,9 +324,12 @@ async fn the_task_runs_each_interval_survives_restarts_and_stops() {
     let conn = redis::aio::ConnectionManager::new_with_config(server.client().unwrap(), config)
         .await
         .unwrap();
-    let layout = sessionpack::Bucketed::new(conn, sessionpack::BucketedConfig::new(4))
-        .await
-        .unwrap();
+    let layout = sessionpack::session::layout::Bucketed::new(
+        conn,
+        sessionpack::session::layout::BucketedConfig::new(4),
+    )
+    .await
+    .unwrap();
     let config = SweepConfig::default()
         .with_interval(Duration::from_secs(60))
         .with_segments(4);

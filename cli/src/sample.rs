@@ -11,8 +11,8 @@ use std::path::Path;
 
 use redis::aio::ConnectionLike;
 use serde_json::Value;
-use sessionpack::Buckets;
 use sessionpack::error::{Error, Result};
+use sessionpack::session::buckets::Buckets;
 use sessionpack::session::id::IdWidth;
 use sessionpack::session::layout::StoredRecord;
 use sessionpack::session::layout::compact::GroupedBuckets;

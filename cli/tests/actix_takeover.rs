@@ -154,7 +154,7 @@ async fn old_and_new_instances_see_each_others_writes_and_deletes() {
     let after = unix();
     assert_eq!(load(&new, &keys[5]).await, Some(state("ada", 5)));
     let sid = sessionpack::takeover::hashed_id(keys[5].as_ref().as_bytes());
-    let stored = sessionpack::Layout::load(new.layout(), &sid)
+    let stored = sessionpack::session::layout::Layout::load(new.layout(), &sid)
         .await
         .unwrap()
         .unwrap();

@@ -73,8 +73,10 @@ async fn user_indexes_are_loaded_and_measured() {
     // The benchmark records no index in the store's metadata: open the
     // layout without the metadata check.
     let mut conn = connect(&server.url()).await.unwrap();
-    let limits = sessionpack::ListpackLimits::read(&mut conn).await.unwrap();
-    let buckets = sessionpack::Buckets::new("sp", 7).unwrap();
+    let limits = sessionpack::limits::ListpackLimits::read(&mut conn)
+        .await
+        .unwrap();
+    let buckets = sessionpack::session::buckets::Buckets::new("sp", 7).unwrap();
     let index = UserIndex::new("sp", UserIndexConfig::new(7)).unwrap();
     let layout = Compact::with_limits(conn, buckets, limits).with_users(Some(index));
     let audit = layout.audit_users().await.unwrap();

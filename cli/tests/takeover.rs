@@ -444,7 +444,7 @@ async fn log_out_everywhere_reaches_old_keys_during_the_takeover() {
     assert!(!old_key_exists(&server, &at_close.id).await);
     assert!(same(&load(&new, &after.id).await.unwrap(), &after));
     let left: bool = redis::cmd("EXISTS")
-        .arg(sessionpack::tower::revoked_key("sp"))
+        .arg(sessionpack::map_store::revoked_key("sp"))
         .query_async(&mut common::raw(&server).await)
         .await
         .unwrap();
@@ -468,7 +468,7 @@ async fn marks_outlast_their_sessions_and_far_expiries_are_taken() {
             .unwrap();
     new.save(&moved).await.unwrap();
     let marks =
-        sessionpack::tower::marks_key(new.layout(), &sessionpack::tower::session_id(r.id.0));
+        sessionpack::map_store::marks_key(new.layout(), &sessionpack::tower::session_id(r.id.0));
     let until: i64 = redis::cmd("EXPIRETIME")
         .arg(&marks)
         .query_async(&mut common::raw(&server).await)

@@ -55,7 +55,7 @@
 //! texts kept whole under such a key.
 //!
 //! **Calls** (one round trip each, as the tower-sessions store's, whose
-//! JSON-map store this one shares, [`crate::tower::TowerStore`]):
+//! JSON-map store this one shares, [`crate::map_store::MapStore`]):
 //!
 //! - `save` (a new session): `MULTI`, `HSETNX`, `ZADD LT`, `EXEC`; a key
 //!   already taken draws another.
@@ -92,10 +92,10 @@ use serde_json::Value;
 use crate::clock::unix_now;
 use crate::error::{Error, Result};
 use crate::identity::{Identity, MAX_NAME_BYTES, Uuid};
+use crate::map_store::MapStore;
 use crate::session::dictionary::Dictionary;
 use crate::session::layout::{Compact, CompactConfig};
 use crate::session::sweep::SweepConfig;
-use crate::tower::TowerStore;
 use crate::users::{Revoked, UserSession};
 
 mod state;
@@ -122,24 +122,24 @@ pub fn actix_identity_owner(data: &HashMap<String, Value>) -> Option<Identity> {
 /// An actix-session store over a [`Compact`] layout with 128-bit ids.
 #[derive(Clone, Debug)]
 pub struct ActixStore<C> {
-    inner: TowerStore<C>,
+    inner: MapStore<C>,
 }
 
 impl ActixStore<crate::Connection> {
     /// Connects to the Redis server at `url` (a reconnecting
     /// [`crate::Connection`]) and opens the store as most apps want it:
-    /// [`crate::tower::recommended_config_for`] the server, the write threshold
-    /// [`crate::tower::DEFAULT_WRITE_THRESHOLD`], and a sweeper running in
+    /// [`crate::map_store::recommended_config_for`] the server, the write threshold
+    /// [`crate::map_store::DEFAULT_WRITE_THRESHOLD`], and a sweeper running in
     /// the background that stops when the last clone of the store is
     /// dropped ([`ActixStore::without_sweeper`] turns it off). The knobs
     /// (a user index for "log out everywhere", a fixed bucket count) are
     /// [`ActixStore::new`]'s.
     pub async fn connect(url: &str) -> Result<Self> {
         let conn = crate::connect(url).await?;
-        let config = crate::tower::recommended_config_for(&conn).await?;
+        let config = crate::map_store::recommended_config_for(&conn).await?;
         Ok(Self::new(conn, config)
             .await?
-            .with_write_threshold(crate::tower::DEFAULT_WRITE_THRESHOLD))
+            .with_write_threshold(crate::map_store::DEFAULT_WRITE_THRESHOLD))
     }
 }
 
@@ -158,7 +158,7 @@ where
 
     /// A store over a layout already open; its ids must be 128 bits wide.
     pub fn from_layout(layout: Compact<C>) -> Result<Self> {
-        let inner = TowerStore::from_layout(layout)?.with_owner(actix_identity_owner, None);
+        let inner = MapStore::from_layout(layout)?.with_owner(actix_identity_owner, None);
         Ok(Self { inner })
     }
 
@@ -175,7 +175,7 @@ where
     /// index only; without one this does nothing.
     pub fn with_owner(
         mut self,
-        owner: crate::tower::OwnerOf,
+        owner: crate::map_store::OwnerOf,
         label_key: Option<&'static str>,
     ) -> Self {
         self.inner = self.inner.with_owner(owner, label_key);
@@ -195,14 +195,14 @@ where
     }
 
     /// Remembers the last `capacity` sessions this process saw, for the
-    /// write threshold and deletes ([`TowerStore::with_memo_capacity`]).
+    /// write threshold and deletes ([`MapStore::with_memo_capacity`]).
     pub fn with_memo_capacity(mut self, capacity: usize) -> Self {
         self.inner = self.inner.with_memo_capacity(capacity);
         self
     }
 
     /// Ends every session `lifetime` after it was created, whatever TTL
-    /// actix-session gives it ([`TowerStore::with_absolute_lifetime`]).
+    /// actix-session gives it ([`MapStore::with_absolute_lifetime`]).
     pub fn with_absolute_lifetime(mut self, lifetime: std::time::Duration) -> Self {
         self.inner = self.inner.with_absolute_lifetime(lifetime);
         self
@@ -224,7 +224,7 @@ where
 
     /// Runs no sweeper in the background: for an app whose expired
     /// sessions a `sessionpack sweep` daemon removes
-    /// ([`TowerStore::without_sweeper`]).
+    /// ([`MapStore::without_sweeper`]).
     pub fn without_sweeper(mut self) -> Self {
         self.inner = self.inner.without_sweeper();
         self
@@ -277,7 +277,7 @@ where
     ///
     /// While it is open, a session's old key is its cookie's key (its id is
     /// that key's [`crate::takeover::hashed_id`]), and the calls are those
-    /// of [`crate::tower::TowerStore::with_takeover`], the old key written
+    /// of [`crate::map_store::MapStore::with_takeover`], the old key written
     /// in actix-session's form: a new session gets a key of actix-session's
     /// form too (`SET NX EXAT` of its state), so an old instance loads it;
     /// an update writes the old key first (`SET XX EXAT`), a delete deletes
@@ -331,7 +331,7 @@ fn actix_session_key() -> String {
 }
 
 fn id_of_actix_key(key: &str) -> i128 {
-    crate::tower::tower_id(&crate::takeover::hashed_id(key.as_bytes()))
+    crate::map_store::tower_id(&crate::takeover::hashed_id(key.as_bytes()))
 }
 
 /// actix-session's `RedisSessionStore` value for `data`: its state (keys to

@@ -1,7 +1,8 @@
 //! The tower-sessions traits over [`TowerStore`], for each version of
 //! tower-sessions-core the features name.
 
-use super::*;
+use super::TowerStore;
+use crate::error::Error;
 
 macro_rules! session_store {
     ($core:ident) => {

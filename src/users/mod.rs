@@ -21,9 +21,9 @@
 //! every interleaving is safe:
 //!
 //! - **Create** (and the new id of a rotation): the index entry first,
-//!   then the session, with a script that refuses it ([`crate::Inserted::Late`])
+//!   then the session, with a script that refuses it ([`crate::session::layout::Inserted::Late`])
 //!   when it comes more than the grace ([`UserIndexConfig::grace_secs`])
-//!   after the entry was written, or ([`crate::Inserted::IdTaken`]) when a
+//!   after the entry was written, or ([`crate::session::layout::Inserted::IdTaken`]) when a
 //!   tombstone stands beside its field. A create refused either way draws
 //!   a new id and writes a new entry.
 //! - **Rotate** ([`crate::Store::rotate`]): the new id's entry first; then,

@@ -7,7 +7,8 @@ pub mod users;
 pub mod viewed;
 
 use redis::aio::ConnectionManager;
-use sessionpack::{Bucketed, BucketedConfig};
+use sessionpack::session::layout::Bucketed;
+use sessionpack::session::layout::BucketedConfig;
 use sessionpack_testkit::LocalServer;
 
 /// A fresh server, stopped when dropped.
@@ -98,7 +99,7 @@ pub async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) 
 /// counts as found or not, never as an error of the moment.
 pub async fn found<L, A>(store: &sessionpack::Store<L, A>, ids: &[sessionpack::SessionId]) -> usize
 where
-    L: sessionpack::Layout,
+    L: sessionpack::session::layout::Layout,
     A: serde::Serialize + serde::de::DeserializeOwned + Send + Sync,
 {
     let mut attempts = 0;
@@ -240,7 +241,10 @@ pub struct Audit {
 
 /// Reads every bucket and out-of-line key of `b` and counts what is out of
 /// step. Buckets whose keys hold another type are passed over.
-pub async fn audit(raw: &mut redis::aio::MultiplexedConnection, b: &sessionpack::Buckets) -> Audit {
+pub async fn audit(
+    raw: &mut redis::aio::MultiplexedConnection,
+    b: &sessionpack::session::buckets::Buckets,
+) -> Audit {
     use std::collections::HashSet;
     let mut audit = Audit::default();
     for bucket in 0..b.count() {

@@ -5,8 +5,9 @@ use std::time::Duration;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use serde::{Deserialize, Serialize};
+use sessionpack::session::layout::Layout;
 use sessionpack::session::sweep::Sweepable;
-use sessionpack::{Error, Layout, SessionId, Store};
+use sessionpack::{Error, SessionId, Store};
 use sessionpack_testkit::LocalServer;
 
 /// Application attributes used by the suite.
@@ -510,8 +511,8 @@ impl<L: Layout> Layout for TouchBeforeInsert<L> {
         &self,
         id: &SessionId,
         record: &[u8],
-        expiry: sessionpack::Deadline,
-    ) -> sessionpack::Result<sessionpack::Inserted> {
+        expiry: sessionpack::ttl::Deadline,
+    ) -> sessionpack::Result<sessionpack::session::layout::Inserted> {
         let first = self.touched.lock().unwrap().is_none();
         if first {
             let renewed = self.inner.touch(&self.target, self.ttl_secs).await?;
@@ -519,7 +520,10 @@ impl<L: Layout> Layout for TouchBeforeInsert<L> {
         }
         self.inner.insert(id, record, expiry).await
     }
-    async fn load(&self, id: &SessionId) -> sessionpack::Result<Option<sessionpack::Stored>> {
+    async fn load(
+        &self,
+        id: &SessionId,
+    ) -> sessionpack::Result<Option<sessionpack::session::layout::Stored>> {
         self.inner.load(id).await
     }
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> sessionpack::Result<Option<u64>> {
@@ -530,14 +534,14 @@ impl<L: Layout> Layout for TouchBeforeInsert<L> {
         id: &SessionId,
         record: &[u8],
         expected: Option<&[u8]>,
-    ) -> sessionpack::Result<sessionpack::Written> {
+    ) -> sessionpack::Result<sessionpack::session::layout::Written> {
         self.inner.replace(id, record, expected).await
     }
     async fn remove(
         &self,
         id: &SessionId,
-        expected: Option<&sessionpack::Stored>,
-    ) -> sessionpack::Result<sessionpack::Written> {
+        expected: Option<&sessionpack::session::layout::Stored>,
+    ) -> sessionpack::Result<sessionpack::session::layout::Written> {
         self.inner.remove(id, expected).await
     }
 }

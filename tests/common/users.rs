@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sessionpack::identity::Name;
+use sessionpack::session::layout::Inserted;
 use sessionpack::session::layout::Layout;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
+use sessionpack::ttl::Deadline;
 use sessionpack::users::{UserIndexAudit, UserIndexConfig};
-use sessionpack::{Compact, CompactConfig, Deadline, Inserted, SessionId, Store};
+use sessionpack::{Compact, CompactConfig, SessionId, Store};
 
 /// A one-second grace and skew, so the hold (three seconds) can be waited
 /// out in a test.

@@ -7,12 +7,12 @@ use clap::Args;
 use crate::advisor::{self, DEFAULT_IDENTITY, DEFAULT_MAX_CONVERTED, Prediction, Workload};
 use crate::harness::memory::{FIRST_IDENTITY, MemoryReport, human_count};
 use crate::sample::{self, Sample};
-use sessionpack::Buckets;
 use sessionpack::conn::ConnectOptions;
 use sessionpack::conn::cluster::slots;
 use sessionpack::error::{Error, Result};
 use sessionpack::identity::Form;
 use sessionpack::limits::ListpackLimits;
+use sessionpack::session::buckets::Buckets;
 use sessionpack::session::layout::LayoutKind;
 use sessionpack::session::layout::compact::GroupedBuckets;
 

@@ -96,7 +96,7 @@ struct SweepBench {
 /// The stores run no sweeper of their own: the bench's sweepers are timed.
 async fn load<L>(layout: &L, expired: u64, live: u64) -> Result<()>
 where
-    L: sessionpack::Layout + sessionpack::session::sweep::Sweepable,
+    L: sessionpack::session::layout::Layout + sessionpack::session::sweep::Sweepable,
 {
     load_living(layout, expired, live, Duration::from_secs(1)).await?;
     tokio::time::sleep(Duration::from_millis(2100)).await;
@@ -107,7 +107,7 @@ where
 /// hour, interleaved.
 async fn load_living<L>(layout: &L, expired: u64, live: u64, short: Duration) -> Result<()>
 where
-    L: sessionpack::Layout + sessionpack::session::sweep::Sweepable,
+    L: sessionpack::session::layout::Layout + sessionpack::session::sweep::Sweepable,
 {
     let short: Store<&L, ()> = Store::new(layout).without_sweeper().with_ttl(short);
     let long: Store<&L, ()> = Store::new(layout)

@@ -8,9 +8,11 @@ use clap::Args;
 
 use super::store_args::StoreArgs;
 use sessionpack::error::{Error, Result};
+use sessionpack::session::layout::Bucketed;
+use sessionpack::session::layout::BucketedConfig;
 use sessionpack::session::layout::Expiry;
 use sessionpack::session::sweep::{DEFAULT_SEGMENTS, SweepConfig, SweepTarget, Sweeper};
-use sessionpack::{Bucketed, BucketedConfig, Compact, CompactConfig, IdWidth};
+use sessionpack::{Compact, CompactConfig, IdWidth};
 
 /// Arguments of `sessionpack sweep`.
 #[derive(Debug, Args)]

@@ -13,9 +13,10 @@ use sessionpack::conn::AnyConnection;
 use sessionpack::error::{Error, Result};
 use sessionpack::identity::{Identity, Name, Uuid};
 use sessionpack::session::layout::Expiry;
+use sessionpack::session::layout::Layout;
 use sessionpack::session::store::DEFAULT_TTL;
 use sessionpack::users::UserSession;
-use sessionpack::{Compact, CompactConfig, IdWidth, Layout, SessionId, Store};
+use sessionpack::{Compact, CompactConfig, IdWidth, SessionId, Store};
 
 /// Arguments of `sessionpack users`.
 #[derive(Debug, Args)]
@@ -117,10 +118,10 @@ async fn open(args: &StoreArgs) -> Result<Compact<AnyConnection>> {
 /// store's keys and how to read an owner from them); this command does not.
 async fn refuse_in_takeover(layout: &Compact<AnyConnection>, namespace: &str) -> Result<()> {
     let state: Option<String> = redis::cmd("GET")
-        .arg(sessionpack::tower::state_key(namespace))
+        .arg(sessionpack::map_store::state_key(namespace))
         .query_async(&mut layout.connection().clone())
         .await?;
-    if state.as_deref() == Some(sessionpack::tower::OPEN) {
+    if state.as_deref() == Some(sessionpack::map_store::OPEN) {
         return Err(Error::Config(format!(
             "a takeover of another store is open in namespace {namespace:?}: revoke from the \
              app (`TowerStore::revoke_all`, which also reaches the old store's keys), or close \

@@ -161,7 +161,10 @@ pub async fn run(
             let (ra, rb) =
                 tokio::join!(layout.insert_many(a, 86_400), layout.insert_many(b, 86_400));
             for inserted in ra?.into_iter().chain(rb?) {
-                if !matches!(inserted, sessionpack::Inserted::Created { .. }) {
+                if !matches!(
+                    inserted,
+                    sessionpack::session::layout::Inserted::Created { .. }
+                ) {
                     return Err(Error::Config(format!(
                         "a benchmark insert was not stored: {inserted:?}"
                     )));

@@ -2,7 +2,7 @@
 //! copied, its session marked moved first, and counted as it goes.
 //!
 //! On one server a script does all three in one step
-//! ([`tower_store::CLOSE_SCRIPT`]). On a cluster the old key, the marks and
+//! ([`map_store::CLOSE_SCRIPT`]). On a cluster the old key, the marks and
 //! one counter lie in different slots, so each batch takes three
 //! pipelines: the marks (moved, each mark before returned), the keys
 //! (deleted while unchanged, with a counter in the key's own slot raised
@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 
 use sessionpack::Compact;
 use sessionpack::error::Result;
+use sessionpack::map_store;
 use sessionpack::takeover;
-use sessionpack::tower::{self as tower_store};
 
 use super::keyspace::Keyspace;
 use super::{Read, scripted};
@@ -102,7 +102,7 @@ pub(super) enum Closer {
 impl Closer {
     pub(super) fn new(keyspace: &Keyspace) -> Self {
         match keyspace {
-            Keyspace::Server(_) => Self::Server(redis::Script::new(tower_store::CLOSE_SCRIPT)),
+            Keyspace::Server(_) => Self::Server(redis::Script::new(map_store::CLOSE_SCRIPT)),
             Keyspace::Cluster(_) => Self::Cluster {
                 mark: redis::Script::new(takeover::CLOSE_MARK_SCRIPT),
                 key: redis::Script::new(takeover::CLOSE_KEY_SCRIPT),
@@ -131,7 +131,7 @@ impl Closer {
                         .arg(close.get_hash())
                         .arg(3)
                         .arg(&read.key)
-                        .arg(tower_store::marks_key(layout, &read.taken.id))
+                        .arg(map_store::marks_key(layout, &read.taken.id))
                         .arg(counters.key_for(&read.key))
                         .arg(&read.value)
                         .arg(read.expire_ms)
@@ -146,7 +146,7 @@ impl Closer {
             Self::Cluster { mark, key, unmark } => {
                 let marks: Vec<String> = reads
                     .iter()
-                    .map(|r| tower_store::marks_key(layout, &r.taken.id))
+                    .map(|r| map_store::marks_key(layout, &r.taken.id))
                     .collect();
                 let mut pipe = redis::pipe();
                 for (read, marks) in reads.iter().zip(&marks) {
@@ -196,7 +196,7 @@ impl Closer {
 }
 
 /// Records the takeover of `namespace` closed (stores with
-/// [`tower_store::TowerStore::with_takeover`] then read only their
+/// [`map_store::TowerStore::with_takeover`] then read only their
 /// buckets), and drops the sessions' marks and the owners revoked during
 /// it, which nothing reads any more.
 pub(super) async fn close_takeover<C>(
@@ -209,11 +209,11 @@ where
 {
     let _: () = redis::pipe()
         .cmd("SET")
-        .arg(tower_store::state_key(namespace))
-        .arg(tower_store::CLOSED)
+        .arg(map_store::state_key(namespace))
+        .arg(map_store::CLOSED)
         .ignore()
         .cmd("DEL")
-        .arg(tower_store::revoked_key(namespace))
+        .arg(map_store::revoked_key(namespace))
         .ignore()
         .query_async(redis)
         .await?;

@@ -42,11 +42,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use redis::aio::ConnectionManager;
-use sessionpack::Layout;
 use sessionpack::error::{Error, Result};
+use sessionpack::map_store::{self, Synced};
 use sessionpack::session::id::IdWidth;
+use sessionpack::session::layout::Layout;
 use sessionpack::takeover::{self, Source, Taken};
-use sessionpack::tower::{self as tower_store, Synced, TowerStore};
+use sessionpack::tower::TowerStore;
 
 pub use keyspace::Keyspace;
 pub use report::Report;
@@ -150,10 +151,10 @@ where
     let state = state_key(&namespace, &plan.source);
     let mut redis = conn.clone();
     let takeover: Option<String> = redis::cmd("GET")
-        .arg(tower_store::state_key(&namespace))
+        .arg(map_store::state_key(&namespace))
         .query_async(&mut redis)
         .await?;
-    if takeover.as_deref() == Some(tower_store::CLOSED) {
+    if takeover.as_deref() == Some(map_store::CLOSED) {
         return Err(Error::Config(format!(
             "the takeover of namespace {namespace:?} was closed: its sessions live in the store \
              alone now, and a copy from old keys could bring back what it deleted"

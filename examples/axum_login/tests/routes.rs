@@ -114,7 +114,7 @@ async fn get(client: &reqwest::Client, url: String) -> (StatusCode, String) {
 async fn sessions_in_redis(server: &LocalServer) -> u64 {
     let mut raw = raw(server).await;
     let keys: Vec<String> = raw.keys("sp:{*}:*").await.unwrap();
-    let field_len = sessionpack::Buckets::new("sp", 6)
+    let field_len = sessionpack::session::buckets::Buckets::new("sp", 6)
         .unwrap()
         .with_id_width(sessionpack::IdWidth::Bits128)
         .field_len();

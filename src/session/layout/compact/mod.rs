@@ -422,7 +422,7 @@ where
 {
     /// Opens a compact store: checks the namespace's metadata (recording
     /// it if the store is new) and reads the server's listpack limits and
-    /// eviction policy, as [`crate::Bucketed::new`] does.
+    /// eviction policy, as [`crate::session::layout::Bucketed::new`] does.
     pub async fn new(conn: C, config: CompactConfig) -> Result<Self> {
         let policy = crate::limits::eviction_policy(&mut conn.clone()).await?;
         let (bits, growing) = if config.bucket_bits.is_some() && config.growing.is_some() {

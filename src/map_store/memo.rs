@@ -22,7 +22,7 @@ pub(super) struct Memo {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Memory {
     pub(super) digest: u64,
-    /// A digest of the record's owner head (see [`TowerStore`]).
+    /// A digest of the record's owner head (see [`MapStore`]).
     pub(super) head: u64,
     pub(super) seen: Seen,
 }
@@ -116,7 +116,7 @@ impl Memo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tower::DEFAULT_MEMO_CAPACITY;
+    use crate::map_store::DEFAULT_MEMO_CAPACITY;
 
     fn unchanged(memo: &Memo, id: i128, bytes: &[u8], at: u64, fraction: f64) -> bool {
         memo.get(id)

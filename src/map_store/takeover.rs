@@ -1,5 +1,5 @@
 //! Taking over a running app's sessions during a rolling deploy
-//! ([`TowerStore::with_takeover`], and `ActixStore::with_takeover` for
+//! ([`MapStore::with_takeover`], and `ActixStore::with_takeover` for
 //! actix-session's store, whose keys are the cookies' own: each call is
 //! given its session's key, and a mark keeps it where a revocation needs
 //! it).
@@ -12,7 +12,7 @@
 //! - **Load**: one round trip reads the session, the old key (type, value,
 //!   expiry, in one script) and the session's journal mark. An old key
 //!   whose session differs (or is missing) is copied in
-//!   ([`TowerStore::take_over`]), so a write an old instance made at any
+//!   ([`MapStore::take_over`]), so a write an old instance made at any
 //!   time, even to a session moved long before, is never lost. A session
 //!   that came from an old key (marked) whose old key is gone was deleted
 //!   by an old instance (or expired): it is removed, never served again. A
@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{TowerStore, head, session_id, tower_id};
+use super::{MapStore, head, session_id, tower_id};
 use crate::error::{Error, Result};
 use crate::session::id::{IdWidth, SessionId};
 use crate::session::layout::{Compact, Layout, Stored};
@@ -104,7 +104,7 @@ where
     format!("{}:m", scheme.bucket_key(scheme.buckets().bucket_of(id)))
 }
 
-/// What [`TowerStore::take_over`] did.
+/// What [`MapStore::take_over`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Synced {
     /// The store held the session as the old key has it.
@@ -149,7 +149,7 @@ impl Takeover {
 
     /// Whether a session's old key does not follow from its id, so that
     /// its mark keeps it where a revocation must find it (in a store with
-    /// a user index, as [`TowerStore::take_over`]'s copies do too).
+    /// a user index, as [`MapStore::take_over`]'s copies do too).
     fn keeps_keys(&self) -> bool {
         self.source.id == IdForm::ActixSessionKey
     }
@@ -214,7 +214,7 @@ struct OldKey {
     decoded: std::result::Result<Taken, Skip>,
 }
 
-impl<C> TowerStore<C>
+impl<C> MapStore<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
@@ -243,7 +243,7 @@ where
         self.open_takeover_of(source).await
     }
 
-    /// [`TowerStore::with_takeover`] of a source whose form the store can
+    /// [`MapStore::with_takeover`] of a source whose form the store can
     /// write back: tower-sessions-redis-store's, or actix-session's for
     /// the actix store, which gives each call its session's key.
     pub(crate) async fn open_takeover_of(mut self, source: Source) -> Result<Self> {
@@ -422,7 +422,7 @@ where
                     });
                 }
                 match self.layout.remove(&taken.id, Some(stored)).await? {
-                    crate::Written::Done => replaced = true,
+                    crate::session::layout::Written::Done => replaced = true,
                     // Written meanwhile: read again.
                     _ => continue,
                 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{CREATE_ATTEMPTS, Imported, TowerStore, expiry_secs, session_id, tower_id};
+use super::{CREATE_ATTEMPTS, Imported, MapStore, expiry_secs, session_id, tower_id};
 use crate::clock::unix_now;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Op, Outcome};
@@ -13,7 +13,7 @@ use crate::session::id::SessionId;
 use crate::session::layout::{Inserted, Layout};
 use crate::ttl::Deadline;
 
-impl<C> TowerStore<C>
+impl<C> MapStore<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
@@ -36,7 +36,7 @@ where
     }
 
     #[cfg(feature = "actix-session")]
-    /// [`TowerStore::create_data`] of a session whose id may come with a
+    /// [`MapStore::create_data`] of a session whose id may come with a
     /// key it is the hash of (an actix-session key, while a takeover of
     /// actix-session's store is open: old instances load the session under
     /// that key). Returns the id and key used.
@@ -117,7 +117,7 @@ where
     }
 
     /// Stores a session taken over from another store ([`crate::takeover`])
-    /// under exactly `id`, as [`TowerStore::create_data`] would store it
+    /// under exactly `id`, as [`MapStore::create_data`] would store it
     /// (owner, index entry and label included), expiring at `expires_at`
     /// (unix seconds). Never replaces anything: an id the store holds, or
     /// one a revocation or rotation left a mark beside, is

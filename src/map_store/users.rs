@@ -1,14 +1,14 @@
 //! A tower store's users ("your devices", "log out everywhere") and
 //! viewed items.
 
-use super::{TowerStore, head, session_id};
+use super::{MapStore, head, session_id};
 use crate::error::Result;
 use crate::identity::Identity;
 use crate::metrics::{self, Op, Outcome};
 use crate::session::layout::Layout;
 use crate::users::{Revoked, UserSession};
 
-impl<C> TowerStore<C>
+impl<C> MapStore<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
