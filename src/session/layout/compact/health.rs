@@ -55,7 +55,7 @@ impl Health {
         }
         // The share the store warns at; judged at once here, as the app
         // asks (the log waits for enough writes to warn only once).
-        if self.out_of_line as f64 > super::OUT_OF_LINE_WARN_SHARE * self.writes as f64 {
+        if self.out_of_line as f64 > super::forms::OUT_OF_LINE_WARN_SHARE * self.writes as f64 {
             out.push(format!(
                 "{} of {} records written went out of line (longest value {} bytes, \
                  hash-max-listpack-value {}): `sessionpack advise --profile` says which limit \

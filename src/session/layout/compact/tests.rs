@@ -1,0 +1,112 @@
+use super::value::check_of;
+use super::*;
+use crate::session::record;
+
+#[test]
+fn values_round_trip_in_both_forms() {
+    let record = record::encode(&1_234_567u64, &()).unwrap();
+    let n = 1_234_567 * SCALE + 1_800_000_000;
+    assert_eq!(
+        parse_value(n.to_string().as_bytes()),
+        Some(Value::Here {
+            expires_at: 1_800_000_000,
+            record: record.clone()
+        })
+    );
+    // Identity 0 is the expiry alone.
+    assert_eq!(
+        parse_value(b"1800000000"),
+        Some(Value::Here {
+            expires_at: 1_800_000_000,
+            record: vec![0]
+        })
+    );
+    let mut binary = 1_800_000_000u32.to_be_bytes().to_vec();
+    binary.extend_from_slice(&[0x05, 0x81, 0xa1, b'a', 0x01]);
+    assert_eq!(
+        parse_value(&binary),
+        Some(Value::Here {
+            expires_at: 1_800_000_000,
+            record: vec![0x05, 0x81, 0xa1, b'a', 0x01]
+        })
+    );
+    let mut marker = 1_800_000_000u32.to_be_bytes().to_vec();
+    marker.push(OUT_OF_LINE);
+    assert_eq!(
+        parse_value(&marker),
+        Some(Value::OutOfLine {
+            expires_at: 1_800_000_000
+        })
+    );
+    for garbage in [&b""[..], b"\x6b\x00", b"12x", b"99999999999999999999999"] {
+        assert_eq!(parse_value(garbage), None, "{garbage:?}");
+        assert_eq!(StoredRecord::of_value(garbage), None);
+    }
+    assert_eq!(
+        StoredRecord::of_value(n.to_string().as_bytes()),
+        Some(StoredRecord::Inline(record.len()))
+    );
+    assert_eq!(
+        StoredRecord::of_value(&binary),
+        Some(StoredRecord::Inline(5))
+    );
+    assert_eq!(
+        StoredRecord::of_value(&marker),
+        Some(StoredRecord::OutOfLine)
+    );
+}
+
+#[test]
+fn a_checked_pieced_value_parses_to_its_record_head_and_check() {
+    let record: Vec<u8> = (0..200u8).collect();
+    for checked in [false, true] {
+        let form = Form::Pieced { size: 64, checked };
+        let payload = form.payload(&record);
+        let value = form.value(&payload, 1_800_000_000);
+        let pieces = form.pieces(&payload);
+        // The expiry, marker and count, and the head: one full value.
+        assert_eq!(value.len(), 64);
+        let Some(Value::Pieced {
+            expires_at,
+            pieces: count,
+            head,
+            check,
+        }) = parse_value(&value)
+        else {
+            panic!("not pieced: {value:?}");
+        };
+        assert_eq!(expires_at, 1_800_000_000);
+        assert_eq!(count, pieces.len());
+        assert_eq!(check, checked.then(|| check_of(&record)));
+        let joined = [head, pieces.concat()].concat();
+        assert_eq!(joined, record);
+    }
+    // A checked count whose value is too short to hold its check is in
+    // neither form.
+    let mut short = 1_800_000_000u32.to_be_bytes().to_vec();
+    short.extend_from_slice(&[PIECED, CHECKED | 1, 0xab, 0xcd]);
+    assert_eq!(parse_value(&short), None);
+}
+
+#[test]
+fn the_integer_form_never_overflows_a_signed_64_bit_integer() {
+    let largest = (INTEGER_FORM.end - 1) * SCALE + u64::from(u32::MAX);
+    assert!(largest <= i64::MAX as u64);
+}
+
+#[test]
+fn groups_hold_128_buckets_under_one_tag() {
+    let layout = GroupedBuckets::new(Buckets::new("sp", 20).unwrap());
+    assert_eq!(layout.groups(), 1 << 13);
+    assert_eq!(layout.bucket_key(0x3fa07), "sp:{07f4}:7");
+    assert_eq!(layout.index_key(0x7f4), "sp:{07f4}:i");
+    assert_eq!(layout.group_buckets(0x7f4), 0x3fa00..0x3fa80);
+    let small = GroupedBuckets::new(Buckets::new("sp", 4).unwrap());
+    assert_eq!(small.groups(), 1);
+    assert_eq!(small.bucket_key(15), "sp:{0}:f");
+    assert_eq!(
+        layout.out_of_line_key(0x3fa07, &[0x00, 0xab, 0x0f]),
+        "sp:{07f4}:7:o:00ab0f"
+    );
+    assert_eq!(Buckets::new("sp", 9).unwrap().tag(0x1f), "{01f}");
+}
