@@ -7,7 +7,7 @@
 //! [`describe`] once after installing it for units and help texts. Without
 //! a recorder the facade's no-op recorder takes each value: the cost is a
 //! few nanoseconds a call (measured by `cargo bench --bench metrics_cost
-//! --features metrics`; README, "Metrics"). Without the feature nothing is
+//! --features metrics`; the guide's metrics chapter). Without the feature nothing is
 //! compiled in.
 //!
 //! Labels are few and bounded: the operation, its outcome (an error's

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
+#[cfg(feature = "baselines")]
 use sessionpack::session::layout::BookLoginHash;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{SessionId, Store, lock};
@@ -405,6 +406,7 @@ async fn the_lock_is_exclusive_and_only_its_holder_releases_it() {
     );
 }
 
+#[cfg(feature = "baselines")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_books_cleanup_keeps_the_newest() {
     let server = common::server();
@@ -589,6 +591,7 @@ async fn a_store_sweeps_by_itself_and_stops_when_dropped() {
 }
 
 /// Layouts whose keys Redis expires itself start no sweeper.
+#[cfg(feature = "baselines")]
 #[tokio::test]
 async fn a_key_per_session_store_starts_no_sweeper() {
     let server = common::server();

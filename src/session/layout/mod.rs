@@ -19,19 +19,25 @@ use crate::error::Result;
 use crate::session::id::{IdWidth, SessionId};
 use crate::ttl::{Deadline, check_ttl};
 
+#[cfg(feature = "baselines")]
 pub mod any;
+#[cfg(feature = "baselines")]
 pub mod book_login_hash;
 pub mod bucketed;
 pub mod compact;
 pub mod indexed;
+#[cfg(feature = "baselines")]
 pub mod key_per_session;
 pub(crate) mod pipeline;
 
+#[cfg(feature = "baselines")]
 pub use any::{AnyLayout, LayoutKind};
+#[cfg(feature = "baselines")]
 pub use book_login_hash::BookLoginHash;
 pub use bucketed::{Bucketed, BucketedConfig};
 pub use compact::{Compact, CompactConfig, Expiry, Seen, StoredRecord};
 pub use indexed::{HashZset, KeyScheme, Keys};
+#[cfg(feature = "baselines")]
 pub use key_per_session::{Encoding, KeyPerSession};
 
 /// What opening a bucket store does before its first call: checks (or

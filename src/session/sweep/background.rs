@@ -13,7 +13,9 @@
 use std::sync::Arc;
 
 use super::{SweepConfig, SweepStats, Sweeper, SweeperHandle};
-use crate::session::layout::{AnyLayout, BookLoginHash, Bucketed, Compact, KeyPerSession};
+#[cfg(feature = "baselines")]
+use crate::session::layout::{AnyLayout, BookLoginHash, KeyPerSession};
+use crate::session::layout::{Bucketed, Compact};
 
 /// A layout whose expired sessions a sweeper removes, or whose sessions
 /// Redis expires itself (the key-per-session layouts: nothing to start).
@@ -42,6 +44,7 @@ where
     }
 }
 
+#[cfg(feature = "baselines")]
 /// The book's layout keeps one global HASH and ZSET, which the sweeper
 /// does not walk: its benchmark cleans it up the book's way.
 impl<C> Sweepable for BookLoginHash<C> {
@@ -50,6 +53,7 @@ impl<C> Sweepable for BookLoginHash<C> {
     }
 }
 
+#[cfg(feature = "baselines")]
 /// One key per session, with the key's expiry set: Redis removes them.
 impl<C> Sweepable for KeyPerSession<C> {
     fn spawn_sweeper(&self, _: SweepConfig) -> Option<SweeperHandle> {
@@ -57,6 +61,7 @@ impl<C> Sweepable for KeyPerSession<C> {
     }
 }
 
+#[cfg(feature = "baselines")]
 impl<C> Sweepable for AnyLayout<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,

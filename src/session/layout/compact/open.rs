@@ -52,7 +52,7 @@ where
 }
 
 /// What converted buckets cost where they were measured
-/// (`scripts/analysis.sh server-expiry`; README, "No sweeper: the server
+/// (`scripts/analysis.sh server-expiry`; the guide's sweeping chapter, "No sweeper: the server
 /// expires fields").
 pub(super) const CONVERTED_COST: &str = "on Valkey 9.1.2 at 1M sessions, 84.4 bytes a session against \
      34.7 with the same buckets swept, 2.4 times";

@@ -1,0 +1,126 @@
+//! Records too long for one listpack value, kept in their bucket in pieces
+//! at the server's default limits (`hash-max-listpack-value` 64): every
+//! size round-trips through every write, a load is one `HMGET`, no write
+//! leaves a piece behind or a bucket converted, and what races a write
+//! sees either the old record or the new one, whole.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use sessionpack::session::layout::Layout;
+use sessionpack::session::layout::compact::{CHECKED_FORMAT, GroupedBuckets, MAX_PIECED_RECORD};
+use sessionpack::session::meta::StoreMeta;
+use sessionpack::session::sweep::{SweepConfig, Sweeper};
+use sessionpack::{Compact, CompactConfig, Store};
+use sessionpack_testkit::LocalServer;
+
+type Conn = redis::aio::ConnectionManager;
+
+async fn compact(server: &LocalServer, bits: u8) -> Compact<Conn> {
+    Compact::new(common::manager(server).await, CompactConfig::new(bits))
+        .await
+        .expect("compact layout")
+}
+
+/// What every bucket holds: sessions (fields of a session's length), the
+/// pieces their values name, pieces no value names, pieces a value names
+/// that are missing, and buckets no longer listpacks.
+#[derive(Debug, Default, PartialEq)]
+struct Census {
+    sessions: u64,
+    pieces: u64,
+    orphans: u64,
+    missing: u64,
+    converted: u64,
+}
+
+async fn census(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Conn>) -> Census {
+    let field_len = layout.buckets().field_len();
+    let mut census = Census::default();
+    // Every hash, so a growing store's buckets are counted wherever its
+    // shape has put them; only fields of a session's length (and one
+    // more, for pieces) count, which no other hash of a namespace has.
+    let keys: Vec<String> = raw.keys("*").await.unwrap();
+    for key in keys {
+        let Ok(pairs) = raw.hgetall::<_, HashMap<Vec<u8>, Vec<u8>>>(&key).await else {
+            continue;
+        };
+        let holds_sessions = pairs
+            .keys()
+            .any(|f| f.len() == field_len || f.len() == field_len + 1);
+        if !holds_sessions {
+            continue;
+        }
+        if common::encoding(raw, &key).await != "listpack" {
+            census.converted += 1;
+        }
+        let mut named = HashSet::new();
+        for (field, value) in &pairs {
+            if field.len() != field_len {
+                continue;
+            }
+            census.sessions += 1;
+            if value.len() >= 6 && value[4] == 0xc3 && !value[0].is_ascii_digit() {
+                // The count's high bit says a check begins the payload.
+                for i in 1..=value[5] & 0x7f {
+                    let mut piece = field.clone();
+                    piece.push(i);
+                    if pairs.contains_key(&piece) {
+                        census.pieces += 1;
+                    } else {
+                        census.missing += 1;
+                    }
+                    named.insert(piece);
+                }
+            }
+        }
+        for field in pairs.keys() {
+            let is_piece = field.len() == field_len + 1 && field.last().is_some_and(|&b| b <= 15);
+            if is_piece && !named.contains(field) {
+                census.orphans += 1;
+            }
+        }
+    }
+    census
+}
+
+/// A record of `len` bytes whose bytes say which write made it.
+fn record_of(len: usize, seed: u8) -> Vec<u8> {
+    // An integer identity (one byte), then MessagePack-like bytes.
+    let mut record = vec![0x05];
+    record.extend((0..len.saturating_sub(1)).map(|i| seed.wrapping_add(i as u8)));
+    record.truncate(len);
+    record
+}
+
+/// Sessions `0..count` with records of `len` bytes (`record_of(len, n)`),
+/// live ten minutes: their ids, in order.
+async fn insert_each(layout: &Compact<Conn>, len: usize, count: u8) -> Vec<sessionpack::SessionId> {
+    let mut ids = Vec::new();
+    for n in 0..count {
+        let id = layout.new_id().await.unwrap();
+        layout
+            .insert(&id, &record_of(len, n), sessionpack::ttl::Deadline::In(600))
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    ids
+}
+
+/// A store of fixed buckets and a growing one, in namespaces of their own.
+fn fixed_and_growing() -> [CompactConfig; 2] {
+    [
+        CompactConfig::new(4),
+        CompactConfig::growing().with_namespace("grown"),
+    ]
+}
+
+mod calls;
+mod damage;
+mod sizes;
