@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use sessionpack::session::layout::{AnyLayout, LayoutKind};
 use sessionpack::{SessionId, Store};
+use sessionpack_cli::baselines::{AnyLayout, LayoutKind};
 use sessionpack_testkit::LocalServer;
 
 const BATCH: usize = 100;

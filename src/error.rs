@@ -248,7 +248,7 @@ impl Error {
 
     /// Classifies a Redis error (or a pipeline's) raised while working on
     /// `location`.
-    pub(crate) fn from_redis(err: redis::RedisError, location: impl FnOnce() -> String) -> Self {
+    pub fn from_redis(err: redis::RedisError, location: impl FnOnce() -> String) -> Self {
         let wrong_type = err.code() == Some("WRONGTYPE")
             || err
                 .clone()

@@ -17,35 +17,6 @@ macro_rules! script {
     };
 }
 
-#[cfg(feature = "baselines")]
-pub(crate) static STRING_INSERT: LazyLock<Script> = script!(
-    "server_clock.lua",
-    "key_common.lua",
-    "key_json.lua",
-    "string_insert.lua"
-);
-#[cfg(feature = "baselines")]
-pub(crate) static STRING_TOUCH: LazyLock<Script> = script!(
-    "server_clock.lua",
-    "key_common.lua",
-    "key_json.lua",
-    "string_touch.lua"
-);
-#[cfg(feature = "baselines")]
-pub(crate) static STRING_REPLACE: LazyLock<Script> = script!("key_json.lua", "string_replace.lua");
-#[cfg(feature = "baselines")]
-pub(crate) static STRING_REMOVE: LazyLock<Script> = script!("key_json.lua", "string_remove.lua");
-#[cfg(feature = "baselines")]
-pub(crate) static HASH_INSERT: LazyLock<Script> =
-    script!("server_clock.lua", "key_common.lua", "hash_insert.lua");
-#[cfg(feature = "baselines")]
-pub(crate) static HASH_TOUCH: LazyLock<Script> =
-    script!("server_clock.lua", "key_common.lua", "hash_touch.lua");
-#[cfg(feature = "baselines")]
-pub(crate) static HASH_REPLACE: LazyLock<Script> = script!("hash_replace.lua");
-#[cfg(feature = "baselines")]
-pub(crate) static HASH_REMOVE: LazyLock<Script> = script!("hash_remove.lua");
-
 pub(crate) static BUCKET_INSERT: LazyLock<Script> =
     script!("server_clock.lua", "bucket_common.lua", "bucket_insert.lua");
 pub(crate) static BUCKET_TOUCH: LazyLock<Script> = script!(

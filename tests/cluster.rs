@@ -10,10 +10,9 @@ use redis::AsyncCommands;
 use sessionpack::conn::cluster::{self, Cluster};
 use sessionpack::session::layout::Bucketed;
 use sessionpack::session::layout::BucketedConfig;
-#[cfg(feature = "baselines")]
-use sessionpack::session::layout::{Encoding, KeyPerSession};
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{Compact, CompactConfig, IdWidth, Store};
+use sessionpack_cli::baselines::{Encoding, KeyPerSession};
 use sessionpack_testkit::{LocalCluster, Role};
 
 fn start() -> LocalCluster {
@@ -73,7 +72,6 @@ suite_on_cluster!(bucketed_layout_behaves_on_a_cluster, |conn, ns| {
         .unwrap()
 });
 
-#[cfg(feature = "baselines")]
 suite_on_cluster!(key_per_session_layouts_behave_on_a_cluster, |conn, ns| {
     // One key per session: each in its own slot.
     let _ = ns;
@@ -210,13 +208,12 @@ async fn the_tower_sessions_store_works_on_a_cluster() {
     }
 }
 
-#[cfg(feature = "baselines")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_books_design_is_refused_by_a_cluster_with_a_short_error() {
     // Its scripts name a `login:` HASH and a `recent:` ZSET with no common
     // hash tag: two slots.
     let c = start();
-    let layout = sessionpack::session::layout::BookLoginHash::book(conn(&c).await, "sp");
+    let layout = sessionpack_cli::baselines::BookLoginHash::book(conn(&c).await, "sp");
     let store: Store<_, ()> = Store::new(layout)
         .without_sweeper()
         .with_ttl(Duration::from_secs(600));

@@ -7,10 +7,10 @@ use sessionpack::session::layout::Bucketed;
 use sessionpack::session::layout::BucketedConfig;
 use sessionpack::session::layout::Layout;
 use sessionpack::session::layout::compact::{DEFAULT_GROWING_BITS, GroupedBuckets};
-use sessionpack::session::layout::{BookLoginHash, Encoding, KeyPerSession};
 use sessionpack::session::sweep::Sweepable;
 use sessionpack::users::UserIndexConfig;
 use sessionpack::{Compact, CompactConfig, IdWidth, SessionId};
+use sessionpack_cli::baselines::{BookLoginHash, Encoding, KeyPerSession};
 use sessionpack_testkit::LocalServer;
 
 async fn bucketed_256(server: &LocalServer) -> impl Layout + Sweepable + 'static {

@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-#[cfg(feature = "baselines")]
-use sessionpack::session::layout::BookLoginHash;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{SessionId, Store, lock};
+use sessionpack_cli::baselines::BookLoginHash;
 
 fn long() -> Duration {
     Duration::from_secs(600)
@@ -406,7 +405,6 @@ async fn the_lock_is_exclusive_and_only_its_holder_releases_it() {
     );
 }
 
-#[cfg(feature = "baselines")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_books_cleanup_keeps_the_newest() {
     let server = common::server();
@@ -591,13 +589,12 @@ async fn a_store_sweeps_by_itself_and_stops_when_dropped() {
 }
 
 /// Layouts whose keys Redis expires itself start no sweeper.
-#[cfg(feature = "baselines")]
 #[tokio::test]
 async fn a_key_per_session_store_starts_no_sweeper() {
     let server = common::server();
-    let layout = sessionpack::session::layout::KeyPerSession::new(
+    let layout = sessionpack_cli::baselines::KeyPerSession::new(
         common::manager(&server).await,
-        sessionpack::session::layout::Encoding::PackedSetex,
+        sessionpack_cli::baselines::Encoding::PackedSetex,
     );
     let store: Store<_, ()> = Store::new(layout);
     assert!(store.sweep_stats().is_none());

@@ -19,10 +19,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::baselines::LayoutKind;
 use sessionpack::identity::Form;
 use sessionpack::limits::ListpackLimits;
 use sessionpack::session::buckets::{MAX_BUCKET_BITS, MIN_BUCKET_BITS};
-use sessionpack::session::layout::LayoutKind;
 
 /// Default identity assumed: a 7-digit user id, as the benchmark harness
 /// issues (a 32-bit MessagePack integer).

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod advisor;
+pub mod baselines;
 pub mod commands;
 pub mod harness;
 pub mod migrate;

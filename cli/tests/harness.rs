@@ -6,9 +6,9 @@
 mod common;
 
 use sessionpack::conn::Endpoint;
-use sessionpack::session::layout::LayoutKind;
 use sessionpack::{Compact, Store, connect};
 use sessionpack_cli::advisor::{self, Workload};
+use sessionpack_cli::baselines::LayoutKind;
 use sessionpack_cli::harness::info::ServerInfo;
 use sessionpack_cli::harness::memory::{
     self, FIRST_IDENTITY, IdentityForm, MemoryReport, RunSpec, UserIndexSpec,

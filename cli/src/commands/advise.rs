@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::advisor::{self, DEFAULT_IDENTITY, DEFAULT_MAX_CONVERTED, Prediction, Workload};
+use crate::baselines::LayoutKind;
 use crate::harness::memory::{FIRST_IDENTITY, MemoryReport, human_count};
 use crate::sample::{self, Sample};
 use sessionpack::conn::ConnectOptions;
@@ -13,7 +14,6 @@ use sessionpack::error::{Error, Result};
 use sessionpack::identity::Form;
 use sessionpack::limits::ListpackLimits;
 use sessionpack::session::buckets::Buckets;
-use sessionpack::session::layout::LayoutKind;
 use sessionpack::session::layout::compact::GroupedBuckets;
 
 /// Arguments of `sessionpack advise`.

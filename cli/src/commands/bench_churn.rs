@@ -8,10 +8,10 @@ use clap::Args;
 
 use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
+use crate::baselines::LayoutKind;
 use crate::harness::churn::{self, ChurnRun, LAYOUTS};
 use crate::harness::info::ServerInfo;
 use sessionpack::error::{Error, Result};
-use sessionpack::session::layout::LayoutKind;
 
 /// Arguments of `sessionpack bench churn`.
 #[derive(Debug, Args)]

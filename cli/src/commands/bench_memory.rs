@@ -7,13 +7,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
+use crate::baselines::LayoutKind;
 use crate::harness::info::ServerInfo;
 use crate::harness::memory::{
     self, IdentityForm, MemoryReport, Progress, RunResult, RunSpec, UserIndexSpec, human_count,
 };
 use crate::harness::{plot, report};
 use sessionpack::error::{Error, Result};
-use sessionpack::session::layout::LayoutKind;
 
 /// Arguments of `sessionpack bench memory`.
 #[derive(Debug, Args)]

@@ -18,13 +18,13 @@ use tower_sessions_core_014::session::{Id, Record};
 
 use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED, Workload};
+use crate::baselines::LayoutKind;
 use crate::harness::info::{ServerInfo, server_cpu_secs};
 use crate::migrate::{self, Plan, Report};
 use crate::profile::Profile;
 use sessionpack::error::{Error, Result};
 use sessionpack::json_map;
 use sessionpack::limits::ListpackLimits;
-use sessionpack::session::layout::LayoutKind;
 use sessionpack::takeover::Source;
 use sessionpack::tower::TowerStore;
 use sessionpack::{CompactConfig, IdWidth};

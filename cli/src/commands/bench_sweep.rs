@@ -12,11 +12,10 @@ use serde::Serialize;
 
 use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
+use crate::baselines::{BookLoginHash, Encoding, KeyPerSession, LayoutKind};
 use crate::harness::info::{ServerInfo, expired_keys, server_cpu_secs};
 use sessionpack::error::{Error, Result};
-use sessionpack::session::layout::{
-    BookLoginHash, Compact, CompactConfig, Encoding, KeyPerSession, LayoutKind,
-};
+use sessionpack::session::layout::{Compact, CompactConfig};
 use sessionpack::session::store::Store;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 
@@ -198,7 +197,7 @@ pub(super) async fn run(args: SweepBenchArgs) -> Result<()> {
     let bits = advisor::recommend_bits(args.sessions, &server.limits, DEFAULT_MAX_CONVERTED);
 
     let bucketed = match LayoutKind::Bucketed.open(conn.clone(), bits).await? {
-        sessionpack::session::layout::AnyLayout::Bucketed(b) => b,
+        crate::baselines::AnyLayout::Bucketed(b) => b,
         _ => return Err(Error::Config("bucketed layout expected".into())),
     };
     let book = BookLoginHash::book(conn.clone(), "sp");

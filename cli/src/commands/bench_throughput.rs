@@ -10,13 +10,13 @@ use clap::Args;
 
 use super::Target;
 use crate::advisor::{self, DEFAULT_MAX_CONVERTED};
+use crate::baselines::LayoutKind;
 use crate::harness::info::{ServerInfo, info};
 use crate::harness::nodes::Nodes;
 use crate::harness::throughput::{self, BATCH, SetBaseline, Spread, ThroughputReport};
 use crate::profile::Profile;
 use sessionpack::conn::wait::WaitForReplicas;
 use sessionpack::error::{Error, Result};
-use sessionpack::session::layout::LayoutKind;
 use sessionpack::session::layout::compact::DEFAULT_GROWING_BITS;
 use sessionpack::session::store::Store;
 use sessionpack::{IdWidth, json_map};
@@ -336,13 +336,12 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     let mut opened = run.layout.open(conn, run.bits).await?;
-    if let (true, sessionpack::session::layout::AnyLayout::Compact(c)) = (run.users, &mut opened) {
+    if let (true, crate::baselines::AnyLayout::Compact(c)) = (run.users, &mut opened) {
         let config = sessionpack::users::UserIndexConfig::new(run.bits);
         let index = sessionpack::users::UserIndex::new(c.buckets().namespace(), config)?;
         *c = c.clone().with_users(Some(index));
     }
-    if let (true, sessionpack::session::layout::AnyLayout::Compact(c)) = (run.growing, &mut opened)
-    {
+    if let (true, crate::baselines::AnyLayout::Compact(c)) = (run.growing, &mut opened) {
         *c = c.clone().with_growth(true);
     }
     match args.profile {

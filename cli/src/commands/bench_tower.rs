@@ -12,6 +12,7 @@ use clap::Args;
 
 use super::Target;
 use crate::advisor::{self, Workload};
+use crate::baselines::LayoutKind;
 use crate::harness::info::ServerInfo;
 use crate::harness::tower::{self, Contender, DynStore, OPS, Plan, StoreRun};
 use crate::profile::Profile;
@@ -19,7 +20,6 @@ use sessionpack::error::{Error, Result};
 use sessionpack::json_map;
 use sessionpack::limits::ListpackLimits;
 use sessionpack::session::dictionary::Learning;
-use sessionpack::session::layout::LayoutKind;
 use sessionpack::tower::TowerStore;
 use sessionpack::{CompactConfig, IdWidth};
 

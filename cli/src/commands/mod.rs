@@ -3,8 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+use crate::baselines::LayoutKind;
 use sessionpack::error::Result;
-use sessionpack::session::layout::LayoutKind;
 
 mod acl;
 mod advise;

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::info::{MemorySample, info};
+use crate::baselines::{AnyLayout, LayoutKind};
 use sessionpack::error::{Error, Result};
-use sessionpack::session::layout::{AnyLayout, Layout, LayoutKind};
+use sessionpack::session::layout::Layout;
 use sessionpack::session::store::Store;
 use sessionpack::session::sweep::{SweepConfig, SweepTarget, Sweeper};
 

@@ -11,13 +11,14 @@ use super::info::{MemorySample, ServerInfo};
 use super::nodes::Nodes;
 pub use super::user_load::UserIndexSpec;
 use super::user_load::{self, Users};
+use crate::baselines::{AnyLayout, LayoutKind};
 use sessionpack::conn::{ConnectOptions, Endpoint};
 use sessionpack::error::{Error, Result};
 pub use sessionpack::identity::Form as IdentityForm;
 use sessionpack::identity::Identity;
 use sessionpack::session::buckets::Buckets;
 use sessionpack::session::id::{IdWidth, SessionId};
-use sessionpack::session::layout::{AnyLayout, Layout, LayoutKind};
+use sessionpack::session::layout::Layout;
 use sessionpack::session::record;
 use sessionpack::users::{UserIndex, UserIndexConfig};
 

@@ -81,7 +81,7 @@ fn baseline(report: &MemoryReport) -> Option<&RunResult> {
     report
         .runs
         .iter()
-        .find(|r| r.spec.layout == sessionpack::session::layout::LayoutKind::JsonSetex)
+        .find(|r| r.spec.layout == crate::baselines::LayoutKind::JsonSetex)
 }
 
 /// The markdown table of each run's last point.

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::nodes::{Nodes, Work, work_since};
+use crate::baselines::LayoutKind;
 use sessionpack::error::{Error, Result};
 use sessionpack::session::id::SessionId;
-use sessionpack::session::layout::{Layout, LayoutKind};
+use sessionpack::session::layout::Layout;
 use sessionpack::session::store::{Session, Store};
 
 /// Sessions per batched call.

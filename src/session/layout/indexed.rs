@@ -80,9 +80,27 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
     S: KeyScheme,
 {
+    /// A layout over `scheme`'s keys that keeps every record in its HASH,
+    /// named `name` in errors and reports: how a layout of other keys (the
+    /// benchmarks' book layout) is built on this one.
+    pub fn with_scheme(conn: C, scheme: S, name: &'static str) -> Self {
+        Self {
+            conn,
+            scheme,
+            inline_max: u64::MAX,
+            name,
+            clock: Default::default(),
+        }
+    }
+
     /// The connection the layout uses.
     pub fn connection(&self) -> &C {
         &self.conn
+    }
+
+    /// The layout's key scheme.
+    pub fn scheme(&self) -> &S {
+        &self.scheme
     }
 
     /// Whether a record of this many bytes is kept in the HASH.

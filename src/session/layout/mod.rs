@@ -19,26 +19,14 @@ use crate::error::Result;
 use crate::session::id::{IdWidth, SessionId};
 use crate::ttl::{Deadline, check_ttl};
 
-#[cfg(feature = "baselines")]
-pub mod any;
-#[cfg(feature = "baselines")]
-pub mod book_login_hash;
 pub mod bucketed;
 pub mod compact;
 pub mod indexed;
-#[cfg(feature = "baselines")]
-pub mod key_per_session;
-pub(crate) mod pipeline;
+pub mod pipeline;
 
-#[cfg(feature = "baselines")]
-pub use any::{AnyLayout, LayoutKind};
-#[cfg(feature = "baselines")]
-pub use book_login_hash::BookLoginHash;
 pub use bucketed::{Bucketed, BucketedConfig};
 pub use compact::{Compact, CompactConfig, Expiry, Seen, StoredRecord};
 pub use indexed::{HashZset, KeyScheme, Keys};
-#[cfg(feature = "baselines")]
-pub use key_per_session::{Encoding, KeyPerSession};
 
 /// What opening a bucket store does before its first call: checks (or
 /// records) the namespace's metadata, and reads the server's listpack
@@ -146,7 +134,7 @@ pub enum Inserted {
 impl Inserted {
     /// Reads an insert script's reply: the expiry, 0 if taken, -1 if an
     /// absolute expiry had passed, -2 if the id's stamp was refused.
-    pub(crate) fn from_code(code: i64) -> Self {
+    pub fn from_code(code: i64) -> Self {
         match code {
             0 => Self::IdTaken,
             -2 => Self::Late,
@@ -172,7 +160,7 @@ pub enum Written {
 impl Written {
     /// Reads a conditional write script's reply: 1 done, 0 missing, -1
     /// conflict.
-    pub(crate) fn from_code(code: i64) -> Self {
+    pub fn from_code(code: i64) -> Self {
         match code {
             1 => Self::Done,
             0 => Self::Missing,

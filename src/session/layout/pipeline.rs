@@ -14,7 +14,7 @@ use crate::session::layout::Layout;
 /// their calls already, and a second insert would find its own session
 /// and report the id taken. An error names the location of the first item
 /// that failed.
-pub(crate) async fn pipelined<C, L, T>(
+pub async fn pipelined<C, L, T>(
     conn: &C,
     layout: &L,
     ids: &[SessionId],
@@ -57,7 +57,7 @@ where
 
 /// Maps a pipeline's error to this crate's, naming where the id whose
 /// command failed first lives (`per` commands were sent per id).
-pub(crate) fn pipeline_error<'a, L: Layout>(
+pub fn pipeline_error<'a, L: Layout>(
     layout: &'a L,
     ids: &'a [SessionId],
     per: usize,

@@ -13,8 +13,6 @@
 use std::sync::Arc;
 
 use super::{SweepConfig, SweepStats, Sweeper, SweeperHandle};
-#[cfg(feature = "baselines")]
-use crate::session::layout::{AnyLayout, BookLoginHash, KeyPerSession};
 use crate::session::layout::{Bucketed, Compact};
 
 /// A layout whose expired sessions a sweeper removes, or whose sessions
@@ -41,38 +39,6 @@ where
 {
     fn spawn_sweeper(&self, config: SweepConfig) -> Option<SweeperHandle> {
         Some(Sweeper::new(self.clone(), config).spawn())
-    }
-}
-
-#[cfg(feature = "baselines")]
-/// The book's layout keeps one global HASH and ZSET, which the sweeper
-/// does not walk: its benchmark cleans it up the book's way.
-impl<C> Sweepable for BookLoginHash<C> {
-    fn spawn_sweeper(&self, _: SweepConfig) -> Option<SweeperHandle> {
-        None
-    }
-}
-
-#[cfg(feature = "baselines")]
-/// One key per session, with the key's expiry set: Redis removes them.
-impl<C> Sweepable for KeyPerSession<C> {
-    fn spawn_sweeper(&self, _: SweepConfig) -> Option<SweeperHandle> {
-        None
-    }
-}
-
-#[cfg(feature = "baselines")]
-impl<C> Sweepable for AnyLayout<C>
-where
-    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
-{
-    fn spawn_sweeper(&self, config: SweepConfig) -> Option<SweeperHandle> {
-        match self {
-            Self::Bucketed(l) => l.spawn_sweeper(config),
-            Self::Compact(l) => l.spawn_sweeper(config),
-            Self::Book(l) => l.spawn_sweeper(config),
-            Self::KeyPerSession(l) => l.spawn_sweeper(config),
-        }
     }
 }
 

@@ -3,13 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    BookLoginHash, Bucketed, BucketedConfig, Compact, CompactConfig, Encoding, Inserted,
-    KeyPerSession, Layout, Stored, Written,
-};
-use crate::error::Result;
-use crate::session::id::{IdWidth, SessionId};
-use crate::ttl::Deadline;
+use super::{BookLoginHash, Encoding, KeyPerSession};
+use sessionpack::error::Result;
+use sessionpack::session::layout::{Bucketed, BucketedConfig, Inserted, Layout, Stored, Written};
+use sessionpack::ttl::Deadline;
+use sessionpack::{Compact, CompactConfig, IdWidth, SessionId};
 
 /// The layouts this crate implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -28,7 +26,7 @@ pub enum LayoutKind {
     /// HASH-only buckets, expiry in each value, an index per bucket group.
     Compact,
     /// The compact layout with its fields expired by the server
-    /// ([`super::Expiry::Server`]; Redis 7.4+): not in [`LayoutKind::ALL`],
+    /// ([`sessionpack::session::layout::Expiry::Server`]; Redis 7.4+): not in [`LayoutKind::ALL`],
     /// as older servers cannot run it. Opened even where the server
     /// converts its buckets, to measure that.
     CompactServerExpiry,

@@ -14,16 +14,16 @@
 use redis::{Script, ScriptInvocation};
 use serde::{Deserialize, Serialize};
 
-use super::{Inserted, Layout, Stored, Written};
-use crate::error::{Error, Result};
-use crate::identity::Identity;
-use crate::scripts::{
+use super::scripts::{
     self, HASH_INSERT, HASH_REMOVE, HASH_REPLACE, HASH_TOUCH, PIPELINE_CHUNK, STRING_INSERT,
     STRING_REMOVE, STRING_REPLACE, STRING_TOUCH,
 };
-use crate::session::id::SessionId;
-use crate::session::record;
-use crate::ttl::{Deadline, check_ttl};
+use sessionpack::SessionId;
+use sessionpack::error::{Error, Result};
+use sessionpack::identity::Identity;
+use sessionpack::session::layout::{Inserted, Layout, Stored, Written};
+use sessionpack::session::record;
+use sessionpack::ttl::{Deadline, check_ttl};
 
 /// How a key-per-session layout encodes a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,7 +340,7 @@ where
         }
         let per = self.replies_per_load();
         let replies: Vec<redis::Value> = pipe.query_async(&mut self.conn.clone()).await.map_err(
-            crate::session::layout::pipeline::pipeline_error(self, ids, per),
+            sessionpack::session::layout::pipeline::pipeline_error(self, ids, per),
         )?;
         ids.iter()
             .zip(replies.chunks(per))
@@ -475,7 +475,7 @@ where
                 .collect::<Result<Vec<_>>>()?;
             let ids: Vec<_> = chunk.iter().map(|(id, _)| *id).collect();
             let script = self.script(&STRING_INSERT, &HASH_INSERT);
-            let codes: Vec<i64> = crate::session::layout::pipeline::pipelined(
+            let codes: Vec<i64> = sessionpack::session::layout::pipeline::pipelined(
                 &self.conn,
                 self,
                 &ids,
