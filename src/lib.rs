@@ -1,4 +1,5 @@
-//! Web sessions in Redis at half the memory of the usual stores, or less.
+//! Web sessions in Redis in half to three quarters of the memory the usual
+//! stores take.
 //!
 //! Sessions are packed into small HASH buckets that Redis keeps in its
 //! compact listpack encoding, each record packed with a dictionary learned
