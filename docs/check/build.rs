@@ -81,10 +81,13 @@ fn main() {
 }
 
 /// What a block needs beside a server at `REDIS_URL`, read from the
-/// environment variables it names: a cluster, or an address to serve on.
+/// environment variables it names: a cluster, a TLS server, or an address
+/// to serve on.
 fn needs(code: &str) -> &'static str {
     if code.contains("\"REDIS_CLUSTER_URLS\"") {
         "cluster"
+    } else if code.contains("\"REDIS_TLS_URL\"") {
+        "tls"
     } else if code.contains("\"ADDR\"") {
         "web"
     } else {

@@ -15,8 +15,9 @@ pub struct Block {
     /// Whether it runs to its end on its own (not a web server).
     pub run: bool,
     /// What it runs against: `server` (`REDIS_URL`), `cluster`
-    /// (`REDIS_CLUSTER_URLS`, comma-separated) or `web` (`REDIS_URL`, and
-    /// `ADDR` to serve on).
+    /// (`REDIS_CLUSTER_URLS`, comma-separated), `tls` (`REDIS_TLS_URL` and
+    /// the files `TLS_CA`, `TLS_CERT`, `TLS_KEY`) or `web` (`REDIS_URL`,
+    /// and `ADDR` to serve on).
     pub needs: &'static str,
 }
 

@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sessionpack_testkit::{LocalCluster, LocalServer};
+use sessionpack_testkit::{ClientCerts, LocalCluster, LocalServer, TestCerts};
 
 const BLOCKS: &str = env!("CARGO_BIN_EXE_blocks");
 
@@ -118,6 +118,31 @@ fn every_cluster_block_runs_to_its_end_on_a_local_cluster() {
         assert!(block.run, "{} is a cluster block marked no_run", block.at);
         let cluster = LocalCluster::start(3, 0).expect("a local cluster");
         run_to_end(block, &[("REDIS_CLUSTER_URLS", cluster.urls().join(","))]);
+    }
+}
+
+#[test]
+fn every_tls_block_runs_to_its_end_against_a_server_that_asks_for_a_client_certificate() {
+    let tls_blocks: Vec<Block> = blocks().into_iter().filter(|b| b.needs == "tls").collect();
+    assert!(
+        !tls_blocks.is_empty(),
+        "the guide's production chapter has a TLS block"
+    );
+    let certs = TestCerts::generate().expect("certificates");
+    for block in &tls_blocks {
+        assert!(block.run, "{} is a TLS block marked no_run", block.at);
+        let server =
+            LocalServer::start_tls(&certs, ClientCerts::Required, &[]).expect("a TLS server");
+        let path = |p: std::path::PathBuf| p.display().to_string();
+        run_to_end(
+            block,
+            &[
+                ("REDIS_TLS_URL", server.url()),
+                ("TLS_CA", path(certs.ca())),
+                ("TLS_CERT", path(certs.client_cert())),
+                ("TLS_KEY", path(certs.client_key())),
+            ],
+        );
     }
 }
 
