@@ -291,10 +291,10 @@ async fn a_cluster_user_needs_the_cluster_rule() {
     );
 }
 
-/// The README shows each role's rule as the library makes it.
+/// The guide's production chapter shows each role's rule as the library makes it.
 #[test]
-fn the_readme_shows_each_rule() {
-    let readme = include_str!("../README.md");
+fn the_guide_shows_each_rule() {
+    let guide = include_str!("../docs/guide/production.md");
     let old_keys = [Source::tower_sessions_redis_store().key_glob(IdWidth::Bits128)];
     for role in Role::ALL {
         let old_keys = if role.needs_old_keys() {
@@ -304,8 +304,8 @@ fn the_readme_shows_each_rule() {
         };
         let text = rule_for(&[role], "sp", old_keys, Topology::Server);
         assert!(
-            readme.contains(&format!("```text\n{text}\n```")),
-            "README lacks the {} rule: {text}",
+            guide.contains(&format!("```text\n{text}\n```")),
+            "docs/guide/production.md lacks the {} rule: {text}",
             role.name()
         );
     }

@@ -265,15 +265,15 @@ async fn tower_saves_within_the_threshold_are_counted_as_skipped() {
     assert_eq!(s.calls("destroy", "ok"), 1);
 }
 
-/// The README lists every metric with its kind, unit and labels.
+/// The guide's metrics chapter lists every metric with its kind, unit and labels.
 #[test]
-fn the_readme_lists_every_metric() {
-    let readme = include_str!("../README.md");
+fn the_guide_lists_every_metric() {
+    let guide = include_str!("../docs/guide/metrics.md");
     for m in sessionpack::metrics::METRICS {
-        let row = readme
+        let row = guide
             .lines()
             .find(|l| l.starts_with(&format!("| `{}` ", m.name)))
-            .unwrap_or_else(|| panic!("README has no row for {}", m.name));
+            .unwrap_or_else(|| panic!("docs/guide/metrics.md has no row for {}", m.name));
         let kind = format!("{:?}", m.kind).to_lowercase();
         assert!(row.contains(&format!("| {kind} |")), "{row}");
         assert!(row.contains(&format!("| {} |", m.unit)), "{row}");
