@@ -18,10 +18,10 @@
 //! What each call sends (one round trip each, and one `TIME` a second per
 //! process for the clock estimate):
 //!
-//! - `create`: `MULTI`, `HSETNX` of the session's field (and of each
-//!   piece of a record too long for one value), `ZADD LT` of its bucket's
-//!   index entry, `EXEC`; a record over 512 bytes goes through the insert
-//!   script, with its own key. An id already taken (or expired but not yet
+//! - `create`: one short script (`compact_add.lua`): `HSETNX` of the
+//!   session's field, then `HSET` of the pieces of a record too long for
+//!   one value, then `ZADD LT` of its bucket's index entry; a record over
+//!   512 bytes goes through the insert script, with its own key. An id already taken (or expired but not yet
 //!   swept, or with a piece left under it) gets a new random id, as the
 //!   trait asks.
 //! - `load`: one `HGET`, or for records in pieces one `HMGET` of the
