@@ -6,8 +6,8 @@
 -- created again on every call; anything out of the ordinary answers SLOW,
 -- and the caller sends the full script, which decides it. For stores the
 -- sweeper reclaims (no field TTLs) and that keep no viewed items, fixed or
--- growing: a growing store's bucket is checked for its marker in the same
--- read (compact_route.lua's check), and no count of its fields is
+-- growing: where a growing store's bucket lacks the field, it is checked
+-- for its marker (compact_route.lua's check), and no count of its fields is
 -- returned, so a save that would add fields to a growing store's bucket
 -- (more pieces than before) is left to the full script, which returns the
 -- count the caller splits by. Values are as compact_common.lua and
@@ -28,18 +28,14 @@ local SLOW = -9
 if #KEYS > 2 then
   return SLOW
 end
+-- A bucket that holds the field is current (no bucket outlives the split or
+-- merge that replaced it), so only a miss reads the marker.
 local routed = ARGV[6] == 'routed'
-local value
-if routed then
-  local read = redis.call('HMGET', KEYS[1], '', ARGV[1])
-  if not read[1] then
+local value = redis.call('HGET', KEYS[1], ARGV[1])
+if not value then
+  if routed and redis.call('HEXISTS', KEYS[1], '') == 0 then
     return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
   end
-  value = read[2]
-else
-  value = redis.call('HGET', KEYS[1], ARGV[1])
-end
-if not value then
   return 0
 end
 local b1, b2, b3, b4, b5, b6 = string.byte(value, 1, 6)

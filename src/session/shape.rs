@@ -21,9 +21,11 @@
 //!
 //! - a script given a bucket without the marker writes nothing and says so
 //!   (`RESHAPED`), and the caller reads the shape again;
-//! - a read asks for the marker with the session's field: with the marker
-//!   the bucket is current and a missing field a true miss; without it the
-//!   caller reads the shape, and reads again if its copy was stale;
+//! - a bucket that holds the session's field is current (no bucket
+//!   outlives the split or merge that replaced it), so a read asks for the
+//!   field alone, and only after a miss whether the bucket holds the
+//!   marker: with it the miss is true; without it the caller reads the
+//!   shape, and reads again if its copy was stale;
 //! - a bucket of the current shape that lacks its marker (a group's first
 //!   buckets, or one the sweeper emptied) is given one by a script that
 //!   checks the shape's epoch first.

@@ -380,3 +380,72 @@ async fn a_store_opened_with_no_count_grows_or_opens_as_recorded() {
     let recorded = Compact::new(conn, CompactConfig::default()).await;
     assert!(matches!(recorded, Err(Error::Config(_))), "{recorded:?}");
 }
+
+/// A bucket that holds a session's field is one of the current shape, so
+/// a load of a session that is there reads its field (and pieces) alone,
+/// as in a fixed store: an `HGET` for a record kept whole, no marker, no
+/// `HEXISTS`; so does a touch's script. Only a miss asks whether the
+/// bucket holds its marker, once.
+#[tokio::test]
+async fn a_load_asks_for_the_marker_only_after_a_miss() {
+    let server = server();
+    let writer = open(&server).await;
+    let ids = insert_all(&writer, 1500).await;
+    let mut raw = common::raw(&server).await;
+    let count = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let mut n = [0; 3];
+            for (i, command) in ["hget", "hmget", "hexists"].into_iter().enumerate() {
+                n[i] = common::calls(&mut raw, command).await;
+            }
+            n
+        }
+    };
+    // Records kept whole: after the first read, which may ask for pieces,
+    // one HGET each.
+    let whole: Vec<usize> = (0..ids.len()).filter(|i| i % 4 < 2).collect();
+    let before = count(&mut raw).await;
+    for &i in &whole {
+        let stored = writer
+            .load(&ids[i])
+            .await
+            .unwrap()
+            .expect("a session there");
+        assert_eq!(stored.record, record_for(i), "session {i}");
+    }
+    let after = count(&mut raw).await;
+    assert!(
+        after[0] - before[0] >= whole.len() as u64 - 1,
+        "{before:?} {after:?}"
+    );
+    assert!(after[1] - before[1] <= 1, "{before:?} {after:?}");
+    assert_eq!(after[2], before[2]);
+    // Records in pieces: no marker either.
+    for i in (0..ids.len()).filter(|i| i % 4 == 2) {
+        let stored = writer
+            .load(&ids[i])
+            .await
+            .unwrap()
+            .expect("a session there");
+        assert_eq!(stored.record, record_for(i), "session {i}");
+    }
+    assert_eq!(count(&mut raw).await[2], before[2]);
+    // A touch's short script reads the field alone too.
+    let at = writer.load(&ids[0]).await.unwrap().unwrap().expires_at + 1_000;
+    let before = count(&mut raw).await;
+    for &i in &whole {
+        assert_eq!(writer.touch_until(&ids[i], at).await.unwrap(), Some(at));
+    }
+    let after = count(&mut raw).await;
+    assert_eq!(
+        after[0] - before[0],
+        whole.len() as u64,
+        "{before:?} {after:?}"
+    );
+    assert_eq!((after[1], after[2]), (before[1], before[2]));
+    let none = writer.new_id().await.unwrap();
+    assert!(writer.load(&none).await.unwrap().is_none());
+    assert_eq!(writer.touch_until(&none, at).await.unwrap(), None);
+    assert_eq!(count(&mut raw).await[2], before[2] + 2);
+}

@@ -1,6 +1,7 @@
 //! How a call reaches the server: script invocations, errors, routing in
 //! a growing store, and the server's clock.
 
+use super::grown::Grown;
 use super::{Compact, Form, Keys, REROUTES, is_reshaped};
 use crate::clock::MARGIN;
 use crate::error::{Error, Result};
@@ -150,10 +151,10 @@ where
         for _ in 0..REROUTES {
             let k = self.keys(id);
             match build(&k)
-                .invoke_async::<(T, u64)>(&mut self.conn.clone())
+                .invoke_async::<Grown<T>>(&mut self.conn.clone())
                 .await
             {
-                Ok((reply, fields)) => {
+                Ok(Grown { reply, fields }) => {
                     self.split_if_full(&k, fields).await;
                     return Ok(Some(reply));
                 }

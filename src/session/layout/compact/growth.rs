@@ -24,6 +24,7 @@
 
 use std::sync::Arc;
 
+use super::grown::Grown;
 use super::{Compact, Keys};
 use crate::error::{Error, Result};
 use crate::limits::ListpackLimits;
@@ -623,7 +624,7 @@ where
                 let (i, k) = (pending[n], &keys[n]);
                 match reply {
                     Ok(value) => {
-                        let (reply, fields): (T, u64) = redis::from_redis_value(value)?;
+                        let Grown { reply, fields } = redis::from_redis_value(value)?;
                         out[i] = Some(reply);
                         full.insert(&k.bucket, (fields, n));
                     }
@@ -709,7 +710,10 @@ where
                 let id = &items[*i].0;
                 match reply {
                     Ok(value) => {
-                        let (code, fields): (i64, u64) = redis::from_redis_value(value)?;
+                        let Grown::<i64> {
+                            reply: code,
+                            fields,
+                        } = redis::from_redis_value(value)?;
                         out[*i] = Some(Inserted::from_code(code));
                         full.insert(&k.bucket, (fields, n));
                     }

@@ -229,19 +229,16 @@ where
             // Records with more pieces than guessed: read again, value and
             // all, in one more round trip for the chunk.
             let mut more: Vec<(usize, usize)> = Vec::new();
-            // Misses in a growing store's buckets that lack their marker:
-            // loaded again one by one, each following its bucket.
-            let mut moved: Vec<usize> = Vec::new();
+            // Misses in a growing store's buckets: those whose bucket
+            // lacks its marker are loaded again one by one, each
+            // following its bucket.
+            let mut missed: Vec<usize> = Vec::new();
             for (n, ((id, k), reply)) in chunk.iter().zip(&keys).zip(replies).enumerate() {
-                let (bytes, pieces) = match self.value_read(id, k, reply, guess) {
-                    Err(Error::Reshaped { .. }) => {
-                        moved.push(n);
-                        out.push(None);
-                        continue;
-                    }
-                    read => read?,
-                };
+                let (bytes, pieces) = self.value_read(id, reply, guess)?;
                 let Some(bytes) = bytes else {
+                    if k.route.is_some() {
+                        missed.push(n);
+                    }
                     out.push(None);
                     continue;
                 };
@@ -261,8 +258,14 @@ where
                 }
             }
             let first = out.len() - chunk.len();
-            for n in moved {
-                out[first + n] = self.load(&chunk[n]).await?;
+            if let Some(&n) = missed.first() {
+                let buckets: Vec<&str> = missed.iter().map(|&n| keys[n].bucket.as_str()).collect();
+                let marked = self.marked(&chunk[n], &buckets).await?;
+                for (&n, marked) in missed.iter().zip(marked) {
+                    if !marked {
+                        out[first + n] = self.load(&chunk[n]).await?;
+                    }
+                }
             }
             if more.is_empty() {
                 continue;
@@ -280,14 +283,12 @@ where
                 let (id, k) = (&chunk[n], &keys[n]);
                 // Judged live above, and an expiry only moves forward
                 // while an id lives; gone now if deleted meanwhile.
-                let (bytes, pieces) = match self.value_read(id, k, reply, want) {
-                    Err(Error::Reshaped { .. }) => {
-                        out[first + n] = self.load(id).await?;
-                        continue;
-                    }
-                    read => read?,
-                };
+                let (bytes, pieces) = self.value_read(id, reply, want)?;
                 let Some(bytes) = bytes else {
+                    // Deleted meanwhile, or moved by a split: loaded again.
+                    if k.route.is_some() {
+                        out[first + n] = self.load(id).await?;
+                    }
                     continue;
                 };
                 let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;

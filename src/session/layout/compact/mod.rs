@@ -61,6 +61,7 @@ mod calls;
 mod config;
 mod delete;
 mod forms;
+mod grown;
 mod growth;
 mod health;
 mod keys;

@@ -28,46 +28,34 @@ where
 
     /// Adds the read of `id`'s value and its first `guess` pieces to
     /// `pipe`: an `HGET`, or an `HMGET` where there are pieces to ask for.
-    /// In a growing store the bucket's marker is asked for last, so a
-    /// miss tells a bucket of the current shape from one split or merged
-    /// away ([`crate::session::shape`]).
+    /// A growing store's bucket that holds the field is one of the current
+    /// shape (a split or merge removes the buckets it replaces whole), so
+    /// only a miss needs the marker read ([`Compact::marked`]).
     pub(super) fn ask_value(&self, pipe: &mut redis::Pipeline, k: &Keys, guess: usize) {
-        if guess == 0 && k.route.is_none() {
+        if guess == 0 {
             pipe.hget(&k.bucket, &k.field);
         } else {
             let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
             for i in 1..=guess {
                 cmd.arg(piece_field(&k.field, i));
             }
-            if k.route.is_some() {
-                cmd.arg(MARKER);
-            }
         }
     }
 
     /// The value and pieces a read [`Compact::ask_value`] added returned.
     /// A value of one record makes later reads ask for no pieces.
-    /// In a growing store, a miss in a bucket without its marker is
-    /// `Err(Error::Reshaped)`: the caller reads the shape.
     pub(super) fn value_read(
         &self,
         id: &SessionId,
-        k: &Keys,
         reply: redis::Value,
         guess: usize,
     ) -> Result<ValueRead> {
-        let (bytes, pieces): (Option<Vec<u8>>, _) = if guess == 0 && k.route.is_none() {
+        let (bytes, pieces): (Option<Vec<u8>>, _) = if guess == 0 {
             (redis::from_redis_value(reply)?, Vec::new())
         } else {
             let mut read: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
             if read.is_empty() {
                 return Err(self.corrupt(id));
-            }
-            if k.route.is_some() {
-                let marked = read.pop().flatten().is_some();
-                if !marked && read.first().is_some_and(Option::is_none) {
-                    return Err(self.reshaped(id));
-                }
             }
             let pieces = read.split_off(1);
             (read.pop().flatten(), pieces)
@@ -80,8 +68,22 @@ where
         Ok((bytes, pieces))
     }
 
+    /// Whether each of `buckets` holds its marker, in one round trip: a
+    /// read that missed in a growing store's bucket without it may have
+    /// gone to a bucket split or merged away, and follows the shape.
+    pub(super) async fn marked(&self, id: &SessionId, buckets: &[&str]) -> Result<Vec<bool>> {
+        let mut pipe = redis::pipe();
+        for bucket in buckets {
+            pipe.hexists(*bucket, MARKER.as_bytes());
+        }
+        pipe.query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))
+    }
+
     /// [`Layout::load`] from the bucket `k` names; in a growing store
-    /// `Err(Error::Reshaped)` where that bucket lacks its marker.
+    /// `Err(Error::Reshaped)` where the session is not there and that
+    /// bucket lacks its marker.
     pub(super) async fn load_at(&self, id: &SessionId, k: &Keys) -> Result<Option<Stored>> {
         let guess = self.pieces_to_ask();
         let mut pipe = redis::pipe();
@@ -90,7 +92,10 @@ where
             .await
             .map_err(self.error(id))?;
         let reply = replies.pop().unwrap_or(redis::Value::Nil);
-        let (bytes, pieces) = self.value_read(id, k, reply, guess)?;
+        let (bytes, pieces) = self.value_read(id, reply, guess)?;
+        if bytes.is_none() && k.route.is_some() && !self.marked(id, &[&k.bucket]).await?[0] {
+            return Err(self.reshaped(id));
+        }
         self.live_with(id, k, bytes, pieces, None).await
     }
 
