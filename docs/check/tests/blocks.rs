@@ -93,6 +93,17 @@ fn the_documents_have_blocks_of_every_kind() {
     }
 }
 
+/// A block marked `no_run` is compiled but never run on its own, so only
+/// a web app (which the web test serves and drives over HTTP) may be one:
+/// any other would be checked by nothing but the compiler.
+#[test]
+fn only_web_apps_are_marked_no_run() {
+    let all = blocks();
+    let unrun: Vec<&Block> = all.iter().filter(|b| !b.run && b.needs != "web").collect();
+    assert!(unrun.is_empty(), "blocks no test runs: {unrun:?}");
+    assert!(all.iter().any(|b| b.needs == "web" && !b.run));
+}
+
 #[test]
 fn every_block_that_runs_alone_runs_to_its_end_against_a_fresh_server() {
     let mut ran = 0;
