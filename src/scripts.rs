@@ -118,8 +118,14 @@ pub(crate) const SLOW: i64 = -9;
 /// sweeper reclaims.
 pub(crate) static COMPACT_REWRITE: LazyLock<Script> = script!("compact_rewrite.lua");
 /// The common case of [`COMPACT_INSERT`]: a record kept in its bucket,
-/// its expiry decided by the caller, with no helpers.
-pub(crate) static COMPACT_ADD: ByExpiry = by_expiry!("compact_add.lua");
+/// its expiry decided by the caller, with no helpers. A growing store's
+/// form is the swept one: it checks the route and replies with the
+/// bucket's field count itself (its 5th argument), unwrapped.
+pub(crate) static COMPACT_ADD: ByExpiry = ByExpiry {
+    swept: script!("expiry_swept.lua", "compact_add.lua"),
+    server: script!("expiry_server.lua", "compact_add.lua"),
+    growing: script!("expiry_swept.lua", "compact_add.lua"),
+};
 pub(crate) static COMPACT_REMOVE: ByExpiry = by_expiry!(
     "server_clock.lua",
     "compact_pieces.lua",
@@ -350,6 +356,13 @@ fn is_redirection(e: &redis::RedisError) -> bool {
 /// A script flag argument.
 pub(crate) fn flag(on: bool) -> &'static str {
     if on { "1" } else { "0" }
+}
+
+/// The argument telling a short script (`compact_add.lua`,
+/// `compact_rewrite.lua`) that its bucket is a growing store's, whose
+/// route it checks.
+pub(crate) fn routed(growing: bool) -> &'static str {
+    if growing { "routed" } else { "" }
 }
 
 /// The position of the first command of a pipeline that failed.

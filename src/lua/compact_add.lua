@@ -1,10 +1,17 @@
 -- A new session whose record is kept in its bucket (whole in its value, or
--- in pieces), in a fixed store's bucket or a growing store's
--- (compact_route.lua checks the route first): the common case of
--- compact_insert.lua on its own, with the expiry decided by the caller and
--- no helpers (every helper a script defines is created again on every
--- call). Values are as compact_common.lua describes.
--- The index entry first: a foreign key there fails the call before
+-- in pieces), in a fixed store's bucket or a growing store's: the common
+-- case of compact_insert.lua on its own, with the expiry decided by the
+-- caller and no helpers (every helper a script defines is created again on
+-- every call). Values are as compact_common.lua describes.
+-- In a growing store's bucket the route is checked first, by the bucket's
+-- field count rather than compact_route.lua's HEXISTS of the marker: every
+-- bucket key a growing store keeps holds its marker (a split or merge
+-- writes it with the bucket's first fields and removes the buckets it
+-- replaces whole, the sweeper keeps it), so a bucket with no field is one
+-- split or merged away, or not claimed yet, and nothing is written. The
+-- count also goes back with the reply, as compact_grown.lua sends it,
+-- without counting again.
+-- The index entry next: a foreign key there fails the call before
 -- anything is written, and lowering it for an id that turns out taken
 -- only brings the sweeper to the bucket early. Then the value: a taken id
 -- writes nothing more, and a piece a delete left behind under one of
@@ -14,27 +21,42 @@
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the value; ARGV[4]: its expiry, unix seconds
--- ARGV[5..]: the pieces, if any
--- Returns the expiry if created, 0 if the field is taken.
+-- ARGV[5]: 'routed' for a growing store's bucket, else ''
+-- ARGV[6..]: the pieces, if any
+-- Returns the expiry if created, 0 if the field is taken; in a growing
+-- store's bucket, that reply * 2^20 + the bucket's field count after it
+-- (a count at most the true one plus the stale pieces overwritten: the
+-- split script counts again before it splits).
 local expiry = tonumber(ARGV[4])
+local routed = ARGV[5] == 'routed'
+local held = 0
+if routed then
+  held = redis.call('HLEN', KEYS[1])
+  if held == 0 then
+    return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
+  end
+end
 if not SERVER_EXPIRY then
   redis.call('ZADD', KEYS[2], 'LT', expiry, ARGV[2])
 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then
-  return 0
+  return math.min(held, 1048575)
 end
-local pieces = #ARGV - 4
+local pieces = #ARGV - 5
 local fields = {ARGV[1]}
 if pieces > 0 then
   local args = {}
   for i = 1, pieces do
     fields[i + 1] = ARGV[1] .. string.char(i)
     args[2 * i - 1] = fields[i + 1]
-    args[2 * i] = ARGV[i + 4]
+    args[2 * i] = ARGV[i + 5]
   end
   redis.call('HSET', KEYS[1], unpack(args))
 end
 if SERVER_EXPIRY then
   redis.call('HEXPIREAT', KEYS[1], expiry, 'FIELDS', pieces + 1, unpack(fields))
+end
+if routed then
+  return expiry * 1048576 + math.min(held + 1 + pieces, 1048575)
 end
 return expiry

@@ -20,7 +20,10 @@
 //! and all, in the same script that writes the new shape:
 //!
 //! - a script given a bucket without the marker writes nothing and says so
-//!   (`RESHAPED`), and the caller reads the shape again;
+//!   (`RESHAPED`), and the caller reads the shape again (a create checks
+//!   the bucket's field count instead: every bucket key a growing store
+//!   keeps holds its marker, so a bucket with no field at all is the same
+//!   miss, and the count goes back with its reply);
 //! - a bucket that holds the session's field is current (no bucket
 //!   outlives the split or merge that replaced it), so a read asks for the
 //!   field alone, and only after a miss whether the bucket holds the

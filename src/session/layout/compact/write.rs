@@ -37,7 +37,9 @@ where
         let code: i64 = self
             .call(id, |k| {
                 let mut inv = self.short_invocation(self.script(&COMPACT_ADD), k);
-                inv.arg(&value).arg(at);
+                inv.arg(&value)
+                    .arg(at)
+                    .arg(scripts::routed(k.route.is_some()));
                 for piece in &pieces {
                     inv.arg(*piece);
                 }
@@ -153,7 +155,7 @@ where
             let k = self.keys(id);
             let mut inv = self.short_invocation(&COMPACT_REWRITE, &k);
             inv.arg(value).arg(expires_at).arg(latest);
-            inv.arg(if k.route.is_some() { "routed" } else { "" });
+            inv.arg(scripts::routed(k.route.is_some()));
             for piece in pieces {
                 inv.arg(*piece);
             }
