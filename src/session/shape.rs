@@ -26,9 +26,11 @@
 //!   miss, and the count goes back with its reply);
 //! - a bucket that holds the session's field is current (no bucket
 //!   outlives the split or merge that replaced it), so a read asks for the
-//!   field alone, and only after a miss whether the bucket holds the
-//!   marker: with it the miss is true; without it the caller reads the
-//!   shape, and reads again if its copy was stale;
+//!   field alone, and only after a miss reads the field again with the
+//!   marker, in one step (apart, a merge between the two could bring the
+//!   session into that very bucket): with the marker the miss is true;
+//!   without it the caller reads the shape, and reads again if its copy
+//!   was stale;
 //! - a bucket of the current shape that lacks its marker (a group's first
 //!   buckets, or one the sweeper emptied) is given one by a script that
 //!   checks the shape's epoch first.

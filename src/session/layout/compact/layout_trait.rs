@@ -215,7 +215,7 @@ where
             let mut pipe = redis::pipe();
             let keys: Vec<Keys> = chunk.iter().map(|id| self.keys(id)).collect();
             for k in &keys {
-                self.ask_value(&mut pipe, k, guess);
+                self.ask_value(&mut pipe, k, guess, false);
             }
             pipe.cmd("TIME");
             let sent = Instant::now();
@@ -234,7 +234,7 @@ where
             // following its bucket.
             let mut missed: Vec<usize> = Vec::new();
             for (n, ((id, k), reply)) in chunk.iter().zip(&keys).zip(replies).enumerate() {
-                let (bytes, pieces) = self.value_read(id, reply, guess)?;
+                let (bytes, pieces) = self.value_read(id, reply, guess, false)?;
                 let Some(bytes) = bytes else {
                     if k.route.is_some() {
                         missed.push(n);
@@ -259,11 +259,24 @@ where
             }
             let first = out.len() - chunk.len();
             if let Some(&n) = missed.first() {
-                let buckets: Vec<&str> = missed.iter().map(|&n| keys[n].bucket.as_str()).collect();
-                let marked = self.marked(&chunk[n], &buckets).await?;
-                for (&n, marked) in missed.iter().zip(marked) {
-                    if !marked {
-                        out[first + n] = self.load(&chunk[n]).await?;
+                // Read again with the marker, in one step with the field.
+                let mut pipe = redis::pipe();
+                for &n in &missed {
+                    self.ask_value(&mut pipe, &keys[n], 0, true);
+                }
+                let replies: Vec<redis::Value> =
+                    pipe.query_async(&mut self.conn.clone()).await.map_err(
+                        crate::session::layout::pipeline::pipeline_error(self, &chunk[n..=n], 1),
+                    )?;
+                for (&n, reply) in missed.iter().zip(replies) {
+                    // A true miss stays none; a bucket split or merged
+                    // away, or a session there now, is loaded again.
+                    match self.value_read(&chunk[n], reply, 0, true) {
+                        Ok((None, _)) => {}
+                        Ok(_) | Err(Error::Reshaped { .. }) => {
+                            out[first + n] = self.load(&chunk[n]).await?;
+                        }
+                        Err(e) => return Err(e),
                     }
                 }
             }
@@ -273,7 +286,7 @@ where
             let again: Vec<SessionId> = more.iter().map(|&(n, _)| chunk[n]).collect();
             let mut pipe = redis::pipe();
             for &(n, want) in &more {
-                self.ask_value(&mut pipe, &keys[n], want);
+                self.ask_value(&mut pipe, &keys[n], want, false);
             }
             let replies: Vec<redis::Value> =
                 pipe.query_async(&mut self.conn.clone()).await.map_err(
@@ -283,7 +296,7 @@ where
                 let (id, k) = (&chunk[n], &keys[n]);
                 // Judged live above, and an expiry only moves forward
                 // while an id lives; gone now if deleted meanwhile.
-                let (bytes, pieces) = self.value_read(id, reply, want)?;
+                let (bytes, pieces) = self.value_read(id, reply, want, false)?;
                 let Some(bytes) = bytes else {
                     // Deleted meanwhile, or moved by a split: loaded again.
                     if k.route.is_some() {
