@@ -24,13 +24,12 @@
 //!   the bucket's field count instead: every bucket key a growing store
 //!   keeps holds its marker, so a bucket with no field at all is the same
 //!   miss, and the count goes back with its reply);
-//! - a bucket that holds the session's field is current (no bucket
-//!   outlives the split or merge that replaced it), so a read asks for the
-//!   field alone, and only after a miss reads the field again with the
-//!   marker, in one step (apart, a merge between the two could bring the
-//!   session into that very bucket): with the marker the miss is true;
-//!   without it the caller reads the shape, and reads again if its copy
-//!   was stale;
+//! - a read asks for the marker with the session's field, in one step:
+//!   with the marker the bucket is current and a missing field a true
+//!   miss; without it the caller reads the shape, and reads again if its
+//!   copy was stale (a bucket that holds the field is current, so the
+//!   short save and touch script reads the marker only after a miss, in
+//!   the same script);
 //! - a bucket of the current shape that lacks its marker (a group's first
 //!   buckets, or one the sweeper emptied) is given one by a script that
 //!   checks the shape's epoch first.

@@ -215,7 +215,7 @@ where
             let mut pipe = redis::pipe();
             let keys: Vec<Keys> = chunk.iter().map(|id| self.keys(id)).collect();
             for k in &keys {
-                self.ask_value(&mut pipe, k, guess, false);
+                self.ask_value(&mut pipe, k, guess);
             }
             pipe.cmd("TIME");
             let sent = Instant::now();
@@ -229,16 +229,19 @@ where
             // Records with more pieces than guessed: read again, value and
             // all, in one more round trip for the chunk.
             let mut more: Vec<(usize, usize)> = Vec::new();
-            // Misses in a growing store's buckets: those whose bucket
-            // lacks its marker are loaded again one by one, each
-            // following its bucket.
-            let mut missed: Vec<usize> = Vec::new();
+            // Misses in a growing store's buckets that lack their marker:
+            // loaded again one by one, each following its bucket.
+            let mut moved: Vec<usize> = Vec::new();
             for (n, ((id, k), reply)) in chunk.iter().zip(&keys).zip(replies).enumerate() {
-                let (bytes, pieces) = self.value_read(id, reply, guess, false)?;
-                let Some(bytes) = bytes else {
-                    if k.route.is_some() {
-                        missed.push(n);
+                let (bytes, pieces) = match self.value_read(id, k, reply, guess) {
+                    Err(Error::Reshaped { .. }) => {
+                        moved.push(n);
+                        out.push(None);
+                        continue;
                     }
+                    read => read?,
+                };
+                let Some(bytes) = bytes else {
                     out.push(None);
                     continue;
                 };
@@ -258,27 +261,8 @@ where
                 }
             }
             let first = out.len() - chunk.len();
-            if let Some(&n) = missed.first() {
-                // Read again with the marker, in one step with the field.
-                let mut pipe = redis::pipe();
-                for &n in &missed {
-                    self.ask_value(&mut pipe, &keys[n], 0, true);
-                }
-                let replies: Vec<redis::Value> =
-                    pipe.query_async(&mut self.conn.clone()).await.map_err(
-                        crate::session::layout::pipeline::pipeline_error(self, &chunk[n..=n], 1),
-                    )?;
-                for (&n, reply) in missed.iter().zip(replies) {
-                    // A true miss stays none; a bucket split or merged
-                    // away, or a session there now, is loaded again.
-                    match self.value_read(&chunk[n], reply, 0, true) {
-                        Ok((None, _)) => {}
-                        Ok(_) | Err(Error::Reshaped { .. }) => {
-                            out[first + n] = self.load(&chunk[n]).await?;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
+            for n in moved {
+                out[first + n] = self.load(&chunk[n]).await?;
             }
             if more.is_empty() {
                 continue;
@@ -286,7 +270,7 @@ where
             let again: Vec<SessionId> = more.iter().map(|&(n, _)| chunk[n]).collect();
             let mut pipe = redis::pipe();
             for &(n, want) in &more {
-                self.ask_value(&mut pipe, &keys[n], want, false);
+                self.ask_value(&mut pipe, &keys[n], want);
             }
             let replies: Vec<redis::Value> =
                 pipe.query_async(&mut self.conn.clone()).await.map_err(
@@ -296,12 +280,14 @@ where
                 let (id, k) = (&chunk[n], &keys[n]);
                 // Judged live above, and an expiry only moves forward
                 // while an id lives; gone now if deleted meanwhile.
-                let (bytes, pieces) = self.value_read(id, reply, want, false)?;
-                let Some(bytes) = bytes else {
-                    // Deleted meanwhile, or moved by a split: loaded again.
-                    if k.route.is_some() {
+                let (bytes, pieces) = match self.value_read(id, k, reply, want) {
+                    Err(Error::Reshaped { .. }) => {
                         out[first + n] = self.load(id).await?;
+                        continue;
                     }
+                    read => read?,
+                };
+                let Some(bytes) = bytes else {
                     continue;
                 };
                 let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;

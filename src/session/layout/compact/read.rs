@@ -27,53 +27,43 @@ where
     }
 
     /// Adds the read of `id`'s value and its first `guess` pieces to
-    /// `pipe`: an `HGET`, or an `HMGET` where there are pieces to ask for,
-    /// or where `marker` asks for the bucket's marker last. A growing
-    /// store's bucket that holds the field is one of the current shape (a
-    /// split or merge removes the buckets it replaces whole), so only a
-    /// read that missed is made again with the marker: read in the same
-    /// step as the field, it tells a true miss from a bucket split or
-    /// merged away. (Read apart, a merge between the two reads could bring
-    /// the session into the very bucket the first read missed it in.)
-    pub(super) fn ask_value(
-        &self,
-        pipe: &mut redis::Pipeline,
-        k: &Keys,
-        guess: usize,
-        marker: bool,
-    ) {
-        if guess == 0 && !marker {
+    /// `pipe`: an `HGET`, or an `HMGET` where there are pieces to ask for.
+    /// In a growing store the bucket's marker is asked for last, so a
+    /// miss tells a bucket of the current shape from one split or merged
+    /// away ([`crate::session::shape`]).
+    pub(super) fn ask_value(&self, pipe: &mut redis::Pipeline, k: &Keys, guess: usize) {
+        if guess == 0 && k.route.is_none() {
             pipe.hget(&k.bucket, &k.field);
         } else {
             let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
             for i in 1..=guess {
                 cmd.arg(piece_field(&k.field, i));
             }
-            if marker {
+            if k.route.is_some() {
                 cmd.arg(MARKER);
             }
         }
     }
 
     /// The value and pieces a read [`Compact::ask_value`] added returned.
-    /// A value of one record makes later reads ask for no pieces. Where
-    /// the marker was asked for, a miss in a bucket without it is
+    /// A value of one record makes later reads ask for no pieces.
+    /// In a growing store, a miss in a bucket without its marker is
     /// `Err(Error::Reshaped)`: the caller reads the shape.
     pub(super) fn value_read(
         &self,
         id: &SessionId,
+        k: &Keys,
         reply: redis::Value,
         guess: usize,
-        marker: bool,
     ) -> Result<ValueRead> {
-        let (bytes, pieces): (Option<Vec<u8>>, _) = if guess == 0 && !marker {
+        let (bytes, pieces): (Option<Vec<u8>>, _) = if guess == 0 && k.route.is_none() {
             (redis::from_redis_value(reply)?, Vec::new())
         } else {
             let mut read: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
             if read.is_empty() {
                 return Err(self.corrupt(id));
             }
-            if marker {
+            if k.route.is_some() {
                 let marked = read.pop().flatten().is_some();
                 if !marked && read.first().is_some_and(Option::is_none) {
                     return Err(self.reshaped(id));
@@ -90,32 +80,17 @@ where
         Ok((bytes, pieces))
     }
 
-    /// `id`'s value and first `guess` pieces from the bucket `k` names; in
-    /// a growing store a miss is read again with the marker
-    /// ([`Compact::ask_value`]), and is `Err(Error::Reshaped)` where the
-    /// bucket lacks it.
-    async fn read_value(&self, id: &SessionId, k: &Keys, guess: usize) -> Result<ValueRead> {
-        let mut marker = false;
-        loop {
-            let mut pipe = redis::pipe();
-            self.ask_value(&mut pipe, k, guess, marker);
-            let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
-                .await
-                .map_err(self.error(id))?;
-            let reply = replies.pop().unwrap_or(redis::Value::Nil);
-            let read = self.value_read(id, reply, guess, marker)?;
-            if read.0.is_some() || marker || k.route.is_none() {
-                return Ok(read);
-            }
-            marker = true;
-        }
-    }
-
     /// [`Layout::load`] from the bucket `k` names; in a growing store
-    /// `Err(Error::Reshaped)` where the session is not there and that
-    /// bucket lacks its marker (read with the field, in one step).
+    /// `Err(Error::Reshaped)` where that bucket lacks its marker.
     pub(super) async fn load_at(&self, id: &SessionId, k: &Keys) -> Result<Option<Stored>> {
-        let (bytes, pieces) = self.read_value(id, k, self.pieces_to_ask()).await?;
+        let guess = self.pieces_to_ask();
+        let mut pipe = redis::pipe();
+        self.ask_value(&mut pipe, k, guess);
+        let mut replies = query_reads(&mut pipe, &self.conn, &self.clock)
+            .await
+            .map_err(self.error(id))?;
+        let reply = replies.pop().unwrap_or(redis::Value::Nil);
+        let (bytes, pieces) = self.value_read(id, k, reply, guess)?;
         self.live_with(id, k, bytes, pieces, None).await
     }
 
