@@ -1,6 +1,6 @@
 //! A growing store's script reply: the script's own, and the number of
 //! fields its bucket holds after it, from which the caller tells when to
-//! split the bucket (`compact_grown.lua`).
+//! split the bucket (`compact_grown.lua`, and `compact_add.lua` itself).
 
 /// Each field count below this fits beside an integer reply.
 const COUNT_SPAN: i64 = 1 << 20;
