@@ -18,15 +18,25 @@
 -- these names is overwritten before anyone can read it. Where the server
 -- expires fields (SERVER_EXPIRY), every field written gets the expiry as
 -- its TTL and no index entry is kept.
+-- In a store with a user index, the session's entry was written first
+-- (src/users/mod.rs): the session is refused when it comes more than the
+-- grace after the entry, by the server's clock, or when a revocation left
+-- a tombstone beside its field (the field and the byte 0xc0, as
+-- compact_common.lua's TOMBSTONE), as compact_insert.lua refuses it.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the value; ARGV[4]: its expiry, unix seconds
 -- ARGV[5]: 'routed' for a growing store's bucket, else ''
--- ARGV[6..]: the pieces, if any
--- Returns the expiry if created, 0 if the field is taken; in a growing
--- store's bucket, that reply * 2^20 + the bucket's field count after it
--- (a count at most the true one plus the stale pieces overwritten: the
--- split script counts again before it splits).
+-- ARGV[6]: when the session's index entry was written (unix seconds, by
+--          the caller's estimate of the server's time), or '' for a
+--          session no index holds; ARGV[7]: the grace, seconds (or '')
+-- ARGV[8..]: the pieces, if any
+-- Returns the expiry if created, 0 if the field is taken (or a tombstone
+-- stands beside it), -2 if the entry was written longer than the grace
+-- ago (or that far ahead); in a growing store's bucket, that reply * 2^20
+-- + the bucket's field count after it (a count at most the true one plus
+-- the stale pieces overwritten: the split script counts again before it
+-- splits).
 local expiry = tonumber(ARGV[4])
 local routed = ARGV[5] == 'routed'
 local held = 0
@@ -36,20 +46,33 @@ if routed then
     return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
   end
 end
+if ARGV[6] ~= '' then
+  local now = tonumber(redis.call('TIME')[1])
+  local added, grace = tonumber(ARGV[6]), tonumber(ARGV[7])
+  if now > added + grace or added > now + grace then
+    if routed then
+      return -2 * 1048576 + math.min(held, 1048575)
+    end
+    return -2
+  end
+  if redis.call('HEXISTS', KEYS[1], ARGV[1] .. '\192') == 1 then
+    return math.min(held, 1048575)
+  end
+end
 if not SERVER_EXPIRY then
   redis.call('ZADD', KEYS[2], 'LT', expiry, ARGV[2])
 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then
   return math.min(held, 1048575)
 end
-local pieces = #ARGV - 5
+local pieces = #ARGV - 7
 local fields = {ARGV[1]}
 if pieces > 0 then
   local args = {}
   for i = 1, pieces do
     fields[i + 1] = ARGV[1] .. string.char(i)
     args[2 * i - 1] = fields[i + 1]
-    args[2 * i] = ARGV[i + 5]
+    args[2 * i] = ARGV[i + 7]
   end
   redis.call('HSET', KEYS[1], unpack(args))
 end

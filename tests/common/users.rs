@@ -237,6 +237,7 @@ pub async fn creates_in_flight_are_blocked_and_leftovers_swept<C>(conn: C, base:
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
+    out_of_line_creates_are_refused_alike(conn.clone(), base.clone()).await;
     let layout = layout(conn.clone(), base, "inflight").await;
     let store: Store<_, (), u64> = Store::new(layout.clone())
         .without_sweeper()
@@ -322,6 +323,56 @@ where
         "the fresh and on-time sessions: {audit:?}"
     );
     assert_eq!(audit.entries, 2, "{audit:?}");
+}
+
+/// A record too long for its bucket goes out of line, in the full insert
+/// script; a record kept in its bucket, in the short one. Both refuse a
+/// create whose entry a revocation read (its tombstone) and a session
+/// later than the grace after its entry, and land one on time.
+async fn out_of_line_creates_are_refused_alike<C>(conn: C, base: CompactConfig)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let layout = layout(conn.clone(), base, "inflight-out").await;
+    let users = layout.user_index().unwrap().clone();
+    let user = 70_002u64;
+    // Beyond the 512 bytes a record in pieces may take: out of line.
+    let long = sessionpack::session::record::encode(&user, &"x".repeat(2_000)).unwrap();
+    // The owner's entry goes where a record of the owner alone places it.
+    let head = sessionpack::session::record::encode(&user, &()).unwrap();
+    let (bucket, check) = users.place(&head);
+    let id = layout.new_id().await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(users.key(bucket))
+        .arg(id.as_bytes())
+        .arg(check.to_string())
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap();
+    let indexed_at = server_now(&conn).await;
+    let store: Store<_, String, u64> = Store::new(layout.clone()).without_sweeper();
+    let r = store.revoke_all(&user).await.unwrap();
+    assert_eq!((r.absent, r.removed), (1, 0), "{r:?}");
+    let insert = |id: SessionId, at: u64| {
+        let (layout, long) = (layout.clone(), long.clone());
+        async move {
+            layout
+                .insert_after_entry(&id, &long, Deadline::In(600), at)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(insert(id, indexed_at).await, Inserted::IdTaken);
+    let now = server_now(&conn).await;
+    assert_eq!(
+        insert(layout.new_id().await.unwrap(), now - 10).await,
+        Inserted::Late
+    );
+    let on_time = layout.new_id().await.unwrap();
+    let landed = insert(on_time, now).await;
+    assert!(matches!(landed, Inserted::Created { .. }), "{landed:?}");
+    let stored = layout.load(&on_time).await.unwrap().unwrap();
+    assert_eq!(stored.record, long);
 }
 
 /// What the race recorded of one session id.

@@ -192,8 +192,8 @@ where
         indexed_at: u64,
     ) -> Result<Inserted> {
         self.users()?;
-        let build = |k: &_| self.insert_invocation(k, record, expiry, Some(indexed_at));
-        Ok(Inserted::from_code(self.call(id, build).await?))
+        self.insert_stored(id, record, expiry, Some(indexed_at))
+            .await
     }
 
     /// The index entries of a batch about to be inserted, in one pipeline;

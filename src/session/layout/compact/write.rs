@@ -16,7 +16,10 @@ where
 {
     /// An insert of a record kept in its bucket (whole in its value, or in
     /// pieces), with the expiry decided: one short script
-    /// (`compact_add.lua`; in a growing store after the route's check).
+    /// (`compact_add.lua`; in a growing store after the route's check;
+    /// in a store with a user index, `indexed_at` says when the session's
+    /// entry was written, and the script refuses a late session or a
+    /// revoked id as `compact_insert.lua` does).
     /// The value goes first, so a taken id writes nothing, and a piece an
     /// earlier session of the id left behind is overwritten before anyone
     /// can read it. A script rather than a `MULTI`/`EXEC`: one command, so
@@ -30,8 +33,13 @@ where
         form: Form,
         record: &[u8],
         at: u64,
+        indexed_at: Option<u64>,
     ) -> Result<Inserted> {
         let payload = form.payload(record);
+        let (indexed_at, grace) = match (&self.users, indexed_at) {
+            (Some(users), Some(at)) => (at.to_string(), users.config().grace_secs.to_string()),
+            _ => (String::new(), String::new()),
+        };
         let value = form.value(&payload, at);
         let pieces = form.pieces(&payload);
         let code: i64 = self
@@ -39,17 +47,20 @@ where
                 let mut inv = self.short_invocation(self.script(&COMPACT_ADD), k);
                 inv.arg(&value)
                     .arg(at)
-                    .arg(scripts::routed(k.route.is_some()));
+                    .arg(scripts::routed(k.route.is_some()))
+                    .arg(&indexed_at)
+                    .arg(&grace);
                 for piece in &pieces {
                     inv.arg(*piece);
                 }
                 inv
             })
             .await?;
-        if code == 0 {
-            return self.again(id, record).await;
+        match code {
+            0 => self.again(id, record).await,
+            -2 => Ok(Inserted::Late),
+            _ => Ok(Inserted::Created { expires_at: at }),
         }
-        Ok(Inserted::Created { expires_at: at })
     }
 
     /// [`Layout::insert`] and [`Layout::insert_new`].
@@ -68,17 +79,32 @@ where
                 .insert_indexed(users, head, id, record, expiry, None)
                 .await;
         }
+        self.insert_stored(id, record, expiry, None).await
+    }
+
+    /// An insert once the expiry is checked (and, with a user index, once
+    /// the session's entry was written at `indexed_at`): the short script
+    /// for a record kept in its bucket when this process can decide its
+    /// expiry, else the full one.
+    pub(super) async fn insert_stored(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+        indexed_at: Option<u64>,
+    ) -> Result<Inserted> {
         let form = self.form_of(record);
-        // A short script for a record kept in its bucket.
         if form != Form::OutOfLine {
             match self.decide_expiry(expiry).await? {
-                Some(Ok(at)) => return self.insert_added(id, form, record, at).await,
+                Some(Ok(at)) => return self.insert_added(id, form, record, at, indexed_at).await,
                 Some(Err(())) => return Ok(Inserted::AlreadyExpired),
                 None => {}
             }
         }
         let code = self
-            .call(id, |k| self.insert_invocation(k, record, expiry, None))
+            .call(id, |k| {
+                self.insert_invocation(k, record, expiry, indexed_at)
+            })
             .await?;
         Ok(Inserted::from_code(code))
     }
