@@ -232,28 +232,22 @@ async fn login(
                     .get(header::USER_AGENT)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("unknown device");
-                if auth.session.insert("device", device).await.is_err() {
-                    return (
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "session store failed".into(),
-                    );
+                if let Err(e) = auth.session.insert("device", device).await {
+                    return failed("recording the device", e);
                 }
                 (StatusCode::OK, format!("logged in as {}", user.name))
             }
-            Err(_) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "session store failed".into(),
-            ),
+            Err(e) => failed("logging in", e),
         },
         Ok(None) => (StatusCode::UNAUTHORIZED, "wrong name or password".into()),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "backend failed".into()),
+        Err(e) => failed("authenticating", e),
     }
 }
 
 async fn logout(mut auth: AuthSession) -> impl IntoResponse {
     match auth.logout().await {
-        Ok(_) => (StatusCode::OK, "logged out"),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "session store failed"),
+        Ok(_) => (StatusCode::OK, "logged out".into()),
+        Err(e) => failed("logging out", e),
     }
 }
 
@@ -268,11 +262,21 @@ async fn me(auth: AuthSession) -> impl IntoResponse {
 /// request besides axum-login's own data.
 async fn visits(auth: AuthSession) -> impl IntoResponse {
     let session = auth.session;
-    let n: u64 = session.get("visits").await.ok().flatten().unwrap_or(0) + 1;
+    let n = match session.get::<u64>("visits").await {
+        Ok(n) => n.unwrap_or(0) + 1,
+        Err(e) => return failed("reading the session", e),
+    };
     match session.insert("visits", n).await {
         Ok(()) => (StatusCode::OK, n.to_string()),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        Err(e) => failed("counting the visit", e),
     }
+}
+
+/// A 500 for a step that failed, its cause logged for the operator (the
+/// client learns only which step).
+fn failed(step: &str, error: impl std::fmt::Display) -> (StatusCode, String) {
+    tracing::error!(%error, "{step} failed");
+    (StatusCode::INTERNAL_SERVER_ERROR, format!("{step} failed"))
 }
 
 fn owner(user: &User) -> Identity {
@@ -306,7 +310,7 @@ async fn devices(auth: AuthSession, Extension(store): Extension<Store>) -> impl 
                 .collect();
             (StatusCode::OK, lines.join("\n"))
         }
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        Err(e) => failed("listing the sessions", e),
     }
 }
 
@@ -320,7 +324,7 @@ async fn logout_others(auth: AuthSession, Extension(store): Extension<Store>) ->
             StatusCode::OK,
             format!("logged out {} other sessions", r.removed),
         ),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        Err(e) => failed("logging out the other sessions", e),
     }
 }
 
@@ -338,7 +342,7 @@ async fn logout_everywhere(
             let _ = auth.logout().await;
             (StatusCode::OK, format!("logged out {} sessions", r.removed))
         }
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        Err(e) => failed("logging out everywhere", e),
     }
 }
 
@@ -354,12 +358,12 @@ async fn item(
     let Some(id) = session.id() else {
         return match session.insert("browsing", true).await {
             Ok(()) => (StatusCode::OK, format!("item {n}")),
-            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+            Err(e) => failed("starting a session", e),
         };
     };
     match store.view(id.0, &n).await {
         Ok(_) => (StatusCode::OK, format!("item {n}")),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        Err(e) => failed("recording the item", e),
     }
 }
 
@@ -377,6 +381,6 @@ async fn recent(auth: AuthSession, Extension(store): Extension<Store>) -> impl I
                 .collect();
             (StatusCode::OK, items.join(","))
         }
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        Err(e) => failed("reading the viewed items", e),
     }
 }

@@ -33,6 +33,10 @@ use sessionpack::viewed::ViewedConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Errors go to stderr: a failed request's cause, the store's warnings.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let metrics = app::install_metrics()?;

@@ -42,6 +42,9 @@ impl Drop for Serving {
 }
 
 async fn serve(app: axum::Router) -> Serving {
+    // The apps' errors (and tower-sessions' own) go to the test's output,
+    // so a failed request's cause is printed with the failure.
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let task = tokio::spawn(async move {
@@ -151,7 +154,8 @@ impl User {
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), StatusCode::OK);
+        let status = r.status();
+        assert_eq!(status, StatusCode::OK, "login: {}", r.text().await.unwrap());
     }
 
     /// One visit on `base`: the user must be logged in, and the count the
@@ -163,8 +167,10 @@ impl User {
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), StatusCode::OK, "logged out on {base}");
-        let n: u64 = r.text().await.unwrap().parse().unwrap();
+        let status = r.status();
+        let body = r.text().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "a visit on {base}: {body}");
+        let n: u64 = body.parse().unwrap();
         assert_eq!(
             n,
             self.visits + 1,
