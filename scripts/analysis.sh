@@ -35,7 +35,8 @@
 # tower-sessions-redis-store, then of actix-session, copied into
 # sessionpack and closed: time, server CPU and memory at each stage. `actix` the
 # actix-session store beside actix-session's RedisSessionStore per state
-# profile; `actix-concurrency` the user-id profile with 4, 16 and 64 calls
+# profile; `actix-quickstart` what ActixStore::connect gives and what a
+# user index adds to each call; `actix-concurrency` the user-id profile with 4, 16 and 64 calls
 # in flight. `tower-growing` the tower-sessions store on buckets that grow
 # beside fixed buckets and the peer crate; `quickstart` what
 # TowerStore::connect gives (growing, packed) per session shape beside the
@@ -51,7 +52,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-growing day actix actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-growing day actix actix-quickstart actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -133,7 +134,9 @@ for part in "${parts[@]}"; do
       # The store as TowerStore::connect opens it (buckets that grow)
       # beside the advisor's fixed count and the peer crate, interleaved.
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
-      $sp bench tower --sessions 200000 --profiles axum-login-digest,axum-login-app \
+      # Five rounds: the first creates while the growing store splits, the
+      # other four at a steady size (its report shows creates by round).
+      $sp bench tower --sessions 200000 --rounds 5 --profiles axum-login-digest,axum-login-app \
         --growing --out analysis/tower/growing
       cargo build --release --quiet -p sessionpack-cli ;;
     quickstart)
@@ -168,6 +171,13 @@ for part in "${parts[@]}"; do
       # store, built in.
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
       $sp bench actix --sessions 1000000 --rounds 3 --dictionary --out analysis/actix
+      cargo build --release --quiet -p sessionpack-cli ;;
+    actix-quickstart)
+      # What ActixStore::connect gives, and what a user index adds to
+      # each call, beside actix-session's own Redis store.
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      $sp bench actix --sessions 200000 --rounds 3 --profiles user-id-stamps,app --quickstart \
+        --out analysis/actix/quickstart
       cargo build --release --quiet -p sessionpack-cli ;;
     actix-concurrency)
       # The same calls with 4, 16 and 64 in flight: the server's reads and

@@ -639,3 +639,54 @@ async fn a_day_replays_through_actix_session_stores() {
         assert!(per("expire") > 0.2 && per("set") > 0.1, "{peer:?}");
     }
 }
+
+/// Creates in a growing store's first round split its buckets, and the
+/// per-round count says so; a fixed store's never do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_count_the_splits_of_each_round() {
+    use sessionpack::CompactConfig;
+    use sessionpack::tower::TowerStore;
+    use sessionpack_cli::harness::tower::{self, Contender, DynStore, Plan};
+    use sessionpack_cli::profile::Profile;
+    use std::sync::Arc;
+
+    let server = common::server();
+    let url = server.url();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut contenders = Vec::new();
+    for (label, config) in [
+        ("fixed", CompactConfig::new(6).with_namespace("f")),
+        ("growing", CompactConfig::default().with_namespace("g")),
+    ] {
+        let store = TowerStore::new(connect(&url).await.unwrap(), config)
+            .await
+            .unwrap()
+            .without_sweeper();
+        let unseen = TowerStore::from_layout(store.layout().clone())
+            .unwrap()
+            .without_sweeper();
+        contenders.push(Contender {
+            label: label.into(),
+            store: Arc::new(store) as DynStore,
+            unseen: Arc::new(unseen) as DynStore,
+        });
+    }
+    let plan = Plan {
+        profile: Profile::AxumLoginDigest,
+        sessions: 4_000,
+        concurrency: 4,
+        rounds: 2,
+    };
+    let runs = tower::run(&mut conn, &contenders, plan).await.unwrap();
+    let splits = |i: usize| runs[i].op("create").unwrap().rounds_splits.clone();
+    assert_eq!(splits(0), vec![0, 0], "a fixed store never splits");
+    let growing = splits(1);
+    assert_eq!(growing.len(), 2);
+    // 4,000 sessions in buckets of at most 64 fields, then 1,000 more:
+    // the first round's creates fill buckets that are about to split.
+    assert!(growing[0] > 0, "{growing:?}");
+}

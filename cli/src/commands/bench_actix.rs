@@ -19,6 +19,7 @@ use sessionpack::error::{Error, Result};
 use sessionpack::limits::ListpackLimits;
 use sessionpack::session::dictionary::Learning;
 use sessionpack::tower::DEFAULT_MEMO_CAPACITY;
+use sessionpack::users::UserIndexConfig;
 use sessionpack::{CompactConfig, json_map};
 
 /// Arguments of `sessionpack bench actix`.
@@ -44,6 +45,14 @@ pub struct ActixArgs {
     /// of its own.
     #[arg(long)]
     dictionary: bool,
+    /// Also measure the store `ActixStore::connect` opens
+    /// (`map_store::recommended_config()`: growing buckets, records packed
+    /// with a dictionary learned from the first sessions), and the same
+    /// with a user index (`UserIndexConfig::default()`, as
+    /// `examples/actix_login` opens it), each in a namespace of its own:
+    /// what the index adds to each call is the difference.
+    #[arg(long)]
+    quickstart: bool,
     /// log2 of the fixed stores' bucket count (default: the advisor's
     /// pick for a store of this many sessions of the profile).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=24))]
@@ -54,6 +63,10 @@ pub struct ActixArgs {
 }
 
 const PEER: &str = "actix-session 0.11 RedisSessionStore";
+/// The store `ActixStore::connect` opens.
+const QUICKSTART: &str = "sessionpack (ActixStore::connect)";
+/// The same with a user index.
+const QUICKSTART_INDEXED: &str = "sessionpack (ActixStore::connect + user index)";
 /// The store's write threshold in these runs, as in `bench tower`.
 const WRITE_THRESHOLD: f64 = 0.1;
 
@@ -131,6 +144,21 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
             let label = format!("sessionpack + learned dictionary (compact 2^{bits})");
             packed = Some(Measured::fill(&mut conn, &label, open(config).await?, plan).await?);
         }
+        let mut quickstart = Vec::new();
+        if args.quickstart {
+            let config = sessionpack::map_store::recommended_config();
+            for (label, config) in [
+                (QUICKSTART, config.clone().with_namespace("spq")),
+                (
+                    QUICKSTART_INDEXED,
+                    config
+                        .with_user_index(UserIndexConfig::default())
+                        .with_namespace("spu"),
+                ),
+            ] {
+                quickstart.push(Measured::fill(&mut conn, label, open(config).await?, plan).await?);
+            }
+        }
         let mut peer = match peer_store(&url).await? {
             Some(store) => {
                 Some(Measured::fill(&mut conn, PEER, (store.clone(), store), plan).await?)
@@ -143,12 +171,16 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
             if let Some(packed) = &mut packed {
                 packed.round(&mut conn, round, plan).await?;
             }
+            for store in &mut quickstart {
+                store.round(&mut conn, round, plan).await?;
+            }
             if let Some(peer) = &mut peer {
                 peer.round(&mut conn, round, plan).await?;
             }
         }
         let mut runs = vec![fixed.finish(), growing.finish()];
         runs.extend(packed.map(Measured::finish));
+        runs.extend(quickstart.into_iter().map(Measured::finish));
         runs.extend(peer.map(Measured::finish));
         for run in &runs {
             print_run(run);
@@ -188,6 +220,40 @@ fn print_run(run: &StoreRun) {
     }
 }
 
+/// What the user index adds to each call of `ActixStore::connect`'s store
+/// (with `--quickstart`): the server CPU with it less without it, beside
+/// the peer's whole call (one command) in the same run.
+fn user_index_section(md: &mut String, rows: &[StoreRun]) {
+    let find = |profile, store: &str| {
+        rows.iter()
+            .find(|r| r.profile == profile && r.store == store)
+    };
+    let mut lines = String::new();
+    for run in rows.iter().filter(|r| r.store == QUICKSTART_INDEXED) {
+        let Some(plain) = find(run.profile, QUICKSTART) else {
+            continue;
+        };
+        let peer = find(run.profile, PEER);
+        let cells = OPS.map(|op| {
+            let cpu = |r: &StoreRun| r.op(op).map_or(f64::NAN, |o| o.server_cpu_us);
+            let added = cpu(run) - cpu(plain);
+            match peer {
+                Some(p) => format!("{added:+.2} ({:.2}x)", added / cpu(p)),
+                None => format!("{added:+.2}"),
+            }
+        });
+        let _ = writeln!(lines, "| {} | {} |", run.profile, cells.join(" / "));
+    }
+    if lines.is_empty() {
+        return;
+    }
+    let ops = OPS.join(" / ");
+    let _ = write!(
+        md,
+        "\n## What the user index adds\n\nServer CPU per call of `{QUICKSTART_INDEXED}` less that of `{QUICKSTART}` in the same run, µs; in brackets, that difference over the peer's whole call of the same kind (one `SET`, `GET`, `EXPIRE` or `DEL`): 1.00x is one more command's worth.\n\n| profile | µs added per {ops} |\n|---|---|\n{lines}"
+    );
+}
+
 fn write_report(args: &ActixArgs, server: &ServerInfo, rows: &[StoreRun]) -> Result<()> {
     let command = super::bench_memory::command_line();
     let ops = OPS.join(" / ");
@@ -225,6 +291,7 @@ fn write_report(args: &ActixArgs, server: &ServerInfo, rows: &[StoreRun]) -> Res
             ratios(&rate),
         );
     }
+    user_index_section(&mut md, rows);
     let _ = writeln!(
         md,
         "\n## What each call ran on the server\n\nFrom `INFO commandstats` over the rounds: calls of each command per call of the store × the server's time in it per call (a script's time includes the commands it sends, which are listed too). Commands below one call per hundred (the clock estimate's `TIME`) are left out.\n\n| profile | store | op | commands per call |\n|---|---|---|---|"

@@ -287,6 +287,51 @@ fn print_run(run: &StoreRun, predicted: Option<f64>) {
     }
 }
 
+/// Creates round by round, where a growing store runs: the first round
+/// grows every store by a quarter, so a growing store splits its buckets
+/// while it creates; the later rounds fill the same quarter again into
+/// buckets already split (the deletes of each round leave them so, with
+/// no sweeper to merge them), which is a store at a steady size.
+fn creates_by_round(md: &mut String, rows: &[Row]) {
+    if !rows.iter().any(|r| {
+        r.run
+            .op("create")
+            .is_some_and(|o| o.rounds_splits.iter().any(|&n| n > 0))
+    }) {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Creates round by round\n\nServer CPU per create in each round, µs, and the splits it set off per 1,000 creates (`RENAME`s in `INFO commandstats`: the split script sends one). The first round grows each store by a quarter; the later ones create as many again into the buckets the first left, with the deletes between them: a store at a steady size.\n\n| profile | store | hash-max-listpack-value | µs per create, by round | splits per 1,000 creates, by round |\n|---|---|---:|---|---|"
+    );
+    for row in rows {
+        let run = &row.run;
+        let Some(create) = run.op("create") else {
+            continue;
+        };
+        let calls = create.calls.max(1) as f64;
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            run.profile,
+            run.store,
+            run.hash_max_listpack_value,
+            create
+                .rounds_cpu_us
+                .iter()
+                .map(|us| format!("{us:.2}"))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            create
+                .rounds_splits
+                .iter()
+                .map(|&n| format!("{:.1}", n as f64 * 1000.0 / calls))
+                .collect::<Vec<_>>()
+                .join(" / "),
+        );
+    }
+}
+
 fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<()> {
     let command = super::bench_memory::command_line();
     let ops = OPS.join(" / ");
@@ -335,6 +380,7 @@ fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<(
             ratios(&rate),
         );
     }
+    creates_by_round(&mut md, rows);
     let _ = writeln!(
         md,
         "\n## What each call ran on the server\n\nFrom `INFO commandstats` over the rounds: calls of each command per operation × the server's time in it per call (a script's time includes the commands it sends, which are listed too). Commands below one call per hundred operations (the clock estimate's `TIME`) are left out.\n\n| profile | store | hash-max-listpack-value | op | commands per call |\n|---|---|---:|---|---|"

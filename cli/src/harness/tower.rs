@@ -72,6 +72,10 @@ pub struct OpRun {
     pub server_cpu_us: f64,
     /// The same, round by round.
     pub rounds_cpu_us: Vec<f64>,
+    /// `RENAME`s the server ran, round by round: in these runs only a
+    /// growing store's split script sends one, once per split.
+    #[serde(default)]
+    pub rounds_splits: Vec<u64>,
     /// What the server ran, summed over the rounds.
     pub commands: Vec<CommandShare>,
 }
@@ -261,6 +265,16 @@ pub(super) struct Sample {
 pub(super) fn summarize(op: &str, samples: &[Sample]) -> OpRun {
     let per_call = |s: &Sample| s.cpu_secs * 1e6 / s.calls.max(1) as f64;
     let rounds_cpu_us: Vec<f64> = samples.iter().map(per_call).collect();
+    let rounds_splits = samples
+        .iter()
+        .map(|s| {
+            s.commands
+                .iter()
+                .filter(|(name, _, _)| name == "rename")
+                .map(|(_, calls, _)| *calls)
+                .sum()
+        })
+        .collect();
     let rates: Vec<f64> = samples
         .iter()
         .map(|s| s.calls as f64 / s.secs.max(1e-9))
@@ -280,6 +294,7 @@ pub(super) fn summarize(op: &str, samples: &[Sample]) -> OpRun {
         calls_per_sec: median(&rates),
         server_cpu_us: median(&rounds_cpu_us),
         rounds_cpu_us,
+        rounds_splits,
         commands: totals
             .into_iter()
             // Below one call in a hundred operations: the clock's TIME,
