@@ -14,7 +14,7 @@
 //! the fixed bucket count that costs the server least, and full enough to
 //! keep within 5% of the bytes of the one that costs least memory for
 //! sessions of a hundred bytes and more from 3k sessions on; identities
-//! alone take 4-19% more (`sessionpack bench growth`, `sessionpack bench
+//! alone take 3.5-18.5% more (`sessionpack bench growth`, `sessionpack bench
 //! tower --growing`). Two sibling buckets merge
 //! back when together they hold at most four fifths of the split
 //! threshold ([`Compact::reshape_groups`], which the sweeper runs on the
@@ -60,7 +60,7 @@ pub(crate) struct Route {
 /// ([`crate::session::meta::StoreMeta::split_fields`]): about as full as
 /// the fixed bucket count that costs the server least per call; the
 /// bytes are within 5% of the fewest-bytes count's for sessions of a
-/// hundred bytes and more, 4-19% above it for identities alone.
+/// hundred bytes and more, 3.5-18.5% above it for identities alone.
 pub const SPLIT_FIELDS: u64 = 64;
 
 impl Growth {
