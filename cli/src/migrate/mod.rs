@@ -168,14 +168,26 @@ where
     // A pass in progress is resumed; none, or a finished one, begins a new
     // pass, recorded at once as begun.
     let new_pass = stored.as_ref().is_none_or(|r| r.complete);
+    // A closing pass that went round with every key closed but was stopped
+    // before it closed the takeover (killed, or the close failed): the
+    // pass that closes it counts on from its counters, so its report holds
+    // every key the close deleted.
+    let unclosed = plan.delete_copied
+        && stored
+            .as_ref()
+            .is_some_and(|r| r.complete && !r.closed && r.kept_changed == 0 && r.deleted > 0);
     let mut report = stored.filter(|r| !r.complete).unwrap_or_default();
     // Keys closed this pass, counted by the close scripts themselves, so a
     // close killed part way (even in its first batch) still counts every
     // key it deleted.
     let counters = close::Counters::new(&state, matches!(keyspace, Keyspace::Cluster(_)));
-    let mut deleted_before = if new_pass && !plan.dry_run {
-        counters.clear(&mut keyspace).await?;
+    if new_pass && !plan.dry_run {
+        if !unclosed {
+            counters.clear(&mut keyspace).await?;
+        }
         report.write(&mut redis, &state).await?;
+    }
+    let mut deleted_before = if plan.dry_run && new_pass {
         0
     } else {
         counters.sum(&mut keyspace).await?

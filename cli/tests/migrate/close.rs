@@ -63,6 +63,63 @@ async fn a_close_killed_part_way_counts_every_key_it_deleted() {
     assert_in_store(&tower_store(&server).await, &records).await;
 }
 
+/// A closing pass stopped after its last batch, before it closed the
+/// takeover (killed there, or its close failed): it left its report
+/// complete and its counters. The run that closes the takeover counts on
+/// from them, so its report holds every key the close deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_stopped_before_it_closed_is_counted_by_the_run_that_closes() {
+    let server = common::server();
+    let records = fill(&peer(&server).await, 300).await;
+    let copied = migrate_with(&server, &plan()).await;
+    assert_eq!(copied.get("copied"), 300, "{copied:?}");
+    // What such a pass leaves: 120 keys closed and counted, its report
+    // complete and the takeover open.
+    let state = migrate::state_key("sp", &plan().source);
+    let mut raw = common::raw(&server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let gone: Vec<&String> = keys
+        .iter()
+        .filter(|k| !k.starts_with("sp:"))
+        .take(120)
+        .collect();
+    assert_eq!(gone.len(), 120);
+    for key in &gone {
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("SET")
+        .arg(format!("{state}:deleted"))
+        .arg(120)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let mut stopped = Report::read(&mut raw, &state).await.unwrap().unwrap();
+    assert!(stopped.complete && !stopped.closed, "{stopped:?}");
+    stopped.deleted = 120;
+    stopped.write(&mut raw, &state).await.unwrap();
+
+    let rest = migrate_with(
+        &server,
+        &Plan {
+            delete_copied: true,
+            ..plan()
+        },
+    )
+    .await;
+    assert!(rest.complete && rest.closed, "{rest:?}");
+    assert_eq!(source_keys(&server).await, 0);
+    assert_eq!(rest.deleted, 300, "{rest:?}");
+    assert_in_store(&tower_store(&server).await, &records).await;
+}
+
 /// Runs `sessionpack` with `args`, which must succeed; returns its stdout.
 fn sessionpack_ok(args: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_sessionpack"))
