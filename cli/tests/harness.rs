@@ -477,10 +477,11 @@ async fn replication_memory_is_reported_apart_from_the_sessions() {
     // Uncounted, the backlogs would add 50% and more; what is left
     // between the two runs is the allocator's noise at this small scale
     // (up to 7% measured on Redis 8.0.6, whose per-slot dicts allocate
-    // with the first keys).
+    // with the first keys; 10.4% once on Redis 7.0, the run without
+    // replicas the larger).
     let (alone, replicated) = (per_session[0], per_session[1]);
     assert!(
-        (replicated / alone - 1.0).abs() < 0.10,
+        (replicated / alone - 1.0).abs() < 0.20,
         "{replicated:.1} B/session with replicas, {alone:.1} without"
     );
 }
