@@ -306,6 +306,68 @@ async fn dictionary_ids_are_never_reused_and_old_namespaces_are_not_packed() {
     );
 }
 
+/// A store on namespace `namespace`, recorded first with record `format`,
+/// packing with dictionary 1.
+async fn recorded_with(server: &LocalServer, namespace: &str, format: u32) -> Store {
+    let raw = common::raw(server).await;
+    let mut meta = sessionpack::Compact::<redis::aio::ConnectionManager>::meta(
+        &sessionpack::session::buckets::Buckets::new(namespace, 4)
+            .unwrap()
+            .with_id_width(sessionpack::IdWidth::Bits128),
+    );
+    meta.format = format;
+    meta.claim(&raw, namespace).await.unwrap();
+    let store = store(server, CompactConfig::new(4).with_namespace(namespace)).await;
+    assert_eq!(store.layout().format(), format);
+    store.with_dictionary(&trained(1)).await.unwrap()
+}
+
+#[tokio::test]
+async fn tokens_are_lifted_out_in_new_namespaces_and_older_ones_keep_their_form() {
+    let server = common::server();
+    let lifting = recorded_with(&server, "new", dictionary::LIFTED_FORMAT).await;
+    let older = recorded_with(&server, "older", dictionary::LIFTED_FORMAT - 1).await;
+    for (store, lifted) in [(&lifting, true), (&older, false)] {
+        store
+            .create_data(1, &app_session(1), in_an_hour(), || 0)
+            .await
+            .unwrap();
+        let value = raw_value(&server, store, 1).await;
+        let data_at = record_at(&value);
+        assert_eq!(&value[data_at..data_at + 2], &[PACKED, 1]);
+        // After the id: the count of lifted bytes (the digest's 32 and
+        // the csrf token's 64 hex digits as 32), or, in the older form,
+        // the frame's descriptor (single segment, a one-byte size).
+        assert_eq!(value[data_at + 2], if lifted { 64 } else { 0x20 });
+        if lifted {
+            // The digest's bytes come first among the lifted ones.
+            assert_eq!(&value[data_at + 3..data_at + 35], &digest(1)[..]);
+        }
+        assert_eq!(store.load_data(1).await.unwrap().unwrap().0, app_session(1));
+    }
+    // A process of this version that never held the dictionary reads both.
+    for namespace in ["new", "older"] {
+        let reader = store(&server, CompactConfig::new(4).with_namespace(namespace)).await;
+        assert_eq!(
+            reader.load_data(1).await.unwrap().unwrap().0,
+            app_session(1)
+        );
+    }
+    // Lifting takes the random bytes out of zstd's way: the same session
+    // packs shorter (the bucket holds it alone: its value and pieces).
+    let mut sizes = Vec::new();
+    for store in [&lifting, &older] {
+        let bucket = store.layout().buckets().bucket_of(&session_id(1));
+        let all: HashMap<Vec<u8>, Vec<u8>> = common::raw(&server)
+            .await
+            .hgetall(store.layout().scheme().bucket_key(bucket))
+            .await
+            .unwrap();
+        sizes.push(all.values().map(Vec::len).sum::<usize>());
+    }
+    assert!(sizes[0] < sizes[1], "{sizes:?} bytes, lifted and not");
+}
+
 #[tokio::test]
 async fn owners_stay_readable_to_the_user_index_when_data_is_packed() {
     let server = common::server();

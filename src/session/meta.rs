@@ -22,9 +22,11 @@ use crate::scripts::META_CLAIM;
 /// with a dictionary ([`crate::session::dictionary`]), which every process
 /// that opens such a namespace unpacks; 4 is a growing store's
 /// ([`GROWING_FORMAT`]); 5 begins a record in pieces with a check of its
-/// bytes ([`crate::session::layout::compact::CHECKED_FORMAT`]). A growing
-/// store records this format too.
-pub const FORMAT_VERSION: u32 = 5;
+/// bytes ([`crate::session::layout::compact::CHECKED_FORMAT`]); 6 lifts a
+/// packed record's random tokens out before packing the rest
+/// ([`crate::session::dictionary::LIFTED_FORMAT`]). A growing store
+/// records this format too.
+pub const FORMAT_VERSION: u32 = 6;
 /// The record format of a store whose buckets split and merge
 /// ([`crate::session::shape`]): keys named by group and trie node, fields
 /// as long as each bucket's level leaves them, out-of-line records named

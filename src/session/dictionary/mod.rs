@@ -11,9 +11,13 @@
 //! Packed data is [`PACKED`] (`0xc1`, a byte MessagePack never uses, so no
 //! unpacked data begins with it), the dictionary's id, then a zstd frame
 //! without magic number, checksum or dictionary id (five bytes of framing
-//! for a record under 256 bytes). Only the data after a record's owner is
-//! packed, so the scripts still see who owns a session. Data that would
-//! not get shorter is kept as it is.
+//! for a record under 256 bytes). In a namespace of record format
+//! [`LIFTED_FORMAT`] or later the data's random tokens are lifted out
+//! first (see `lift.rs`): after the id come the number of lifted bytes (a
+//! varint, one byte under 128), the lifted bytes, then the frame of the
+//! rest. Only the data after a record's owner is packed, so the scripts
+//! still see who owns a session. Data that would not get shorter is kept
+//! as it is.
 //!
 //! The dictionary is either trained ahead ([`Dictionary::train`],
 //! `sessionpack dictionary train`) and given to the store, or learned by
@@ -34,6 +38,7 @@ use std::sync::{Arc, RwLock};
 use crate::error::{Error, Result};
 
 mod learn;
+mod lift;
 
 pub use learn::Learning;
 use learn::{Learner, Work};
@@ -53,6 +58,14 @@ pub const MAX_LEARNING_SAMPLES: usize = 100_000;
 pub const MAX_UNPACKED_BYTES: usize = 1 << 20;
 /// The record format from which a namespace may hold packed records.
 pub const PACKED_FORMAT: u32 = 3;
+/// The record format from which packed records have their random tokens
+/// lifted out before zstd packs the rest (the module's docs). Versions
+/// before it refuse such a namespace, whose records they would misread.
+pub const LIFTED_FORMAT: u32 = 6;
+/// One sample in this many a dictionary also trains on whole, its tokens
+/// in place ([`Dictionary::train`]).
+#[cfg(feature = "compression")]
+const WHOLE_EVERY: usize = 8;
 /// Data shorter than this is never packed: the framing would eat the gain.
 const MIN_PACKED_INPUT: usize = 24;
 /// zstd's level: its default. Higher ones pack an app's 132-byte session
@@ -101,13 +114,29 @@ impl Dictionary {
     }
 
     /// Trains a dictionary of at most `max_bytes` on sample record data
-    /// (what the store packs: a record's data after its owner). A few
-    /// thousand samples of the app's own sessions make a good one; samples
-    /// the dictionary is later measured on should not be among them.
+    /// (what the store packs: a record's data after its owner), both as
+    /// they come and with their random tokens lifted out as a store of
+    /// [`LIFTED_FORMAT`] lifts them. A few thousand samples of the app's own sessions make a good
+    /// one; samples the dictionary is later measured on should not be
+    /// among them.
     #[cfg(feature = "compression")]
     pub fn train<S: AsRef<[u8]>>(id: u8, samples: &[S], max_bytes: usize) -> Result<Self> {
         let max = max_bytes.min(MAX_DICTIONARY_BYTES);
-        let bytes = zstd::dict::from_samples(samples, max).map_err(|e| {
+        // What zstd packs is what lifting leaves; and one sample in
+        // `WHOLE_EVERY` as it comes, so a token every session carries
+        // makes it into the dictionary (and stays in place when packed),
+        // without the random ones crowding out the rest.
+        let samples: Vec<Vec<u8>> = samples
+            .iter()
+            .enumerate()
+            .flat_map(|(n, s)| {
+                let s = s.as_ref();
+                let rest = lift::lift(s, |_| false).map(|l| l.rest);
+                let whole = (rest.is_none() || n % WHOLE_EVERY == 0).then(|| s.to_vec());
+                whole.into_iter().chain(rest)
+            })
+            .collect();
+        let bytes = zstd::dict::from_samples(&samples, max).map_err(|e| {
             Error::Config(format!(
                 "training a dictionary on {} samples: {e} (zstd wants many more samples \
                  than one, and more bytes of them than the dictionary's size)",
@@ -121,7 +150,7 @@ impl Dictionary {
     /// data, as [`Dictionary::train`] takes it): packed where that is
     /// shorter. What `sessionpack dictionary train` and the advisor report.
     pub fn stored_sizes<S: AsRef<[u8]>>(&self, data: &[S]) -> Result<Vec<usize>> {
-        let packer = Packer::new("").packing_with(self)?;
+        let packer = Packer::new("", true).packing_with(self)?;
         Ok(data
             .iter()
             .map(|d| packer.pack_now(d.as_ref().to_vec()).len())
@@ -204,6 +233,8 @@ impl Dictionary {
 #[derive(Default)]
 pub(crate) struct Packer {
     namespace: String,
+    /// Whether it lifts tokens out ([`LIFTED_FORMAT`]).
+    lifts: bool,
     current: RwLock<Option<Arc<codec::Codec>>>,
     known: RwLock<HashMap<u8, Arc<codec::Codec>>>,
     /// Where the store learns its dictionary and has none yet.
@@ -221,10 +252,13 @@ impl std::fmt::Debug for Packer {
 }
 
 impl Packer {
-    /// A packer that packs nothing and unpacks what `namespace` holds.
-    pub(crate) fn new(namespace: &str) -> Self {
+    /// A packer that packs nothing and unpacks what `namespace` holds,
+    /// in the form of its record format (`lifts`: [`LIFTED_FORMAT`] or
+    /// later).
+    pub(crate) fn new(namespace: &str, lifts: bool) -> Self {
         Self {
             namespace: namespace.to_owned(),
+            lifts,
             ..Self::default()
         }
     }
@@ -238,7 +272,7 @@ impl Packer {
     /// A packer that packs nothing yet and learns its dictionary from the
     /// data it is given to pack ([`learn`]). Without the `compression`
     /// feature, an [`Error::Config`].
-    pub(crate) fn learning(namespace: &str, learning: Learning) -> Result<Self> {
+    pub(crate) fn learning(namespace: &str, lifts: bool, learning: Learning) -> Result<Self> {
         if !cfg!(feature = "compression") {
             return Err(Error::Config(
                 "a store that learns a dictionary needs sessionpack's `compression` feature".into(),
@@ -256,7 +290,7 @@ impl Packer {
         }
         Ok(Self {
             learner: Some(Learner::new(learning)),
-            ..Self::new(namespace)
+            ..Self::new(namespace, lifts)
         })
     }
 
@@ -300,7 +334,7 @@ impl Packer {
     /// shorter.
     pub(crate) fn pack_now(&self, data: Vec<u8>) -> Vec<u8> {
         match self.current() {
-            Some(codec) => pack_with(&codec, data),
+            Some(codec) => pack_with(&codec, self.lifts, data),
             None => data,
         }
     }
@@ -314,7 +348,7 @@ impl Packer {
         C: redis::aio::ConnectionLike + Clone + Send,
     {
         if let Some(codec) = self.current() {
-            return pack_with(&codec, data);
+            return pack_with(&codec, self.lifts, data);
         }
         let Some(learner) = &self.learner else {
             return data;
@@ -326,7 +360,7 @@ impl Packer {
             return data;
         };
         match self.learn(conn, learner, work).await {
-            Some(codec) => pack_with(&codec, data),
+            Some(codec) => pack_with(&codec, self.lifts, data),
             None => data,
         }
     }
@@ -436,8 +470,12 @@ impl Packer {
             return Ok(Cow::Borrowed(data));
         };
         let codec = self.codec(conn, *id, &location).await?;
-        codec
-            .unpack(frame)
+        let unpacked = if self.lifts {
+            unpack_lifted(&codec, frame)
+        } else {
+            codec.unpack(frame)
+        };
+        unpacked
             .map(Cow::Owned)
             .map_err(|reason| corrupt(location, &reason))
     }
@@ -485,14 +523,62 @@ impl Packer {
     }
 }
 
-fn pack_with(codec: &codec::Codec, data: Vec<u8>) -> Vec<u8> {
+fn pack_with(codec: &codec::Codec, lifts: bool, data: Vec<u8>) -> Vec<u8> {
     if data.len() < MIN_PACKED_INPUT {
         return data;
     }
-    match codec.pack(&data) {
+    let packed = if lifts {
+        let whole = pack_lifted(codec, &[], &data);
+        // A token the dictionary holds (one every session carries) is left
+        // where zstd finds it; and where lifting does not pay, the whole
+        // data is packed as it comes.
+        let lifted = lift::lift(&data, |token| codec.holds(token));
+        match lifted.and_then(|l| pack_lifted(codec, &l.lifted, &l.rest)) {
+            Some(lifted) if whole.as_ref().is_none_or(|w| lifted.len() < w.len()) => Some(lifted),
+            _ => whole,
+        }
+    } else {
+        codec.pack(&data)
+    };
+    match packed {
         Some(packed) if packed.len() < data.len() => packed,
         _ => data,
     }
+}
+
+/// The lifted form: `PACKED`, the id, the count of lifted bytes, the
+/// lifted bytes, the frame of `rest`.
+fn pack_lifted(codec: &codec::Codec, lifted: &[u8], rest: &[u8]) -> Option<Vec<u8>> {
+    let frame = codec.pack(rest)?;
+    let mut out = Vec::with_capacity(4 + lifted.len() + frame.len());
+    out.extend_from_slice(&frame[..2]);
+    lift::put_varint(&mut out, lifted.len() as u64);
+    out.extend_from_slice(lifted);
+    out.extend_from_slice(&frame[2..]);
+    Some(out)
+}
+
+/// The data of a lifted form's body: the lifted bytes' count, the lifted
+/// bytes, the frame of the rest.
+fn unpack_lifted(codec: &codec::Codec, body: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let mut at = 0;
+    let count = lift::get_varint(body, &mut at)?;
+    let lifted = usize::try_from(count)
+        .ok()
+        .and_then(|n| body.get(at..at.checked_add(n)?))
+        .ok_or("a packed record's lifted bytes run past it")?;
+    let rest = codec.unpack(&body[at + lifted.len()..])?;
+    if lifted.is_empty() {
+        return Ok(rest);
+    }
+    let data = lift::lower(&rest, lifted)?;
+    if data.len() > MAX_UNPACKED_BYTES {
+        return Err(format!(
+            "a packed record unpacks to {} bytes, more than {MAX_UNPACKED_BYTES}",
+            data.len()
+        ));
+    }
+    Ok(data)
 }
 
 /// Trains on the blocking pool where there is a Tokio runtime (training
@@ -532,6 +618,9 @@ mod codec {
     use zstd::bulk::{Compressor, Decompressor};
     use zstd::zstd_safe::{CParameter, DParameter, FrameFormat};
 
+    use std::collections::HashSet;
+
+    use super::lift::MIN_TOKEN;
     use super::{Dictionary, LEVEL, MAX_UNPACKED_BYTES, PACKED};
     use crate::error::{Error, Result};
 
@@ -539,6 +628,9 @@ mod codec {
     /// costs far more than packing a record.
     pub(super) struct Codec {
         dictionary: Dictionary,
+        /// Every run of [`MIN_TOKEN`] bytes in the dictionary, so a token
+        /// it holds is not lifted out of its reach.
+        windows: HashSet<[u8; MIN_TOKEN]>,
         compressors: Pool<Compressor<'static>>,
         decompressors: Pool<Decompressor<'static>>,
     }
@@ -575,6 +667,11 @@ mod codec {
         pub(super) fn new(dictionary: &Dictionary) -> Result<Self> {
             let codec = Self {
                 dictionary: dictionary.clone(),
+                windows: dictionary
+                    .bytes()
+                    .windows(MIN_TOKEN)
+                    .filter_map(|w| w.try_into().ok())
+                    .collect(),
                 compressors: Pool::default(),
                 decompressors: Pool::default(),
             };
@@ -586,6 +683,14 @@ mod codec {
 
         pub(super) fn id(&self) -> u8 {
             self.dictionary.id()
+        }
+
+        /// Whether the dictionary holds `token`'s first [`MIN_TOKEN`] bytes.
+        pub(super) fn holds(&self, token: &[u8]) -> bool {
+            token
+                .get(..MIN_TOKEN)
+                .and_then(|head| <[u8; MIN_TOKEN]>::try_from(head).ok())
+                .is_some_and(|head| self.windows.contains(&head))
         }
 
         pub(super) fn dictionary(&self) -> Option<&Dictionary> {
@@ -690,6 +795,10 @@ mod codec {
             self.0
         }
 
+        pub(super) fn holds(&self, _: &[u8]) -> bool {
+            false
+        }
+
         pub(super) fn dictionary(&self) -> Option<&Dictionary> {
             None
         }
@@ -724,7 +833,7 @@ mod tests {
     #[test]
     fn packed_data_unpacks_to_itself_and_is_shorter() {
         let dictionary = Dictionary::train(7, &samples(1000), 4096).unwrap();
-        let packer = Packer::new("t").packing_with(&dictionary).unwrap();
+        let packer = Packer::new("t", false).packing_with(&dictionary).unwrap();
         for data in samples(1100).split_off(1000) {
             let packed = packer.pack_now(data.clone());
             assert!(
@@ -751,12 +860,70 @@ mod tests {
         );
     }
 
+    /// An app session as the tower store encodes it: a digest and a csrf
+    /// token of its own, and a build id every session carries.
+    fn tokened(n: u64) -> Vec<u8> {
+        let locale = ["en-US", "de-DE"][(n % 2) as usize];
+        let digest: Vec<u8> = (0..32u64)
+            .map(|i| {
+                let z = (n * 32 + i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                (z ^ (z >> 31)) as u8
+            })
+            .collect();
+        let map = serde_json::from_value(serde_json::json!({
+            "build": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "csrf": format!(
+                "{:016x}{:016x}",
+                n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                n.wrapping_mul(0xbf58_476d_1ce4_e5b9).rotate_left(29)
+            ),
+            "locale": locale,
+            "digest": digest,
+        }))
+        .unwrap();
+        crate::json_map::encode(&map).unwrap()
+    }
+
+    #[test]
+    fn random_tokens_are_lifted_and_one_every_session_carries_is_not() {
+        let samples: Vec<_> = (0..1000).map(tokened).collect();
+        let dictionary = Dictionary::train(3, &samples, 4096).unwrap();
+        let lifting = Packer::new("t", true).packing_with(&dictionary).unwrap();
+        let plain = Packer::new("t", false).packing_with(&dictionary).unwrap();
+        let codec = lifting.current().unwrap();
+        for n in 5000..5050 {
+            let data = tokened(n);
+            // The digest and the csrf token's 32 hex digits (as 16 bytes)
+            // are lifted; the build id stays where the dictionary has it.
+            let lifted = lift::lift(&data, |t| codec.holds(t)).unwrap();
+            assert_eq!(lifted.lifted.len(), 32 + 16);
+            let packed = lifting.pack_now(data.clone());
+            assert_eq!(unpack_lifted(&codec, &packed[2..]).unwrap(), data);
+            // Whichever form is shorter: at worst the count's byte more
+            // than the packing before lifting.
+            let unlifted = plain.pack_now(data.clone());
+            assert!(
+                packed.len() <= unlifted.len() + 1,
+                "{packed:?} {unlifted:?}"
+            );
+        }
+        // Damage in the lifted count or bytes is an error, not a panic.
+        let packed = lifting.pack_now(tokened(7));
+        for cut in [3, 10, 19] {
+            assert!(unpack_lifted(&codec, &packed[2..cut]).is_err(), "{cut}");
+        }
+        let mut bad = packed[2..].to_vec();
+        bad[0] = 0xff;
+        assert!(unpack_lifted(&codec, &bad).is_err());
+    }
+
     #[test]
     fn frames_that_lie_about_their_size_are_refused() {
         let dictionary = Dictionary::train(7, &samples(1000), 4096).unwrap();
         let codec = codec::Codec::new(&dictionary).unwrap();
         let data = samples(1).remove(0);
-        let packer = Packer::new("t").packing_with(&dictionary).unwrap();
+        let packer = Packer::new("t", false).packing_with(&dictionary).unwrap();
         let mut frame = packer.pack_now(data.clone()).split_off(2);
         // A single-segment frame with a one-byte size: claim one byte more.
         assert_eq!(frame[0] & 0xe0, 0x20, "{frame:?}");

@@ -1,0 +1,681 @@
+//! Random tokens lifted out of record data before zstd packs the rest.
+//!
+//! zstd codes a block's literals with one Huffman table. A session's random
+//! parts (a digest's bytes, a csrf token's hex digits, an OAuth token's
+//! base64) share that table with its text, and each is coded near the
+//! table's average rather than at its own few bits a character: a random
+//! byte costs more than eight bits there, a hex digit more than four. So
+//! they are taken out first and kept in binary, eight bits a byte, and the
+//! dictionary and the table serve what is left.
+//!
+//! [`lift`] reads the data as MessagePack, item by item (a map's or an
+//! array's header, then its entries as items of their own). A string or a
+//! binary of at least [`MIN_TOKEN`] bytes with random runs in it becomes an
+//! escape in the rest: `0xc1` (a byte MessagePack never uses), the number
+//! of its segments and whether it was a binary, then each segment's length
+//! and kind, with a literal segment's bytes inline. The random segments'
+//! bytes go to the lifted bytes, decoded: hex digits two to a byte, base64
+//! characters four to three bytes, a random binary as it is. [`lower`]
+//! rebuilds the data byte for byte. Data that is not MessagePack, and a
+//! value whose header is longer than it needs to be, stay as they are.
+//!
+//! What counts as random: a run of at least [`MIN_TOKEN`] hex digits (of
+//! one case) holding a digit and a letter; in a value without whitespace,
+//! a run of at least [`MIN_TOKEN`] base64 characters (of one alphabet:
+//! `-_` or `+/`) holding an upper-case letter, a lower-case one and a
+//! digit, which words of any language rarely do; a binary of which fewer
+//! than three bytes in four are printable. (Runs between spaces are left
+//! to zstd, whose table codes them about as well without an escape's
+//! bytes.)
+
+/// The shortest string or binary, and the shortest run in one, lifted.
+pub(super) const MIN_TOKEN: usize = 16;
+/// The escape that begins a lifted value in the rest.
+const ESCAPE: u8 = 0xc1;
+
+/// How a segment of a lifted value is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Inline in the rest, as it was.
+    Literal = 0,
+    /// In the lifted bytes, as it was (a random binary).
+    Raw = 1,
+    /// Hex digits `0-9a-f`, two to a lifted byte.
+    HexLower = 2,
+    /// Hex digits `0-9A-F`.
+    HexUpper = 3,
+    /// Base64url characters (`A-Za-z0-9-_`), six bits each.
+    Url = 4,
+    /// Base64 characters (`A-Za-z0-9+/`).
+    Std = 5,
+}
+
+impl Kind {
+    fn from_bits(bits: u64) -> Option<Self> {
+        Some(match bits {
+            0 => Self::Literal,
+            1 => Self::Raw,
+            2 => Self::HexLower,
+            3 => Self::HexUpper,
+            4 => Self::Url,
+            5 => Self::Std,
+            _ => return None,
+        })
+    }
+
+    /// The alphabet of a kind coded a character at a time.
+    fn alphabet(self) -> &'static [u8] {
+        match self {
+            Self::HexLower => b"0123456789abcdef",
+            Self::HexUpper => b"0123456789ABCDEF",
+            Self::Url => b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+            Self::Std => b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+            Self::Literal | Self::Raw => b"",
+        }
+    }
+
+    /// Each byte's place in the kind's alphabet, where it has one.
+    fn index(self, c: u8) -> Option<u8> {
+        let table = match self {
+            Self::HexLower => &HEX_LOWER,
+            Self::HexUpper => &HEX_UPPER,
+            Self::Url => &URL,
+            Self::Std => &STD,
+            Self::Literal | Self::Raw => return None,
+        };
+        table[usize::from(c)].checked_sub(1)
+    }
+
+    /// Bits a character of this kind takes in the lifted bytes.
+    fn bits(self) -> usize {
+        match self {
+            Self::HexLower | Self::HexUpper => 4,
+            Self::Url | Self::Std => 6,
+            Self::Literal | Self::Raw => 8,
+        }
+    }
+
+    /// Lifted bytes of a segment of `len` characters; `None` for a
+    /// length no data has.
+    fn lifted_len(self, len: usize) -> Option<usize> {
+        match self {
+            Self::Literal => Some(0),
+            _ => Some(len.checked_mul(self.bits())?.div_ceil(8)),
+        }
+    }
+}
+
+/// Each byte's place in an alphabet plus one; zero for bytes outside it.
+const fn places(alphabet: &[u8]) -> [u8; 256] {
+    let mut table = [0; 256];
+    let mut i = 0;
+    while i < alphabet.len() {
+        table[alphabet[i] as usize] = i as u8 + 1;
+        i += 1;
+    }
+    table
+}
+
+const HEX_LOWER: [u8; 256] = places(b"0123456789abcdef");
+const HEX_UPPER: [u8; 256] = places(b"0123456789ABCDEF");
+const URL: [u8; 256] = places(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_");
+const STD: [u8; 256] = places(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/");
+
+/// Data with its random tokens lifted out.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Lifted {
+    /// The tokens, in binary, in the order their values come.
+    pub(super) lifted: Vec<u8>,
+    /// The data with each lifted value replaced by its escape.
+    pub(super) rest: Vec<u8>,
+}
+
+/// `data` with its random tokens lifted out, but those `keep` holds (the
+/// dictionary's), or `None` where nothing is (no tokens, or not
+/// MessagePack).
+pub(super) fn lift(data: &[u8], keep: impl Fn(&[u8]) -> bool) -> Option<Lifted> {
+    let mut out = Lifted {
+        lifted: Vec::new(),
+        rest: Vec::with_capacity(data.len()),
+    };
+    let mut at = 0;
+    while at < data.len() {
+        let item = Item::read(data, at)?;
+        let end = item.end();
+        match item.payload(data) {
+            Some((payload, is_bin)) if item.is_shortest() && payload.len() >= MIN_TOKEN => {
+                let segments = segments(payload, is_bin, &keep);
+                if segments.iter().any(|s| s.kind != Kind::Literal) {
+                    escape(&mut out, payload, is_bin, &segments);
+                } else {
+                    out.rest.extend_from_slice(&data[at..end]);
+                }
+            }
+            _ => out.rest.extend_from_slice(&data[at..end]),
+        }
+        at = end;
+    }
+    (!out.lifted.is_empty()).then_some(out)
+}
+
+/// The data [`lift`] made `rest` and `lifted` of; a description of the
+/// damage where they do not fit together.
+pub(super) fn lower(rest: &[u8], lifted: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(rest.len() + 2 * lifted.len());
+    let mut lifted = lifted;
+    let mut at = 0;
+    while at < rest.len() {
+        if rest[at] == ESCAPE {
+            at = unescape(rest, at + 1, &mut lifted, &mut out)?;
+            continue;
+        }
+        let item = Item::read(rest, at).ok_or("lifted data's rest is cut short")?;
+        out.extend_from_slice(&rest[at..item.end()]);
+        at = item.end();
+    }
+    if !lifted.is_empty() {
+        return Err(format!(
+            "{} lifted bytes are left over after the data",
+            lifted.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// One segment of a value: `len` bytes of it from `start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Segment {
+    kind: Kind,
+    start: usize,
+    len: usize,
+}
+
+/// How a string's or a binary's bytes divide into literal and random
+/// runs, those `keep` holds left literal.
+fn segments(payload: &[u8], is_bin: bool, keep: &impl Fn(&[u8]) -> bool) -> Vec<Segment> {
+    if is_bin && payload.iter().filter(|b| is_printable(**b)).count() * 4 < payload.len() * 3 {
+        if keep(payload) {
+            return Vec::new();
+        }
+        return vec![Segment {
+            kind: Kind::Raw,
+            start: 0,
+            len: payload.len(),
+        }];
+    }
+    // Base64 runs between spaces are words of text, which zstd's table
+    // codes about as well, at no escape's cost.
+    let text = payload.iter().any(u8::is_ascii_whitespace);
+    let mut out = Vec::new();
+    let mut literal = 0;
+    let mut at = 0;
+    while at < payload.len() {
+        if !is_token_char(payload[at]) {
+            at += 1;
+            continue;
+        }
+        let end = at
+            + payload[at..]
+                .iter()
+                .take_while(|b| is_token_char(**b))
+                .count();
+        for token in tokens(&payload[at..end], text) {
+            let start = at + token.start;
+            if keep(&payload[start..start + token.len]) {
+                continue;
+            }
+            if start > literal {
+                out.push(Segment {
+                    kind: Kind::Literal,
+                    start: literal,
+                    len: start - literal,
+                });
+            }
+            out.push(Segment { start, ..token });
+            literal = start + token.len;
+        }
+        at = end;
+    }
+    if literal < payload.len() {
+        out.push(Segment {
+            kind: Kind::Literal,
+            start: literal,
+            len: payload.len() - literal,
+        });
+    }
+    out
+}
+
+/// The random runs in a run of token characters, placed within it: hex
+/// digits, and base64 unless the run is in `text`.
+fn tokens(run: &[u8], text: bool) -> Vec<Segment> {
+    if run.len() < MIN_TOKEN {
+        return Vec::new();
+    }
+    for kind in [Kind::HexLower, Kind::HexUpper] {
+        if run.iter().all(|b| kind.index(*b).is_some())
+            && run.iter().any(u8::is_ascii_digit)
+            && run.iter().any(u8::is_ascii_alphabetic)
+        {
+            return vec![Segment {
+                kind,
+                start: 0,
+                len: run.len(),
+            }];
+        }
+    }
+    if text {
+        return Vec::new();
+    }
+    // The longest run of one base64 alphabet from each place on.
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < run.len() {
+        let reach = |kind: Kind| {
+            run[at..]
+                .iter()
+                .take_while(|b| kind.index(**b).is_some())
+                .count()
+        };
+        let (url, std) = (reach(Kind::Url), reach(Kind::Std));
+        let (kind, len) = if url >= std {
+            (Kind::Url, url)
+        } else {
+            (Kind::Std, std)
+        };
+        let part = &run[at..at + len];
+        if len >= MIN_TOKEN
+            && part.iter().any(u8::is_ascii_digit)
+            && part.iter().any(u8::is_ascii_uppercase)
+            && part.iter().any(u8::is_ascii_lowercase)
+        {
+            out.push(Segment {
+                kind,
+                start: at,
+                len,
+            });
+        }
+        at += len.max(1);
+    }
+    out
+}
+
+fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+' | b'/')
+}
+
+fn is_printable(b: u8) -> bool {
+    (0x20..0x7f).contains(&b) || matches!(b, b'\t' | b'\n' | b'\r')
+}
+
+/// Writes a value's escape to the rest and its tokens to the lifted bytes.
+fn escape(out: &mut Lifted, payload: &[u8], is_bin: bool, segments: &[Segment]) {
+    out.rest.push(ESCAPE);
+    put_varint(
+        &mut out.rest,
+        ((segments.len() as u64) << 1) | u64::from(is_bin),
+    );
+    for s in segments {
+        put_varint(&mut out.rest, ((s.len as u64) << 3) | s.kind as u64);
+        let bytes = &payload[s.start..s.start + s.len];
+        match s.kind {
+            Kind::Literal => out.rest.extend_from_slice(bytes),
+            Kind::Raw => out.lifted.extend_from_slice(bytes),
+            kind => pack_chars(kind, bytes, &mut out.lifted),
+        }
+    }
+}
+
+/// Rebuilds the value whose escape's body begins at `at`; returns where
+/// the rest goes on.
+fn unescape(
+    rest: &[u8],
+    mut at: usize,
+    lifted: &mut &[u8],
+    out: &mut Vec<u8>,
+) -> Result<usize, String> {
+    let head = get_varint(rest, &mut at)?;
+    let (count, is_bin) = (head >> 1, head & 1 == 1);
+    let mut payload = Vec::new();
+    for _ in 0..count {
+        let word = get_varint(rest, &mut at)?;
+        let kind = Kind::from_bits(word & 7).ok_or("a lifted segment of no known kind")?;
+        let len = usize::try_from(word >> 3).map_err(|_| "a lifted segment too long")?;
+        match kind {
+            Kind::Literal => {
+                let bytes = rest
+                    .get(at..at.saturating_add(len))
+                    .ok_or("a literal segment runs past the data")?;
+                payload.extend_from_slice(bytes);
+                at += len;
+            }
+            kind => {
+                let take = kind.lifted_len(len).unwrap_or(usize::MAX);
+                if take > lifted.len() {
+                    return Err("a lifted segment runs past the lifted bytes".into());
+                }
+                let (bytes, left) = lifted.split_at(take);
+                *lifted = left;
+                if kind == Kind::Raw {
+                    payload.extend_from_slice(bytes);
+                } else {
+                    unpack_chars(kind, bytes, len, &mut payload);
+                }
+            }
+        }
+    }
+    put_header(out, payload.len(), is_bin);
+    out.extend_from_slice(&payload);
+    Ok(at)
+}
+
+/// Packs characters of `kind`'s alphabet, `kind.bits()` each, first bit
+/// first, the last byte's low bits zero.
+fn pack_chars(kind: Kind, chars: &[u8], out: &mut Vec<u8>) {
+    let bits = kind.bits();
+    let (mut acc, mut held) = (0u32, 0);
+    for c in chars {
+        let index = u32::from(kind.index(*c).unwrap_or(0));
+        acc = (acc << bits) | index;
+        held += bits;
+        while held >= 8 {
+            held -= 8;
+            out.push((acc >> held) as u8);
+        }
+    }
+    if held > 0 {
+        out.push((acc << (8 - held)) as u8);
+    }
+}
+
+/// The `len` characters [`pack_chars`] packed into `bytes`.
+fn unpack_chars(kind: Kind, bytes: &[u8], len: usize, out: &mut Vec<u8>) {
+    let alphabet = kind.alphabet();
+    let bits = kind.bits();
+    let mask = (1u32 << bits) - 1;
+    let (mut acc, mut held) = (0u32, 0);
+    let mut bytes = bytes.iter();
+    for _ in 0..len {
+        while held < bits {
+            acc = (acc << 8) | u32::from(*bytes.next().unwrap_or(&0));
+            held += 8;
+        }
+        held -= bits;
+        out.push(alphabet[((acc >> held) & mask) as usize]);
+    }
+}
+
+/// The shortest MessagePack header of a string or binary of `len` bytes.
+fn put_header(out: &mut Vec<u8>, len: usize, is_bin: bool) {
+    match (is_bin, len) {
+        (false, 0..32) => out.push(0xa0 | len as u8),
+        (false, 32..256) => out.extend_from_slice(&[0xd9, len as u8]),
+        (true, 0..256) => out.extend_from_slice(&[0xc4, len as u8]),
+        (_, 256..65_536) => {
+            out.push(if is_bin { 0xc5 } else { 0xda });
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(if is_bin { 0xc6 } else { 0xdb });
+            out.extend_from_slice(&(len as u32).to_be_bytes());
+        }
+    }
+}
+
+pub(super) fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+pub(super) fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {
+    let mut n = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *data
+            .get(*at)
+            .ok_or("a lifted value's escape is cut short")?;
+        *at += 1;
+        n |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok(n);
+        }
+    }
+    Err("a lifted value's escape holds a number too long".into())
+}
+
+/// One MessagePack item: a scalar, a string, a binary or an extension
+/// with its payload, or a map's or an array's header alone.
+struct Item {
+    /// The first byte.
+    tag: u8,
+    start: usize,
+    header: usize,
+    payload: usize,
+}
+
+impl Item {
+    /// The item at `at`, or `None` where the bytes there are not one.
+    fn read(data: &[u8], at: usize) -> Option<Self> {
+        let tag = *data.get(at)?;
+        let len_at = |width: usize| -> Option<usize> {
+            let bytes = data.get(at + 1..at + 1 + width)?;
+            Some(bytes.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b)))
+        };
+        let (header, payload) = match tag {
+            0x00..=0x7f | 0x80..=0x9f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => (1, 0),
+            0xa0..=0xbf => (1, usize::from(tag & 0x1f)),
+            0xc4 | 0xd9 => (2, len_at(1)?),
+            0xc5 | 0xda => (3, len_at(2)?),
+            0xc6 | 0xdb => (5, len_at(4)?),
+            0xc7 => (3, len_at(1)?),
+            0xc8 => (4, len_at(2)?),
+            0xc9 => (6, len_at(4)?),
+            0xca | 0xce | 0xd2 => (5, 0),
+            0xcb | 0xcf | 0xd3 => (9, 0),
+            0xcc | 0xd0 => (2, 0),
+            0xcd | 0xd1 => (3, 0),
+            0xd4 => (3, 0),
+            0xd5 => (4, 0),
+            0xd6 => (6, 0),
+            0xd7 => (10, 0),
+            0xd8 => (18, 0),
+            0xdc | 0xde => (3, 0),
+            0xdd | 0xdf => (5, 0),
+            0xc1 => return None,
+        };
+        let item = Self {
+            tag,
+            start: at,
+            header,
+            payload,
+        };
+        (item.end() <= data.len()).then_some(item)
+    }
+
+    fn end(&self) -> usize {
+        self.start + self.header + self.payload
+    }
+
+    /// A string's or a binary's bytes, and whether it is a binary.
+    fn payload<'a>(&self, data: &'a [u8]) -> Option<(&'a [u8], bool)> {
+        let is_bin = match self.tag {
+            0xa0..=0xbf | 0xd9..=0xdb => false,
+            0xc4..=0xc6 => true,
+            _ => return None,
+        };
+        Some((&data[self.start + self.header..self.end()], is_bin))
+    }
+
+    /// Whether its header is the shortest for its length (so [`lower`]
+    /// rebuilds it).
+    fn is_shortest(&self) -> bool {
+        let Some(is_bin) = (match self.tag {
+            0xa0..=0xbf | 0xd9..=0xdb => Some(false),
+            0xc4..=0xc6 => Some(true),
+            _ => None,
+        }) else {
+            return false;
+        };
+        let mut header = Vec::new();
+        put_header(&mut header, self.payload, is_bin);
+        header.len() == self.header && header[0] == self.tag
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(data: &[u8]) -> Option<Lifted> {
+        let lifted = lift(data, |_| false);
+        if let Some(l) = &lifted {
+            assert_eq!(lower(&l.rest, &l.lifted).unwrap(), data);
+        }
+        lifted
+    }
+
+    /// A value of a test map: a string or a binary.
+    enum V {
+        S(String),
+        B(Vec<u8>),
+    }
+
+    fn s(text: &str) -> V {
+        V::S(text.to_owned())
+    }
+
+    fn map(entries: Vec<(&str, V)>) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmp::encode::write_map_len(&mut out, entries.len() as u32).unwrap();
+        for (key, value) in entries {
+            rmp::encode::write_str(&mut out, key).unwrap();
+            match value {
+                V::S(text) => rmp::encode::write_str(&mut out, &text).unwrap(),
+                V::B(bytes) => rmp::encode::write_bin(&mut out, &bytes).unwrap(),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tokens_are_lifted_in_binary_and_the_rest_kept() {
+        let hex = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let url = "ya29.a0AfH6SMBx3dFq-9Lk_Qz81mRtY2vNcE0pW7hJ";
+        let digest: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(97) ^ 0x5a).collect();
+        let data = map(vec![
+            ("csrf_token", s(hex)),
+            ("access_token", s(url)),
+            ("auth_hash", V::B(digest.clone())),
+            ("flash", s("Welcome back to the shop")),
+        ]);
+        let lifted = round_trip(&data).expect("lifted");
+        // 32 bytes of hex digits, 38 base64url characters after "ya29."
+        // (28.5 bytes), the digest as it is.
+        assert_eq!(lifted.lifted.len(), 32 + 29 + 32);
+        assert!(lifted.lifted.starts_with(&hex::decode(hex).unwrap()));
+        assert!(lifted.lifted.ends_with(&digest));
+        let rest = String::from_utf8_lossy(&lifted.rest);
+        assert!(rest.contains("ya29."), "{rest}");
+        assert!(rest.contains("Welcome back to the shop"), "{rest}");
+        assert!(!rest.contains(&hex[..16]), "{rest}");
+    }
+
+    #[test]
+    fn words_numbers_and_short_values_are_not_tokens() {
+        for text in [
+            "The quick brown fox jumps over the lazy dog, twice a day",
+            "internationalization and localization",
+            "1234567890123456789012",
+            "deadbeefdeadbeefde",
+            "550e8400-e29b-41d4-a716-446655440000",
+            "a1B2c3",
+        ] {
+            let data = map(vec![("v", s(text))]);
+            // Hex of one kind only (digits, or letters) and uuids' short
+            // runs are not tokens either.
+            assert_eq!(round_trip(&data), None, "{text}");
+        }
+        let printable = map(vec![("v", V::B(b"$argon2id$v=19$m=19456".to_vec()))]);
+        assert_eq!(round_trip(&printable), None);
+    }
+
+    #[test]
+    fn base64_runs_in_text_are_left_to_zstd_and_hex_is_not() {
+        let hex = "9f86d081884c7d659a2feaa0c55ad015";
+        let words = "Kx9vQ2mZ7pLw3RtY8nBc Zq1Wd4Hs6Jk0Fv5Gx2Lm was the code";
+        assert_eq!(round_trip(&map(vec![("m", s(words))])), None);
+        let with_hex = format!("{words} and the commit {hex}");
+        let lifted = round_trip(&map(vec![("m", s(&with_hex))])).unwrap();
+        assert_eq!(lifted.lifted, hex::decode(hex).unwrap());
+        // Without the spaces the same characters are one token.
+        let token = words.replace(' ', "");
+        let lifted = round_trip(&map(vec![("m", s(&token))])).unwrap();
+        assert_eq!(lifted.lifted.len(), (token.len() * 6).div_ceil(8));
+    }
+
+    #[test]
+    fn every_length_and_alphabet_round_trips() {
+        let alphabets: [&[u8]; 4] = [
+            b"0123456789abcdef",
+            b"0123456789ABCDEF",
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/ .",
+        ];
+        let mut seed = 7u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for alphabet in alphabets {
+            for len in [15, 16, 17, 18, 19, 31, 32, 33, 255, 256, 300, 70_000] {
+                let text: String = (0..len)
+                    .map(|_| alphabet[(next() % alphabet.len() as u64) as usize] as char)
+                    .collect();
+                let lifted = round_trip(&map(vec![("s", V::S(text.clone()))]));
+                if !alphabet.contains(&b' ') {
+                    assert_eq!(lifted.is_some(), len >= MIN_TOKEN, "{len} of {alphabet:?}");
+                }
+                round_trip(&map(vec![("b", V::B(text.into_bytes()))]));
+                let noise: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                let lifted = round_trip(&map(vec![("n", V::B(noise))]));
+                assert_eq!(lifted.is_some(), len >= MIN_TOKEN);
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_messagepack_or_not_shortest_is_left_alone() {
+        let hex = "9f86d081884c7d659a2feaa0c55ad015";
+        // str16 for 32 bytes: not the shortest header.
+        let mut long_header = vec![0x81, 0xa1, b'v', 0xda, 0, 32];
+        long_header.extend_from_slice(hex.as_bytes());
+        assert_eq!(lift(&long_header, |_| false), None);
+        let mut cut = map(vec![("v", s(hex))]);
+        cut.pop();
+        assert_eq!(lift(&cut, |_| false), None);
+        assert_eq!(lift(&[0xc1, 0x01], |_| false), None);
+        assert_eq!(lift(b"", |_| false), None);
+    }
+
+    #[test]
+    fn damaged_lifts_are_refused() {
+        let data = map(vec![("v", s("9f86d081884c7d659a2feaa0c55ad015"))]);
+        let l = lift(&data, |_| false).unwrap();
+        assert!(lower(&l.rest, &l.lifted[1..]).is_err(), "lifted cut short");
+        let mut more = l.lifted.clone();
+        more.push(0);
+        assert!(lower(&l.rest, &more).is_err(), "lifted left over");
+        assert!(lower(&l.rest[..l.rest.len() - 1], &l.lifted).is_err());
+        for bad in [
+            &[0xc1][..],
+            &[0xc1, 0x02, 0x07][..],
+            &[0xc1, 0x02, 0xf8, 0xff][..],
+        ] {
+            assert!(lower(bad, &[1, 2, 3]).is_err(), "{bad:?}");
+        }
+    }
+}
