@@ -2,6 +2,7 @@
 //! and on a cluster (`tests/cluster.rs`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -388,8 +389,10 @@ struct Made {
 }
 
 /// Revoke-all races creates, touches, rotations and two sweepers on twelve
-/// users, several tasks each. After every revocation, no session of that
-/// user whose create returned before the revocation began can be loaded.
+/// users, several tasks each, until enough of each has happened (counts,
+/// not a time window: a slow machine runs longer, not less). After every
+/// revocation, no session of that user whose create returned before the
+/// revocation began can be loaded.
 /// At the end, every session id ever made either is gone or is listed
 /// for its user, no listing holds an id never made, and the index audit
 /// is clean.
@@ -405,16 +408,22 @@ where
         .map(|i| if i % 3 == 0 { i + 1 } else { 70_000 + i })
         .collect();
     let made: Arc<Mutex<Vec<Made>>> = Arc::default();
-    let until = Instant::now() + Duration::from_secs(4);
+    // Every task runs until the revokers have seen enough: the race is
+    // over when it has made, revoked and removed these many.
+    let running = Arc::new(AtomicBool::new(true));
+    let enough = |made: usize, revocations: u64, removed: u64| {
+        made >= 400 && revocations >= 100 && removed >= 100
+    };
     let pick = |n: usize| rand::random_range(0..n);
     let mut tasks = tokio::task::JoinSet::new();
 
     for t in 0..4 {
         let (plain, devices, made, users) =
             (plain.clone(), devices.clone(), made.clone(), users.clone());
+        let running = running.clone();
         tasks.spawn(async move {
             let mut n = 0u64;
-            while Instant::now() < until {
+            while running.load(Ordering::Relaxed) {
                 let user = users[pick(users.len())];
                 let id = if (n + t).is_multiple_of(2) {
                     plain.create(user, ()).await.unwrap().id
@@ -437,10 +446,10 @@ where
         });
     }
     for _ in 0..2 {
-        let (plain, made) = (plain.clone(), made.clone());
+        let (plain, made, running) = (plain.clone(), made.clone(), running.clone());
         tasks.spawn(async move {
             let (mut rotated, mut touched) = (0, 0);
-            while Instant::now() < until {
+            while running.load(Ordering::Relaxed) {
                 let target = {
                     let m = made.lock().unwrap();
                     if m.is_empty() {
@@ -471,9 +480,10 @@ where
     }
     for _ in 0..2 {
         let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+        let running = running.clone();
         tasks.spawn(async move {
             let mut passes = 0;
-            while Instant::now() < until {
+            while running.load(Ordering::Relaxed) {
                 sweeper.sweep_range_full(0..sweeper.units()).await.unwrap();
                 passes += 1;
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -481,14 +491,16 @@ where
             (passes, 0)
         });
     }
+    let (revoked, gone) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let revokers: Vec<_> = (0..2)
         .map(|_| {
             let (plain, made, users) = (plain.clone(), made.clone(), users.clone());
-            let layout = layout.clone();
+            let (layout, running) = (layout.clone(), running.clone());
+            let (revoked, gone) = (revoked.clone(), gone.clone());
             tokio::spawn(async move {
                 let (mut revocations, mut removed, mut escaped) = (0u64, 0u64, 0usize);
                 let mut done = Vec::new();
-                while Instant::now() < until {
+                while running.load(Ordering::Relaxed) {
                     let user = users[pick(users.len())];
                     let began = Instant::now();
                     let r = plain.revoke_all(&user).await.unwrap();
@@ -505,6 +517,12 @@ where
                     escaped += loaded.iter().filter(|s| s.is_some()).count();
                     revocations += 1;
                     removed += r.removed;
+                    let all_revocations = revoked.fetch_add(1, Ordering::Relaxed) + 1;
+                    let all_removed = gone.fetch_add(r.removed, Ordering::Relaxed) + r.removed;
+                    let made_so_far = made.lock().unwrap().len();
+                    if enough(made_so_far, all_revocations, all_removed) {
+                        running.store(false, Ordering::Relaxed);
+                    }
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 (revocations, removed, escaped, done)
@@ -541,11 +559,12 @@ where
         0,
         "a rotation of a session signed in before a revocation survived it"
     );
+    // The counts the race stopped at, as each task tallied them.
     assert!(
-        revocations > 10 && removed > 10,
+        revocations >= 100 && removed >= 100,
         "{revocations} revocations removed {removed}"
     );
-    assert!(made.len() > 100, "only {} sessions made", made.len());
+    assert!(made.len() >= 400, "only {} sessions made", made.len());
 
     let audit = settle(&layout).await;
     let mut listed: HashMap<SessionId, u64> = HashMap::new();
