@@ -1,7 +1,9 @@
 //! What packing costs the client: a compact layout's `pack` and `unpack`
 //! of an app's session data (a csrf token, a locale, a flash message beside
 //! the login: 132 bytes) with a dictionary trained on 4,000 others, beside
-//! encoding the same data map with the tower store's codec, for scale.
+//! encoding the same data map with the tower store's codec, for scale; in
+//! a new namespace (its tokens lifted out, each record packed both lifted
+//! and whole to keep the shorter) and in one of record format 5 (whole).
 //! Rounds interleaved, the best round of each kept; the server (started for
 //! the run) only receives the dictionary.
 //!
@@ -14,7 +16,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sessionpack::session::dictionary::Dictionary;
+use sessionpack::session::buckets::Buckets;
+use sessionpack::session::dictionary::{Dictionary, LIFTED_FORMAT};
 use sessionpack::session::layout::Layout;
 use sessionpack::{Compact, CompactConfig, SessionId};
 
@@ -77,49 +80,75 @@ fn main() {
             .map(|n| sessionpack::json_map::encode(&session(n)).unwrap())
             .collect();
         let dictionary = Dictionary::train(1, &samples, 16 * 1024).unwrap();
-        let layout = Compact::new(conn, CompactConfig::new(8))
+        // A new namespace lifts its tokens out (record format 6); one
+        // recorded at format 5 packs its records whole, as before.
+        let lifting = Compact::new(conn.clone(), CompactConfig::new(8))
             .await
             .unwrap()
             .with_dictionary(&dictionary)
             .await
             .unwrap();
+        let mut meta = Compact::<sessionpack::Connection>::meta(&Buckets::new("whole", 8).unwrap());
+        meta.format = LIFTED_FORMAT - 1;
+        meta.claim(&conn, "whole").await.unwrap();
+        let whole = Compact::new(conn, CompactConfig::new(8).with_namespace("whole"))
+            .await
+            .unwrap()
+            .with_dictionary(&dictionary)
+            .await
+            .unwrap();
+        assert_eq!(whole.format(), LIFTED_FORMAT - 1);
         let data_map = session(7);
         let data = sessionpack::json_map::encode(&data_map).unwrap();
-        let packed = layout.pack(data.clone()).await;
-        assert!(packed.len() < data.len());
         let id = SessionId::from_bytes([3u8; 20]);
-        assert_eq!(&*layout.unpack(&id, &packed).await.unwrap(), &data[..]);
-        let (mut encode, mut pack, mut unpack, mut train) = (None, None, None, None);
+        let mut encode = None;
+        let mut forms = Vec::new();
+        for layout in [&lifting, &whole] {
+            let packed = layout.pack(data.clone()).await;
+            assert!(packed.len() < data.len());
+            assert_eq!(&*layout.unpack(&id, &packed).await.unwrap(), &data[..]);
+            forms.push((layout, packed, None, None));
+        }
+        let mut train = None;
         for _ in 0..rounds {
             let start = Instant::now();
             for _ in 0..calls {
                 black_box(sessionpack::json_map::encode(black_box(&data_map)).unwrap());
             }
             keep_best(&mut encode, calls, start);
-            let start = Instant::now();
-            for _ in 0..calls {
-                black_box(layout.pack(black_box(data.clone())).await);
+            for (layout, packed, pack, unpack) in &mut forms {
+                let start = Instant::now();
+                for _ in 0..calls {
+                    black_box(layout.pack(black_box(data.clone())).await);
+                }
+                keep_best(pack, calls, start);
+                let start = Instant::now();
+                for _ in 0..calls {
+                    black_box(layout.unpack(&id, black_box(&packed[..])).await.unwrap());
+                }
+                keep_best(unpack, calls, start);
             }
-            keep_best(&mut pack, calls, start);
-            let start = Instant::now();
-            for _ in 0..calls {
-                black_box(layout.unpack(&id, black_box(&packed)).await.unwrap());
-            }
-            keep_best(&mut unpack, calls, start);
             // What a learning store spends once, on its first 1000 samples.
             let start = Instant::now();
             black_box(Dictionary::train(1, &samples[..1000], 16 * 1024).unwrap());
             keep_best(&mut train, 1, start);
         }
         println!(
-            "{} bytes of data, {} packed; per call: encode the data map {:.2} µs, pack {:.2} µs, unpack {:.2} µs; \
+            "{} bytes of data; per call: encode the data map {:.2} µs; \
              learning a dictionary from 1000 samples: {:.1} ms",
             data.len(),
-            packed.len(),
             micros(encode),
-            micros(pack),
-            micros(unpack),
             micros(train) / 1000.0,
         );
+        for ((_, packed, pack, unpack), form) in
+            forms.iter().zip(["lifted (format 6)", "whole (format 5)"])
+        {
+            println!(
+                "{form}: {} bytes packed; pack {:.2} µs, unpack {:.2} µs",
+                packed.len(),
+                micros(*pack),
+                micros(*unpack),
+            );
+        }
     });
 }
