@@ -83,9 +83,8 @@ for part in "${parts[@]}"; do
       # app's 132-byte one (three listpack entries).
       $sp bench growth --factor 32 --sizes 1k,3k,10k,30k,100k,300k,1M,3M,10M,30M,100M \
         --out analysis/growth/identity
-      # To 10M: at 30M and 100M emulated (one session in 128) the run now
-      # stops with "redis unavailable: timed out" (not yet understood).
-      $sp bench growth --factor 128 --data-bytes 120 --sizes 1k,3k,10k,30k,100k,300k,1M,3M,10M \
+      $sp bench growth --factor 128 --data-bytes 120 \
+        --sizes 1k,3k,10k,30k,100k,300k,1M,3M,10M,30M,100M \
         --out analysis/growth/app-session ;;
     migrate)
       $sp bench migrate --sessions 1000000 --out analysis/runs/migrate
