@@ -2,8 +2,8 @@
 //! of an app's session data (a csrf token, a locale, a flash message beside
 //! the login: 132 bytes) with a dictionary trained on 4,000 others, beside
 //! encoding the same data map with the tower store's codec, for scale; in
-//! a new namespace (its tokens lifted out, each record packed both lifted
-//! and whole to keep the shorter) and in one of record format 5 (whole).
+//! a new namespace (its tokens lifted out, record format 6) and in one of
+//! record format 5 (packed whole).
 //! Rounds interleaved, the best round of each kept; the server (started for
 //! the run) only receives the dictionary.
 //!

@@ -388,6 +388,15 @@ struct Made {
     signed: Instant,
 }
 
+/// Clears the race's running flag when dropped, on return or panic.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
 /// Revoke-all races creates, touches, rotations and two sweepers on twelve
 /// users, several tasks each, until enough of each has happened (counts,
 /// not a time window: a slow machine runs longer, not less). After every
@@ -498,6 +507,9 @@ where
             let (layout, running) = (layout.clone(), running.clone());
             let (revoked, gone) = (revoked.clone(), gone.clone());
             tokio::spawn(async move {
+                // A revoker that panics stops the race too, so the test
+                // fails rather than waits on the other tasks for ever.
+                let _stop = StopOnDrop(running.clone());
                 let (mut revocations, mut removed, mut escaped) = (0u64, 0u64, 0usize);
                 let mut done = Vec::new();
                 while running.load(Ordering::Relaxed) {
