@@ -8,7 +8,8 @@
 -- ARGV[3]: split only a bucket holding more fields than this (0: any),
 --          so callers that all saw the bucket full split it once
 -- Returns {1, epoch} when split (epoch the new shape's), {0, epoch} when
--- not: the bucket is not one of the current shape, or not that full.
+-- not: the bucket is not one of the current shape, not that full, or all
+-- one session's.
 
 -- Splits bucket `parent` by the bit at `place` (0 to 6) where a field's
 -- first byte keeps its next bit: child 0's fields, whose bit is 0, are the
@@ -45,8 +46,37 @@ local function move_half(parent, c0, c1, place)
   return true
 end
 
+-- Whether `key` holds fields of two sessions or more. Every field of a
+-- session begins with its shortest, the session's own field, so the
+-- shortest length in the bucket is a session field's. A bucket one
+-- session fills (its pieces over the split limit, where the server's
+-- entry limit is low) is not split: no bit below would part it, and
+-- splitting it to the deepest level only reshapes it under every call.
+local function holds_sessions(key)
+  local fields = redis.call('HKEYS', key)
+  local width
+  for _, field in ipairs(fields) do
+    if field ~= MARKER and (not width or #field < width) then
+      width = #field
+    end
+  end
+  local first
+  for _, field in ipairs(fields) do
+    if field ~= MARKER then
+      local own = string.sub(field, 1, width)
+      if not first then
+        first = own
+      elseif own ~= first then
+        return true
+      end
+    end
+  end
+  return false
+end
+
 local epoch, trie = current_shape()
-if not is_leaf(trie, tonumber(ARGV[1])) or fields_in(KEYS[2]) <= tonumber(ARGV[3]) then
+if not is_leaf(trie, tonumber(ARGV[1])) or fields_in(KEYS[2]) <= tonumber(ARGV[3])
+    or not holds_sessions(KEYS[2]) then
   return {0, epoch}
 end
 check_free(KEYS[3])

@@ -429,3 +429,68 @@ async fn a_touch_asks_for_the_marker_only_after_a_miss() {
     assert_eq!(writer.touch_until(&none, at).await.unwrap(), None);
     assert_eq!(count(&mut raw).await[2], before[2] + 1);
 }
+
+/// A bucket one session fills (its pieces over the split limit, the
+/// server's entry limit low) is not split: no bit below parts a session's
+/// fields, so each split would only move it a level down and reshape the
+/// bucket under every call to it, to the deepest level. A second session
+/// in the bucket splits it as before.
+#[tokio::test]
+async fn a_bucket_one_session_fills_is_not_split() {
+    let server = common::server();
+    common::set_hash_entries(&server, 8);
+    let layout = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    let shape = layout.shape().unwrap();
+    // Seven pieces and the session's own field: above the six fields a
+    // bucket splits above with these limits.
+    let big = record::encode(&5u64, &format!("{:>400}", "big")).unwrap();
+    let id = layout.new_id().await.unwrap();
+    layout
+        .insert_new(&id, &big, Deadline::In(3600))
+        .await
+        .unwrap();
+    let group = shape.group_of(&id);
+    let epoch = || async { layout.fetch_shapes(&[group]).await.unwrap()[0].epoch() };
+    assert_eq!(epoch().await, 0, "a bucket of one session split");
+    let mut raw = common::raw(&server).await;
+    let fields: u64 = raw.hlen(shape.bucket_key(Node::root(group))).await.unwrap();
+    assert!(
+        fields > 6 + 1,
+        "the session's fields do not fill the bucket: {fields}"
+    );
+    for n in 0..5 {
+        let record = record::encode(&5u64, &format!("{n:>400}")).unwrap();
+        assert_eq!(
+            layout.replace(&id, &record, None).await.unwrap(),
+            sessionpack::session::layout::Written::Done
+        );
+    }
+    assert_eq!(epoch().await, 0, "a bucket of one session split");
+
+    // Sessions of the other group leave this one alone; the first of this
+    // group splits it.
+    loop {
+        let other = layout.new_id().await.unwrap();
+        layout
+            .insert_new(
+                &other,
+                &record::encode(&6u64, &()).unwrap(),
+                Deadline::In(3600),
+            )
+            .await
+            .unwrap();
+        if shape.group_of(&other) == group {
+            break;
+        }
+        assert_eq!(epoch().await, 0);
+    }
+    assert!(epoch().await > 0, "a bucket of two sessions did not split");
+    let want = record::encode(&5u64, &format!("{:>400}", 4)).unwrap();
+    let reader = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    let got = reader.load(&id).await.unwrap().unwrap();
+    assert_eq!(got.record, want);
+}
