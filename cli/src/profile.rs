@@ -71,16 +71,17 @@ impl Profile {
     /// `n` (user ids 1,000,000 and up, as a busy site's are).
     pub fn data(self, n: u64) -> HashMap<String, Value> {
         let user = 1_000_000 + n % 9_000_000;
-        // Digests and tokens are random: no pattern a compressor could use.
-        let bytes = |len: usize| -> Vec<u8> {
+        // Digests and tokens are random: no pattern a compressor could use,
+        // each from a stream of its own (`salt`), so no two share bytes.
+        let bytes = |salt: u64, len: usize| -> Vec<u8> {
             (0..len as u64)
-                .map(|i| splitmix64(n.wrapping_mul(1 << 16).wrapping_add(i)) as u8)
+                .map(|i| splitmix64(n.wrapping_mul(1 << 16).wrapping_add(i) ^ (salt << 48)) as u8)
                 .collect()
         };
-        let b64 = |len: usize| -> String {
+        let b64 = |salt: u64, len: usize| -> String {
             const ALPHABET: &[u8] =
                 b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-            bytes(len)
+            bytes(salt, len)
                 .iter()
                 .map(|b| ALPHABET[usize::from(b % 64)] as char)
                 .collect()
@@ -105,23 +106,22 @@ impl Profile {
         let value = match self {
             Self::IdentityOnly => json!({ "user_id": user }),
             Self::AxumLoginDigest => {
-                json!({ "axum-login.data": { "user_id": user, "auth_hash": bytes(32) } })
+                json!({ "axum-login.data": { "user_id": user, "auth_hash": bytes(0, 32) } })
             }
             Self::AxumLoginPasswordHash => {
                 // "$argon2id$v=19$m=19456,t=2,p=1$" + 22 + "$" + 43 = 97 bytes.
-                let phc = format!("$argon2id$v=19$m=19456,t=2,p=1${}${}", b64(22), b64(43));
+                let phc = format!("$argon2id$v=19$m=19456,t=2,p=1${}${}", b64(1, 22), b64(2, 43));
                 json!({ "axum-login.data": { "user_id": user, "auth_hash": phc.into_bytes() } })
             }
             Self::Django => json!({
                 "_auth_user_id": user.to_string(),
                 "_auth_user_backend": "django.contrib.auth.backends.ModelBackend",
-                "_auth_user_hash": hex::encode(bytes(32)),
+                "_auth_user_hash": hex::encode(bytes(0, 32)),
             }),
             Self::AxumLoginApp | Self::AxumLoginAppText => {
                 let mut app = json!({
-                    "axum-login.data": { "user_id": user, "auth_hash": bytes(32) },
-                    // A token of its own, not the digest's bytes again.
-                    "csrf_token": hex::encode(bytes(48).split_off(16)),
+                    "axum-login.data": { "user_id": user, "auth_hash": bytes(0, 32) },
+                    "csrf_token": hex::encode(bytes(1, 32)),
                     "locale": pick(&["en-US", "de-DE", "fr-FR", "en-GB", "pt-BR"], 1),
                     "flash": pick(&["Welcome back", "Item removed", "Order placed"], 2),
                 });
@@ -141,8 +141,8 @@ impl Profile {
                     })
                     .collect();
                 json!({
-                    "axum-login.data": { "user_id": user, "auth_hash": bytes(32) },
-                    "csrf_token": hex::encode(bytes(48).split_off(16)),
+                    "axum-login.data": { "user_id": user, "auth_hash": bytes(0, 32) },
+                    "csrf_token": hex::encode(bytes(1, 32)),
                     "currency": pick(&["EUR", "USD", "GBP"], 3),
                     "cart": { "items": items, "updated_at": 1_795_000_000 + draw(2, 1_000_000) },
                 })
@@ -150,8 +150,8 @@ impl Profile {
             Self::OAuthLogin => {
                 let domain = pick(&["gmail.com", "outlook.com", "example.org", "proton.me"], 4);
                 json!({
-                    "axum-login.data": { "user_id": user, "auth_hash": bytes(32) },
-                    "csrf_token": hex::encode(bytes(48).split_off(16)),
+                    "axum-login.data": { "user_id": user, "auth_hash": bytes(0, 32) },
+                    "csrf_token": hex::encode(bytes(1, 32)),
                     "oauth": {
                         "provider": pick(&["google", "github", "microsoft"], 5),
                         "subject": format!("{:021}", draw(3, 10u64.pow(19))),
@@ -248,6 +248,43 @@ mod tests {
             let mean = sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
             assert!((low..high).contains(&mean), "{profile}: mean {mean}");
             assert_ne!(profile.data(1), profile.data(2));
+        }
+    }
+
+    /// Whether `a` and `b` share a run of 8 bytes: a copy a compressor
+    /// would find and the peer's store would not.
+    fn share_a_run(a: &[u8], b: &[u8]) -> bool {
+        a.windows(8).any(|w| b.windows(8).any(|v| v == w))
+    }
+
+    fn bin(value: &Value) -> Vec<u8> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect()
+    }
+
+    #[test]
+    fn random_parts_of_a_session_share_no_bytes() {
+        for n in [1, 12_345] {
+            for profile in [
+                Profile::AxumLoginApp,
+                Profile::ShopCart,
+                Profile::OAuthLogin,
+            ] {
+                let data = profile.data(n);
+                let digest = bin(&data["axum-login.data"]["auth_hash"]);
+                let csrf = hex::decode(data["csrf_token"].as_str().unwrap()).unwrap();
+                assert!(!share_a_run(&digest, &csrf), "{profile} {n}");
+            }
+            let data = Profile::AxumLoginPasswordHash.data(n);
+            let phc = bin(&data["axum-login.data"]["auth_hash"]);
+            let parts: Vec<&[u8]> = phc.split(|&b| b == b'$').collect();
+            let (salt, hash) = (parts[parts.len() - 2], parts[parts.len() - 1]);
+            assert_eq!((salt.len(), hash.len()), (22, 43));
+            assert!(!share_a_run(salt, hash), "password hash {n}");
         }
     }
 
