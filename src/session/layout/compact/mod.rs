@@ -121,6 +121,13 @@ pub const CHECKED_FORMAT: u32 = 5;
 /// Set in a pieced value's count byte when its payload begins with the
 /// record's check.
 const CHECKED: u8 = 0x80;
+/// The record format from which a record's pieces take short names where
+/// the bucket has them free ([`value::piece_field`]): four bytes where
+/// they took the session's field and one, about 12 bytes less a piece.
+/// Earlier versions do not read them: they refuse such a namespace.
+pub const SHORT_PIECES_FORMAT: u32 = 7;
+/// Set in a pieced value's count byte when its pieces have short names.
+const SHORT: u8 = 0x40;
 /// Bytes of the check a pieced payload begins with.
 pub const CHECK_BYTES: usize = 4;
 /// Bytes a pieced value holds before the record: the expiry, the marker
@@ -256,8 +263,8 @@ enum Assembled {
     Done(Option<Stored>),
     /// Its out-of-line record.
     OutOfLine,
-    /// Its pieces, this many.
-    Pieces(usize),
+    /// Its pieces, this many, under short names or long.
+    Pieces { want: usize, short: bool },
 }
 
 #[cfg(test)]
