@@ -311,8 +311,8 @@ fn the_guide_shows_each_rule() {
     }
 }
 
-/// A growing store's splits run under the store's rule and its merges
-/// under the sweeper's.
+/// A growing store's splits run under the store's rule, and its merges and
+/// the splits its writes left under the sweeper's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_growing_store_splits_and_merges_within_the_rules() {
     let server = common::server();
@@ -349,6 +349,29 @@ async fn a_growing_store_splits_and_merges_within_the_rules() {
     let report = sweeper.sweep_range(0..sweeper.units()).await.unwrap();
     assert!(report.merges > 0);
     assert!(store.load(&kept.id).await.unwrap().is_some());
+
+    // Buckets a store left over the threshold (opened at a higher limit,
+    // its writes split above it) are the sweeper's to split: under its
+    // own rule too.
+    common::set_hash_entries(&server, 512);
+    let conn = sessionpack::connect(&store_url).await.unwrap();
+    let roomy: Store<_, String> =
+        Store::new(Compact::new(conn, config()).await.unwrap()).without_sweeper();
+    let mut held = Vec::new();
+    for n in 0..200u64 {
+        held.push(roomy.create(n, "held".into()).await.unwrap().id);
+    }
+    common::set_hash_entries(&server, 8);
+    let conn = sessionpack::connect(&sweeper_url).await.unwrap();
+    let sweeper = Sweeper::new(
+        Compact::new(conn, config()).await.unwrap(),
+        SweepConfig::default(),
+    );
+    let report = sweeper.sweep_range(0..sweeper.units()).await.unwrap();
+    assert!(report.splits > 0, "{report:?}");
+    for id in &held {
+        assert!(store.load(id).await.unwrap().is_some());
+    }
 }
 
 /// A sweeper whose user lacks one command of its rule, whichever: its pass
