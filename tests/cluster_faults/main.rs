@@ -14,7 +14,10 @@ use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{Compact, CompactConfig, Error, SessionId, Store};
 use sessionpack_testkit::{LocalCluster, LocalServer, Role};
 
-const TTL: Duration = Duration::from_secs(600);
+/// The traffic's sessions' lifetime: longer than any run, however loaded
+/// the machine (a run of these tests took 12 minutes on a busy one, and
+/// its first sessions, live ten minutes, were found gone as if lost).
+const TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// What the traffic saw.
 #[derive(Debug, Default)]
