@@ -148,10 +148,16 @@ pub(crate) static COMPACT_REVOKE: ByExpiry = by_expiry!(
     "compact_revoke.lua"
 );
 
-pub(crate) static COMPACT_SPLIT: LazyLock<Script> =
-    script!("compact_pieces.lua", "shape_common.lua", "compact_split.lua");
-pub(crate) static COMPACT_MERGE: LazyLock<Script> =
-    script!("compact_pieces.lua", "shape_common.lua", "compact_merge.lua");
+pub(crate) static COMPACT_SPLIT: LazyLock<Script> = script!(
+    "compact_pieces.lua",
+    "shape_common.lua",
+    "compact_split.lua"
+);
+pub(crate) static COMPACT_MERGE: LazyLock<Script> = script!(
+    "compact_pieces.lua",
+    "shape_common.lua",
+    "compact_merge.lua"
+);
 pub(crate) static COMPACT_CLAIM: LazyLock<Script> = script!("compact_claim.lua");
 /// The removal of a session this process has not read, with its bucket's
 /// marker read in the same step.

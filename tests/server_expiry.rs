@@ -90,7 +90,9 @@ async fn audit(raw: &mut Raw, layout: &Compact<redis::aio::ConnectionManager>) -
         // last four.
         let short_owners: HashMap<Vec<u8>, &Vec<u8>> = values
             .iter()
-            .filter(|(f, v)| f.len() == field_len && v.len() >= 6 && v[4] == 0xc3 && v[5] & 0x40 != 0)
+            .filter(|(f, v)| {
+                f.len() == field_len && v.len() >= 6 && v[4] == 0xc3 && v[5] & 0x40 != 0
+            })
             .map(|(f, v)| (vec![f[0], f[field_len - 6], f[field_len - 5]], v))
             .collect();
         for (field, value) in &values {
@@ -101,9 +103,7 @@ async fn audit(raw: &mut Raw, layout: &Compact<redis::aio::ConnectionManager>) -
                     .get(&field[..field.len() - 1])
                     .expect("a piece of a session")
             } else if field.len() == 4 && numbered {
-                short_owners
-                    .get(&field[..3])
-                    .expect("a piece of a session")
+                short_owners.get(&field[..3]).expect("a piece of a session")
             } else {
                 value
             };

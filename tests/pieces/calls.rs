@@ -137,8 +137,15 @@ async fn an_unseen_delete_in_a_growing_store_takes_its_pieces_in_one_call() {
     for format in [SHORT_PIECES_FORMAT - 1, SHORT_PIECES_FORMAT] {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
         let conn = common::manager(&server).await;
-        drop(Compact::new(conn.clone(), CompactConfig::growing()).await.unwrap());
-        let _: () = raw.hset(StoreMeta::key("sp"), "format", format).await.unwrap();
+        drop(
+            Compact::new(conn.clone(), CompactConfig::growing())
+                .await
+                .unwrap(),
+        );
+        let _: () = raw
+            .hset(StoreMeta::key("sp"), "format", format)
+            .await
+            .unwrap();
         let layout = Compact::new(conn, CompactConfig::growing()).await.unwrap();
         assert_eq!(layout.format(), format);
         let ids = insert_each(&layout, 300, 20).await;
@@ -160,7 +167,11 @@ async fn an_unseen_delete_in_a_growing_store_takes_its_pieces_in_one_call() {
             assert!(layout.load(id).await.unwrap().is_none());
         }
         let c = census(&mut raw, &layout).await;
-        assert_eq!((c.sessions, c.pieces, c.orphans), (0, 0, 0), "format {format}");
+        assert_eq!(
+            (c.sessions, c.pieces, c.orphans),
+            (0, 0, 0),
+            "format {format}"
+        );
     }
 }
 

@@ -71,7 +71,8 @@ async fn census(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
         };
         let holds_sessions = pairs.keys().any(|f| {
             f.len() == field_len
-                || ((f.len() == field_len + 1 || f.len() == 4) && f.last().is_some_and(|&b| b <= 15))
+                || ((f.len() == field_len + 1 || f.len() == 4)
+                    && f.last().is_some_and(|&b| b <= 15))
         });
         if !holds_sessions {
             continue;
@@ -155,6 +156,6 @@ fn fixed_and_growing() -> [CompactConfig; 2] {
 }
 
 mod calls;
-mod names;
 mod damage;
+mod names;
 mod sizes;

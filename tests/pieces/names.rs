@@ -49,9 +49,18 @@ async fn sessions_sharing_short_names_keep_apart() {
     let mut raw = common::raw(&server).await;
     let a = layout.new_id().await.unwrap();
     let b = sibling(&a, 8);
-    assert_eq!(layout.buckets().bucket_of(&a), layout.buckets().bucket_of(&b));
-    layout.insert(&a, &record_of(300, 1), in_600()).await.unwrap();
-    layout.insert(&b, &record_of(300, 2), in_600()).await.unwrap();
+    assert_eq!(
+        layout.buckets().bucket_of(&a),
+        layout.buckets().bucket_of(&b)
+    );
+    layout
+        .insert(&a, &record_of(300, 1), in_600())
+        .await
+        .unwrap();
+    layout
+        .insert(&b, &record_of(300, 2), in_600())
+        .await
+        .unwrap();
     assert_eq!(named_short(&mut raw, &a).await, Some(true));
     assert_eq!(named_short(&mut raw, &b).await, Some(false));
     // Saves of each, growing and shrinking, keep each one's names.
@@ -59,7 +68,10 @@ async fn sessions_sharing_short_names_keep_apart() {
         for id in [&a, &b] {
             let at = layout.load(id).await.unwrap().unwrap().expires_at;
             layout.save(id, &record_of(len, n), at).await.unwrap();
-            assert_eq!(layout.load(id).await.unwrap().unwrap().record, record_of(len, n));
+            assert_eq!(
+                layout.load(id).await.unwrap().unwrap().record,
+                record_of(len, n)
+            );
         }
     }
     assert_eq!(named_short(&mut raw, &a).await, Some(true));
@@ -70,7 +82,10 @@ async fn sessions_sharing_short_names_keep_apart() {
     // The first goes: the second is whole, and takes the short names at
     // its next save, its long ones gone.
     assert!(layout.delete(&a, Some(300)).await.unwrap());
-    assert_eq!(layout.load(&b).await.unwrap().unwrap().record, record_of(300, 5));
+    assert_eq!(
+        layout.load(&b).await.unwrap().unwrap().record,
+        record_of(300, 5)
+    );
     let at = layout.load(&b).await.unwrap().unwrap().expires_at;
     layout.save(&b, &record_of(300, 6), at).await.unwrap();
     assert_eq!(named_short(&mut raw, &b).await, Some(true));
@@ -81,12 +96,21 @@ async fn sessions_sharing_short_names_keep_apart() {
     // now, and they stay.
     assert!(!layout.delete(&a, Some(300)).await.unwrap());
     assert!(!layout.delete(&a, None).await.unwrap());
-    assert_eq!(layout.load(&b).await.unwrap().unwrap().record, record_of(300, 6));
+    assert_eq!(
+        layout.load(&b).await.unwrap().unwrap().record,
+        record_of(300, 6)
+    );
     // The first comes back under its id: long names, beside the second's.
-    layout.insert(&a, &record_of(200, 7), in_600()).await.unwrap();
+    layout
+        .insert(&a, &record_of(200, 7), in_600())
+        .await
+        .unwrap();
     assert_eq!(named_short(&mut raw, &a).await, Some(false));
     assert!(layout.delete(&b, None).await.unwrap());
-    assert_eq!(layout.load(&a).await.unwrap().unwrap().record, record_of(200, 7));
+    assert_eq!(
+        layout.load(&a).await.unwrap().unwrap().record,
+        record_of(200, 7)
+    );
     assert!(layout.delete(&a, None).await.unwrap());
     assert_eq!(census(&mut raw, &layout).await, Census::default());
 }
@@ -128,7 +152,8 @@ async fn splits_and_merges_at_a_bytes_last_bit_rename_short_pieces() {
         want.insert(*id, record);
     }
     let group = shape.group_of(&a);
-    let epoch = async |layout: &Compact<Conn>| (*layout.fetch_shapes(&[group]).await.unwrap()[0]).clone();
+    let epoch =
+        async |layout: &Compact<Conn>| (*layout.fetch_shapes(&[group]).await.unwrap()[0]).clone();
     // Down to depth 7 (the inserts may have split the first levels): the
     // last split is at the first byte's last bit.
     loop {
@@ -138,7 +163,10 @@ async fn splits_and_merges_at_a_bytes_last_bit_rename_short_pieces() {
             break;
         }
         let depth = node.depth();
-        assert!(layout.split(node, current.epoch()).await.unwrap(), "depth {depth}");
+        assert!(
+            layout.split(node, current.epoch()).await.unwrap(),
+            "depth {depth}"
+        );
     }
     let below = shape.leaf(&epoch(&layout).await, &a);
     assert_eq!(below.depth(), 7);
@@ -149,7 +177,8 @@ async fn splits_and_merges_at_a_bytes_last_bit_rename_short_pieces() {
         .await
         .unwrap();
     let mut raw = common::raw(&server).await;
-    let check = async |raw: &mut redis::aio::MultiplexedConnection, want: &HashMap<SessionId, Vec<u8>>| {
+    let check = async |raw: &mut redis::aio::MultiplexedConnection,
+                       want: &HashMap<SessionId, Vec<u8>>| {
         let reader = Compact::new(common::manager(&server).await, two_groups())
             .await
             .unwrap();
@@ -177,7 +206,10 @@ async fn splits_and_merges_at_a_bytes_last_bit_rename_short_pieces() {
     let current = epoch(&roomy).await;
     assert!(roomy.merge(parent, current.epoch()).await.unwrap());
     assert_eq!(shape.leaf(&epoch(&roomy).await, &a), parent);
-    let named = [named_short(&mut raw, &a).await, named_short(&mut raw, &b).await];
+    let named = [
+        named_short(&mut raw, &a).await,
+        named_short(&mut raw, &b).await,
+    ];
     assert!(
         named == [Some(true), Some(false)] || named == [Some(false), Some(true)],
         "{named:?}"

@@ -54,8 +54,9 @@ where
         if self.short_pieces() {
             return match seen_len.filter(|&len| self.fits(len) && self.pieces_of(len) == 0) {
                 Some(_) => {
-                    let (removed, marked) =
-                        self.hdel_marked(id, k, &[k.field.clone()], false).await?;
+                    let (removed, marked) = self
+                        .hdel_marked(id, k, std::slice::from_ref(&k.field), false)
+                        .await?;
                     Ok((removed > 0 || marked).then_some(removed > 0))
                 }
                 None => self.drop_by_value(id, k).await,

@@ -4,8 +4,7 @@
 
 use super::{
     CHECK_BYTES, CHECKED_FORMAT, Compact, EXPIRY_BYTES, Form, INTEGER_FORM, MAX_PIECED_RECORD,
-    MAX_PIECES, OUT_OF_LINE, PIECED, PIECED_HEAD, SHORT_PIECES_FORMAT, piece_field,
-    pieces_of_len,
+    MAX_PIECES, OUT_OF_LINE, PIECED, PIECED_HEAD, SHORT_PIECES_FORMAT, piece_field, pieces_of_len,
 };
 use crate::session::layout::{Inserted, Written};
 use crate::session::record;

@@ -99,7 +99,10 @@ fn short_piece_names_are_four_bytes_from_random_parts_of_the_field() {
     // A stamped id's field: its last four bytes are the issue time.
     let field: Vec<u8> = (10..28u8).collect();
     assert_eq!(piece_field(&field, 3, true), [10, 22, 23, 3]);
-    assert_eq!(piece_field(&field, 3, false), [field.clone(), vec![3]].concat());
+    assert_eq!(
+        piece_field(&field, 3, false),
+        [field.clone(), vec![3]].concat()
+    );
     // Fields of sessions with the same first byte and those two bytes
     // share names; any other byte apart, they do not.
     let mut other = field.clone();
