@@ -317,6 +317,7 @@ mod tests {
             "compact_add.lua",
             "compact_rewrite.lua",
             "compact_drop.lua",
+            "compact_delete.lua",
             "shape_common.lua",
             "compact_split.lua",
             "compact_merge.lua",

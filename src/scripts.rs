@@ -148,14 +148,25 @@ pub(crate) static COMPACT_REVOKE: ByExpiry = by_expiry!(
     "compact_revoke.lua"
 );
 
-pub(crate) static COMPACT_SPLIT: LazyLock<Script> =
-    script!("shape_common.lua", "compact_split.lua");
-pub(crate) static COMPACT_MERGE: LazyLock<Script> =
-    script!("shape_common.lua", "compact_merge.lua");
+pub(crate) static COMPACT_SPLIT: LazyLock<Script> = script!(
+    "compact_pieces.lua",
+    "shape_common.lua",
+    "compact_split.lua"
+);
+pub(crate) static COMPACT_MERGE: LazyLock<Script> = script!(
+    "compact_pieces.lua",
+    "shape_common.lua",
+    "compact_merge.lua"
+);
 pub(crate) static COMPACT_CLAIM: LazyLock<Script> = script!("compact_claim.lua");
 /// The removal of a session this process has not read, with its bucket's
 /// marker read in the same step.
 pub(crate) static COMPACT_DROP: LazyLock<Script> = script!("compact_drop.lua");
+/// The removal of a session whatever its value holds, in a namespace
+/// whose pieces may have short names, with its bucket's marker read in the
+/// same step.
+pub(crate) static COMPACT_DELETE: LazyLock<Script> =
+    script!("compact_pieces.lua", "compact_delete.lua");
 /// Reads of one session's keys in one step ([`Reads`]).
 static READ_TOGETHER: LazyLock<Script> = script!("read_together.lua");
 

@@ -37,11 +37,12 @@ async fn inspect(
         index.extend(entries.into_iter().map(|(m, s)| (base + m, s as u64)));
         for bucket in scheme.group_buckets(g) {
             // Sessions and markers; not the pieces of long records, whose
-            // fields are one byte longer than a session's and end in their
-            // number.
+            // fields are one byte longer than a session's, or four bytes
+            // (short names), and end in their number.
             let fields: Vec<Vec<u8>> = raw.hkeys(scheme.bucket_key(bucket)).await.unwrap();
             let piece = |f: &Vec<u8>| {
-                f.len() == layout.buckets().field_len() + 1 && f.last().is_some_and(|&b| b <= 15)
+                (f.len() == layout.buckets().field_len() + 1 || f.len() == 4)
+                    && f.last().is_some_and(|&b| b <= 15)
             };
             let n = fields.iter().filter(|f| !piece(f)).count() as u64;
             if n > 0 {

@@ -84,14 +84,26 @@ async fn audit(raw: &mut Raw, layout: &Compact<redis::aio::ConnectionManager>) -
     for bucket in 0..layout.buckets().count() {
         let key = scheme.bucket_key(bucket);
         let values: HashMap<Vec<u8>, Vec<u8>> = raw.hgetall(&key).await.unwrap();
+        let field_len = layout.buckets().field_len();
+        // The sessions whose pieces have short names, by those names'
+        // first three bytes: the field's first and the two before its
+        // last four.
+        let short_owners: HashMap<Vec<u8>, &Vec<u8>> = values
+            .iter()
+            .filter(|(f, v)| {
+                f.len() == field_len && v.len() >= 6 && v[4] == 0xc3 && v[5] & 0x40 != 0
+            })
+            .map(|(f, v)| (vec![f[0], f[field_len - 6], f[field_len - 5]], v))
+            .collect();
         for (field, value) in &values {
             // A piece of a long record expires with its session.
-            let piece = field.len() == layout.buckets().field_len() + 1
-                && field.last().is_some_and(|&b| b <= 15);
-            let owner = if piece {
+            let numbered = field.last().is_some_and(|&b| b <= 15);
+            let owner = if field.len() == field_len + 1 && numbered {
                 values
                     .get(&field[..field.len() - 1])
                     .expect("a piece of a session")
+            } else if field.len() == 4 && numbered {
+                short_owners.get(&field[..3]).expect("a piece of a session")
             } else {
                 value
             };

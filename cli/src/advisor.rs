@@ -313,8 +313,9 @@ pub struct Pieces {
 
 /// How a record of `record` bytes is cut into pieces in a bucket whose
 /// fields are `field` bytes, at these limits, in a namespace this version
-/// records (its pieces begin with the record's check); `None` if it is
-/// not (it fits one value, or goes out of line), as
+/// records (its pieces begin with the record's check, and take short
+/// names, four bytes, as all but the rare session sharing one's beginning
+/// do); `None` if it is not (it fits one value, or goes out of line), as
 /// `sessionpack::session::layout::compact` decides.
 pub fn pieces(record: u64, field: u64, limits: &ListpackLimits) -> Option<Pieces> {
     use sessionpack::session::layout::compact::{CHECK_BYTES, MAX_PIECED_RECORD};
@@ -333,7 +334,7 @@ pub fn pieces(record: u64, field: u64, limits: &ListpackLimits) -> Option<Pieces
         return None;
     }
     let last = rest - (count.saturating_sub(1)) * size;
-    let piece = lp_string(field + 1);
+    let piece = lp_string(4);
     let bytes = lp_string(6 + head)
         + count.saturating_sub(1) * (piece + lp_string(size))
         + if count > 0 {

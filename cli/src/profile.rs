@@ -110,7 +110,11 @@ impl Profile {
             }
             Self::AxumLoginPasswordHash => {
                 // "$argon2id$v=19$m=19456,t=2,p=1$" + 22 + "$" + 43 = 97 bytes.
-                let phc = format!("$argon2id$v=19$m=19456,t=2,p=1${}${}", b64(1, 22), b64(2, 43));
+                let phc = format!(
+                    "$argon2id$v=19$m=19456,t=2,p=1${}${}",
+                    b64(1, 22),
+                    b64(2, 43)
+                );
                 json!({ "axum-login.data": { "user_id": user, "auth_hash": phc.into_bytes() } })
             }
             Self::Django => json!({

@@ -11,11 +11,13 @@
 -- split or merged away, or not claimed yet, and nothing is written. The
 -- count also goes back with the reply, as compact_grown.lua sends it,
 -- without counting again.
--- The index entry next: a foreign key there fails the call before
--- anything is written, and lowering it for an id that turns out taken
--- only brings the sweeper to the bucket early. Then the value: a taken id
--- writes nothing more, and a piece a delete left behind under one of
--- these names is overwritten before anyone can read it. Where the server
+-- The names the pieces take next (a read), then the index entry: a
+-- foreign key there fails the call before anything is written, and
+-- lowering it for an id that turns out taken only brings the sweeper to
+-- the bucket early. Then the value: a taken id writes nothing more, and a
+-- piece a delete left behind under one of these names is overwritten
+-- before anyone can read it (under short names, it makes them taken: the
+-- record takes long ones, and the sweeper removes it). Where the server
 -- expires fields (SERVER_EXPIRY), every field written gets the expiry as
 -- its TTL and no index entry is kept.
 -- In a store with a user index, the session's entry was written first
@@ -59,18 +61,33 @@ if ARGV[6] ~= '' then
     return math.min(held, 1048575)
   end
 end
+local pieces = #ARGV - 7
+local value = ARGV[3]
+-- What the pieces' names begin with: short where the value allows it
+-- (SHORT, 64, in its count byte) and no other session's first piece is
+-- under the first (compact_pieces.lua); else the session's field.
+local stem = ARGV[1]
+if pieces > 0 then
+  local count = string.byte(value, 6)
+  if count % 128 >= 64 then
+    stem = string.sub(ARGV[1], 1, 1) .. string.sub(ARGV[1], -6, -5)
+    if redis.call('HEXISTS', KEYS[1], stem .. '\1') == 1 then
+      stem = ARGV[1]
+      value = string.sub(value, 1, 5) .. string.char(count - 64) .. string.sub(value, 7)
+    end
+  end
+end
 if not SERVER_EXPIRY then
   redis.call('ZADD', KEYS[2], 'LT', expiry, ARGV[2])
 end
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then
+if redis.call('HSETNX', KEYS[1], ARGV[1], value) == 0 then
   return math.min(held, 1048575)
 end
-local pieces = #ARGV - 7
 local fields = {ARGV[1]}
 if pieces > 0 then
   local args = {}
   for i = 1, pieces do
-    fields[i + 1] = ARGV[1] .. string.char(i)
+    fields[i + 1] = stem .. string.char(i)
     args[2 * i - 1] = fields[i + 1]
     args[2 * i] = ARGV[i + 7]
   end

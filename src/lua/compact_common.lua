@@ -11,9 +11,9 @@
 -- - integer: the decimal digits of identity * 10^10 + expiry, which Redis
 --   keeps as one listpack integer (an identity-only session);
 -- - binary: the expiry as 4 big-endian bytes, then the record, or the byte
---   OUT_OF_LINE when the record lives under KEYS[3], or PIECED, the number
---   n of pieces and the record's first bytes, its rest in n fields of the
---   bucket named the field followed by the byte 1..n (see split_record).
+--   OUT_OF_LINE when the record lives under KEYS[3], or PIECED, a count
+--   byte and the record's first bytes, its rest in fields of the bucket
+--   (compact_pieces.lua).
 -- A binary value starts with the expiry's top byte, which for any expiry
 -- after 2001 is no ASCII digit.
 
@@ -46,7 +46,8 @@ local function is_integer_form(value)
 end
 
 -- The expiry a value holds, and for a PIECED value the number of pieces
--- its record continues in (as pieces_in reads it); nil for a value in
+-- its record continues in and whether their names are short (as
+-- pieces_in reads them); nil for a value in
 -- neither form (another program wrote it), as `parse_value` in
 -- src/session/layout/compact/mod.rs reads it. One read of the value's
 -- first bytes: a sweep calls this on every value of the buckets it visits.
@@ -67,7 +68,7 @@ local function read_value(value)
   local _, b2, b3, b4, b5, b6 = string.byte(value, 1, 6)
   local expiry = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
   if b5 == PIECED_BYTE and b6 then
-    return expiry, b6 % CHECKED
+    return expiry, b6 % SHORT, b6 % CHECKED >= SHORT
   end
   return expiry
 end
@@ -94,13 +95,14 @@ local function be32(n)
 end
 
 -- A value for `form` ('i' integer, 'b' binary inline, 'o' out of line,
--- 'p<size>' in pieces, 'c<size>' in pieces with a check) and `payload`
--- (the identity in decimal for 'i', the record's check and the record for
--- 'c<size>', the record for the others).
-local function make_value(form, payload, expiry)
+-- 'p<size>' in pieces, 'c<size>' or 's<size>' in pieces with a check) and
+-- `payload` (the identity in decimal for 'i', the record's check and the
+-- record for 'c<size>' and 's<size>', the record for the others); the
+-- pieces' names `short` (compact_pieces.lua).
+local function make_value(form, payload, expiry, short)
   local size, checked = piece_size(form)
   if size then
-    return be32(expiry) .. (split_record(payload, size, checked))
+    return be32(expiry) .. (split_record(payload, size, checked, short))
   end
   if form == 'i' then
     if payload == '0' then
@@ -144,14 +146,14 @@ local function stored_record(value)
   if record == OUT_OF_LINE then
     record = redis.call('GET', KEYS[3]) or ''
   end
-  local n, checked = pieces_in(value)
+  local n, checked, short = pieces_in(value)
   if n then
     -- The payload after PIECED and the count: the check, if any, is the
     -- client's to verify.
     local from = checked and 7 + CHECK_BYTES or 7
     record = string.sub(value, from)
     if n > 0 then
-      local parts = redis.call('HMGET', KEYS[1], unpack(piece_fields(ARGV[1], n)))
+      local parts = redis.call('HMGET', KEYS[1], unpack(piece_fields(ARGV[1], n, 1, short)))
       for i = 1, n do
         if not parts[i] then
           error({err = 'CORRUPT a piece of the record is missing from its bucket'})

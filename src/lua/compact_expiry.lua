@@ -22,35 +22,47 @@ local function expire_viewed(first, field, expiry)
   end
 end
 
--- A session's pieces `1..n` expire with it.
-local function expire_pieces(key, field, n, expiry)
+-- A session's pieces `1..n`, named `short` or long, expire with it.
+local function expire_pieces(key, field, n, expiry, short)
   if SERVER_EXPIRY and n > 0 then
-    redis.call('HEXPIREAT', key, expiry, 'FIELDS', n, unpack(piece_fields(field, n)))
+    redis.call('HEXPIREAT', key, expiry, 'FIELDS', n, unpack(piece_fields(field, n, 1, short)))
   end
 end
 
+-- Whether the pieces of a record of `form` and `payload` written under
+-- `field` in bucket `key` take short names (compact_pieces.lua): where it
+-- has pieces, its form allows them and short_is_free, given `old`, the
+-- value it replaces (or nil).
+local function short_names(key, field, form, payload, old)
+  local size, _, short = piece_size(form)
+  return (short and #payload > size - 6 and short_is_free(key, field, old)) == true
+end
+
 -- Writes the pieces of a record of `form` for `field` (none for a record
--- in one value), each with the session's expiry where the server expires
--- fields, and removes those a longer record `old` left beyond them.
-local function write_pieces(key, field, form, payload, expiry, old)
+-- in one value), named `short` or long, each with the session's expiry
+-- where the server expires fields, and removes those `old` left: beyond
+-- the new ones where named alike, else all.
+local function write_pieces(key, field, form, payload, expiry, old, short)
   local size, checked = piece_size(form)
   local rest = {}
   if size then
     local _
-    _, rest = split_record(payload, size, checked)
+    _, rest = split_record(payload, size, checked, short)
   end
   local count = #rest
+  if old then
+    local _, _, was_short = pieces_in(old)
+    drop_pieces(key, field, old, was_short == short and count + 1 or 1)
+  end
   if count > 0 then
     local args = {}
+    local names = piece_fields(field, count, 1, short)
     for i, part in ipairs(rest) do
-      args[#args + 1] = field .. string.char(i)
+      args[#args + 1] = names[i]
       args[#args + 1] = part
     end
     redis.call('HSET', key, unpack(args))
-    expire_pieces(key, field, count, expiry)
-  end
-  if old then
-    drop_pieces(key, field, old, count + 1)
+    expire_pieces(key, field, count, expiry, short)
   end
 end
 

@@ -2,7 +2,8 @@
 -- entry to its expiry if that is earlier (or, with the server expiring
 -- fields, gives the field its TTL: compact_expiry.lua).
 -- KEYS[1..2], ARGV[1..2]: see compact_common.lua; KEYS[3] only for form 'o'
--- ARGV[3]: the form: 'i', 'b', 'o', 'p<size>' or 'c<size>' (see make_value)
+-- ARGV[3]: the form: 'i', 'b', 'o', 'p<size>', 'c<size>' or 's<size>' (see
+--          make_value)
 -- ARGV[4]: the payload: the identity in decimal ('i'), the record's check
 --          and the record ('c<size>'), else the record
 -- ARGV[5]: 'in' (ARGV[6] is seconds from now) or 'at' (unix seconds)
@@ -32,7 +33,8 @@ elseif expiry <= now then
   return -1
 end
 -- HSETNX checks the HASH's type before anything is written.
-local value = make_value(ARGV[3], ARGV[4], expiry)
+local short = short_names(KEYS[1], ARGV[1], ARGV[3], ARGV[4], nil)
+local value = make_value(ARGV[3], ARGV[4], expiry, short)
 if redis.call('HSETNX', KEYS[1], ARGV[1], value) == 0 then
   -- A call the client sent again (a reply lost on the way) finds its own
   -- live session: done, at the expiry it got. Another record is a taken id.
@@ -54,7 +56,7 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], value) == 0 then
   return 0
 end
 expire_field(KEYS[1], ARGV[1], expiry)
-write_pieces(KEYS[1], ARGV[1], ARGV[3], ARGV[4], expiry)
+write_pieces(KEYS[1], ARGV[1], ARGV[3], ARGV[4], expiry, nil, short)
 -- A foreign key where the index goes: take the field back out and report.
 local ok, err = pcall(lower_index, expiry, ARGV[2])
 if not ok then

@@ -14,11 +14,11 @@ if not (is_leaf(trie, parent * 2) and is_leaf(trie, parent * 2 + 1))
 end
 check_free(KEYS[2])
 local place = tonumber(ARGV[2])
-fill(KEYS[2], merged_pairs(KEYS[3], KEYS[4], place))
+fill(KEYS[2], merged_pairs(KEYS[3], KEYS[4], place, true))
 redis.call('DEL', KEYS[3], KEYS[4])
 local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)
 for c = 1, #chunks do
-  hset_all(chunks[c], merged_pairs(c0_chunks[c], c1_chunks[c], place))
+  hset_all(chunks[c], merged_pairs(c0_chunks[c], c1_chunks[c], place, false))
   redis.call('DEL', c0_chunks[c], c1_chunks[c])
 end
 local first = redis.call('ZSCORE', KEYS[6], ARGV[5])

@@ -23,9 +23,10 @@ if ARGV[9] and not owned_by(value, ARGV[8], ARGV[9]) then
   return -3
 end
 local was_out_of_line = is_out_of_line(value)
-redis.call('HSET', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry))
+local short = short_names(KEYS[1], ARGV[1], ARGV[3], ARGV[4], value)
+redis.call('HSET', KEYS[1], ARGV[1], make_value(ARGV[3], ARGV[4], expiry, short))
 expire_field(KEYS[1], ARGV[1], expiry)
-write_pieces(KEYS[1], ARGV[1], ARGV[3], ARGV[4], expiry, value)
+write_pieces(KEYS[1], ARGV[1], ARGV[3], ARGV[4], expiry, value, short)
 if ARGV[3] == 'o' then
   redis.call('SET', KEYS[3], ARGV[4], 'EXAT', expiry)
 elseif was_out_of_line then

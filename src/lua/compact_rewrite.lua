@@ -40,14 +40,21 @@ if not value then
 end
 local b1, b2, b3, b4, b5, b6 = string.byte(value, 1, 6)
 local old, integer
--- The pieces the stored record continues in.
+-- The pieces the stored record continues in, and what their names begin
+-- with: the session's field, or its short prefix (compact_pieces.lua).
 local had = 0
+local prefix = string.sub(ARGV[1], 1, 1) .. string.sub(ARGV[1], -6, -5)
+local had_stem = ARGV[1]
 if b1 >= 48 and b1 <= 57 and #value <= 19 and string.find(value, '^%d+$') then
   old, integer = tonumber(string.sub(value, -10)), true
 elseif (b1 < 48 or b1 > 57) and #value >= 5 then
   if b5 == 195 and b6 then
-    -- PIECED, then the count (CHECKED, 128, added for a checked payload).
-    had = b6 % 128
+    -- PIECED, then the count (CHECKED, 128, added for a checked payload;
+    -- SHORT, 64, for short piece names).
+    had = b6 % 64
+    if b6 % 128 >= 64 then
+      had_stem = prefix
+    end
   elseif b5 >= 192 and b5 <= 195 then
     -- TOMBSTONE, OUT_OF_LINE, FORWARD: for the full script.
     return SLOW
@@ -63,6 +70,8 @@ if old <= latest or expiry <= latest then
 end
 local new = ARGV[3]
 local pieces = #ARGV - 6
+-- What the new pieces' names begin with.
+local stem = ARGV[1]
 if new == '' then
   if integer then
     local head = string.sub(value, 1, -11)
@@ -80,20 +89,33 @@ elseif pieces > 0 then
   if routed and pieces > had then
     return SLOW
   end
+  -- Short names where the new value allows them (SHORT in its count
+  -- byte) and they are the stored record's own, or no other session's
+  -- first piece is under the first; else long ones.
+  local count = string.byte(new, 6)
+  if count % 128 >= 64 then
+    stem = prefix
+    if had_stem ~= prefix and redis.call('HEXISTS', KEYS[1], prefix .. '\1') == 1 then
+      stem = ARGV[1]
+      new = string.sub(new, 1, 5) .. string.char(count - 64) .. string.sub(new, 7)
+    end
+  end
   local args = {ARGV[1], new}
   for i = 1, pieces do
-    args[2 * i + 1] = ARGV[1] .. string.char(i)
+    args[2 * i + 1] = stem .. string.char(i)
     args[2 * i + 2] = ARGV[i + 6]
   end
   redis.call('HSET', KEYS[1], unpack(args))
 else
   redis.call('HSET', KEYS[1], ARGV[1], new)
 end
--- A save's record in fewer pieces than before: the rest go.
-if ARGV[3] ~= '' and had > pieces then
+-- A save's pieces the new record does not reuse go: beyond its own where
+-- named alike, else all.
+local from = stem == had_stem and pieces + 1 or 1
+if ARGV[3] ~= '' and had >= from then
   local gone = {}
-  for i = pieces + 1, had do
-    gone[#gone + 1] = ARGV[1] .. string.char(i)
+  for i = from, had do
+    gone[#gone + 1] = had_stem .. string.char(i)
   end
   redis.call('HDEL', KEYS[1], unpack(gone))
 end

@@ -53,18 +53,29 @@ if expiry <= now then
   end
   return 1
 end
-if #ARGV > 6 then
-  local args = {ARGV[1], ARGV[3]}
-  for i = 7, #ARGV do
-    args[#args + 1] = ARGV[1] .. string.char(i - 6)
-    args[#args + 1] = ARGV[i]
+-- The new pieces take short names where the caller's value allows them
+-- (its SHORT set: the namespace's format has them) and short_is_free.
+local count = #ARGV - 6
+local new, short = ARGV[3], false
+if count > 0 then
+  local _, _, may = pieces_in(new)
+  short = may == true and short_is_free(KEYS[1], ARGV[1], value)
+  new = with_names(new, short)
+end
+local _, _, was_short = pieces_in(value)
+drop_pieces(KEYS[1], ARGV[1], value, was_short == short and count + 1 or 1)
+if count > 0 then
+  local args = {ARGV[1], new}
+  local names = piece_fields(ARGV[1], count, 1, short)
+  for i = 1, count do
+    args[#args + 1] = names[i]
+    args[#args + 1] = ARGV[i + 6]
   end
   redis.call('HSET', KEYS[1], unpack(args))
-  expire_pieces(KEYS[1], ARGV[1], #ARGV - 6, expiry)
+  expire_pieces(KEYS[1], ARGV[1], count, expiry, short)
 else
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  redis.call('HSET', KEYS[1], ARGV[1], new)
 end
-drop_pieces(KEYS[1], ARGV[1], value, #ARGV - 5)
 expire_field(KEYS[1], ARGV[1], expiry)
 if expiry ~= old then
   expire_viewed(4, ARGV[1], expiry)

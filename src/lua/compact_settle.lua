@@ -39,18 +39,22 @@ end
 -- those its values name (true), which go with their sessions, and those
 -- none names (false), left by a delete that raced a write adding pieces,
 -- which go now. `field_len` is the length of a session's field; a piece's
--- is one more, ending in a byte 1..15.
+-- is one more, or four where its name is short, ending in a byte 1..15.
 local function pieces_among(pairs, field_len)
   local pieces = {}
   for j = 1, #pairs, 2 do
-    local n = pieces_in(pairs[j + 1]) or 0
-    for i = 1, n do
-      pieces[pairs[j] .. string.char(i)] = true
+    local n, _, short = pieces_in(pairs[j + 1])
+    if n and n > 0 then
+      for _, name in ipairs(piece_fields(pairs[j], n, 1, short)) do
+        pieces[name] = true
+      end
     end
   end
   for j = 1, #pairs, 2 do
     local field = pairs[j]
-    if #field == field_len + 1 and pieces[field] == nil and string.byte(field, -1) <= 15 then
+    local len = #field
+    if (len == field_len + 1 or len == 4) and pieces[field] == nil
+        and string.byte(field, -1) <= 15 then
       pieces[field] = false
     end
   end
@@ -60,9 +64,11 @@ end
 -- Adds the fields of the pieces of `value`, stored under `field`, to
 -- `list`.
 local function add_pieces(list, field, value)
-  local n = pieces_in(value) or 0
-  for i = 1, n do
-    list[#list + 1] = field .. string.char(i)
+  local n, _, short = pieces_in(value)
+  if n and n > 0 then
+    for _, name in ipairs(piece_fields(field, n, 1, short)) do
+      list[#list + 1] = name
+    end
   end
 end
 

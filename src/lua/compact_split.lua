@@ -47,8 +47,9 @@ local function move_half(parent, c0, c1, place)
 end
 
 -- Whether `key` holds fields of two sessions or more. Every field of a
--- session begins with its shortest, the session's own field, so the
--- shortest length in the bucket is a session field's. A bucket one
+-- session but its short piece names (four bytes, compact_pieces.lua)
+-- begins with its shortest, the session's own field, so the shortest
+-- length past four in the bucket is a session field's. A bucket one
 -- session fills (its pieces over the split limit, where the server's
 -- entry limit is low) is not split: no bit below would part it, and
 -- splitting it to the deepest level only reshapes it under every call.
@@ -56,13 +57,13 @@ local function holds_sessions(key)
   local fields = redis.call('HKEYS', key)
   local width
   for _, field in ipairs(fields) do
-    if field ~= MARKER and (not width or #field < width) then
+    if #field > 4 and (not width or #field < width) then
       width = #field
     end
   end
   local first
   for _, field in ipairs(fields) do
-    if field ~= MARKER then
+    if #field > 4 then
       local own = string.sub(field, 1, width)
       if not first then
         first = own
@@ -83,14 +84,14 @@ check_free(KEYS[3])
 check_free(KEYS[4])
 local place = tonumber(ARGV[2])
 if place == 7 or not move_half(KEYS[2], KEYS[3], KEYS[4], place) then
-  local halves = split_pairs(KEYS[2], place)
+  local halves = split_pairs(KEYS[2], place, true)
   fill(KEYS[3], halves[1])
   fill(KEYS[4], halves[2])
   redis.call('DEL', KEYS[2])
 end
 local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)
 for c = 1, #chunks do
-  local chunk = split_pairs(chunks[c], place)
+  local chunk = split_pairs(chunks[c], place, false)
   hset_all(c0_chunks[c], chunk[1])
   hset_all(c1_chunks[c], chunk[2])
   redis.call('DEL', chunks[c])

@@ -7,7 +7,8 @@
 --                chunks in turn (see viewed_of)
 -- ARGV[1]: n, the number of buckets
 -- ARGV[1 + n + i]: the length of a session's field in bucket i (a
---                  piece's is one more, and ends in a byte 1..15)
+--                  piece's is one more, or four where its name is short,
+--                  and ends in a byte 1..15: compact_pieces.lua)
 -- A growing store's buckets hold a marker field '' (src/session/shape.rs),
 -- which is no session: a bucket left with only its marker keeps its key,
 -- and merges fold it into its sibling.
@@ -32,18 +33,19 @@ for i = 1, n do
   else
     local gone, gone_pieces, earliest, oldest, corrupt = {}, {}, nil, nil, false
     -- One pass over the bucket: piece fields are gathered, and each live
-    -- session's count of pieces noted. Only a bucket keeping live sessions
-    -- sorts its pieces out after the pass (those of no live session's
-    -- record go); an emptied one's key goes whole.
+    -- session's count of pieces noted under what its pieces' names begin
+    -- with. Only a bucket keeping live sessions sorts its pieces out after
+    -- the pass (those of no live session's record go); an emptied one's
+    -- key goes whole.
     local loose, live_pieces = {}, {}
     for j = 1, #pairs, 2 do
       local field, value = pairs[j], pairs[j + 1]
       local len = #field
-      if len == field_len + 1 and string.byte(field, len) <= 15 then
+      if (len == field_len + 1 or len == 4) and string.byte(field, len) <= 15 then
         loose[#loose + 1] = field
       elseif len > 0 then
         -- (The marker '' of a growing store's bucket is no session.)
-        local expiry, count = read_value(value)
+        local expiry, count, short = read_value(value)
         if expiry == nil then
           corrupt = true
           break
@@ -55,7 +57,7 @@ for i = 1, n do
           end
         else
           if count and count > 0 then
-            live_pieces[field] = count
+            live_pieces[short and short_prefix(field) or field] = count
           end
           if earliest == nil or expiry < earliest then
             earliest = expiry

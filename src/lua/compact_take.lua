@@ -28,9 +28,9 @@ if #value == 5 and string.byte(value, 5) == 193 then
   side = redis.call('GET', KEYS[3]) or ''
   redis.call('DEL', KEYS[3])
 end
-local n = pieces_in(value) or 0
-if n > 0 then
-  local fields = piece_fields(ARGV[1], n)
+local n, _, short = pieces_in(value)
+if n and n > 0 then
+  local fields = piece_fields(ARGV[1], n, 1, short)
   local parts = redis.call('HMGET', KEYS[1], unpack(fields))
   for i = 1, n do
     parts[i] = parts[i] or ''

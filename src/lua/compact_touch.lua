@@ -12,7 +12,8 @@ end
 local expiry = tonumber(ARGV[4]) or from + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], with_expiry(value, expiry))
 expire_field(KEYS[1], ARGV[1], expiry)
-expire_pieces(KEYS[1], ARGV[1], pieces_in(value) or 0, expiry)
+local pieces, _, short = pieces_in(value)
+expire_pieces(KEYS[1], ARGV[1], pieces or 0, expiry, short)
 expire_viewed(4, ARGV[1], expiry)
 if is_out_of_line(value) then
   redis.call('EXPIREAT', KEYS[3], expiry)

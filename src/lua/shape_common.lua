@@ -103,47 +103,130 @@ local function chunks_of(which)
   return keys
 end
 
+-- Short piece names (compact_pieces.lua) begin with their session
+-- field's first byte, which a split or merge below a byte's last bit
+-- rewrites for them as for the field. At a byte's last bit (`place` 7)
+-- the first byte goes or comes, and the names are made anew from their
+-- owners'.
+
+-- The sessions of a bucket's HGETALL reply `pairs` whose pieces have
+-- short names, as a list of {what the names begin with, the field}. A
+-- session's field is the shortest of its fields past a short name's four.
+local function short_owners(pairs)
+  local len
+  for i = 1, #pairs, 2 do
+    local l = #pairs[i]
+    if l > 4 and (not len or l < len) then
+      len = l
+    end
+  end
+  local owners = {}
+  for i = 1, #pairs, 2 do
+    local field = pairs[i]
+    if #field == len then
+      local n, _, short = pieces_in(pairs[i + 1])
+      if short and n > 0 then
+        owners[#owners + 1] = {short_prefix(field), field}
+      end
+    end
+  end
+  return owners
+end
+
+local function is_short_piece(field)
+  return #field == 4 and string.byte(field, 4) <= 15
+end
+
 -- Splits the fields of `key` (but the marker) into the two children's,
 -- rewritten for their level by the bit at `place`: {child 0's pairs,
--- child 1's pairs}.
-local function split_pairs(key, place)
+-- child 1's pairs}. `bucket` is whether `key` is a bucket, whose short
+-- piece names are made anew at place 7 (a viewed chunk holds none); a
+-- short piece no session names is dropped.
+local function split_pairs(key, place, bucket)
   local bit = 2 ^ (7 - place)
   local halves = {{}, {}}
   local pairs = redis.call('HGETALL', key)
+  -- What each short piece name begins with -> its owner's field.
+  local owner_of = {}
+  if place == 7 and bucket then
+    for _, owner in ipairs(short_owners(pairs)) do
+      owner_of[owner[1]] = owner[2]
+    end
+  end
   for i = 1, #pairs, 2 do
     local field = pairs[i]
     if field ~= MARKER then
       local first = string.byte(field, 1)
       local half = halves[math.floor(first / bit) % 2 + 1]
-      if place == 7 then
-        field = string.sub(field, 2)
-      else
+      if place ~= 7 then
         field = string.char(first % bit) .. string.sub(field, 2)
+      elseif bucket and is_short_piece(field) then
+        local owner = owner_of[string.sub(field, 1, 3)]
+        -- The owner's field loses its first byte: its second begins the
+        -- names now.
+        field = owner and string.sub(owner, 2, 2) .. string.sub(field, 2)
+      else
+        field = string.sub(field, 2)
       end
-      half[#half + 1] = field
-      half[#half + 1] = pairs[i + 1]
+      if field then
+        half[#half + 1] = field
+        half[#half + 1] = pairs[i + 1]
+      end
     end
   end
   return halves
 end
 
 -- The fields of the children's `c0` and `c1` (but their markers),
--- rewritten for the parent's level by the bit at `place`.
-local function merged_pairs(c0, c1, place)
+-- rewritten for the parent's level by the bit at `place`. At place 7 each
+-- child's fields gain a first byte, its number, the same for them all:
+-- two sessions of a child whose short names began with different bytes
+-- would then share them, so the first keeps them and the others' pieces
+-- take long names (their values' SHORT cleared); a short piece no
+-- session names is dropped. `bucket` as for split_pairs.
+local function merged_pairs(c0, c1, place, bucket)
   local bit = 2 ^ (7 - place)
   local merged = {}
+  -- New short name beginnings taken.
+  local taken = {}
   for child, key in ipairs({c0, c1}) do
     local pairs = redis.call('HGETALL', key)
+    local byte = string.char(child - 1)
+    -- What each short piece name begins with -> {the owner's field, whether
+    -- it keeps short names}.
+    local owner_of = {}
+    if place == 7 and bucket then
+      for _, owner in ipairs(short_owners(pairs)) do
+        local new = byte .. string.sub(owner[1], 2)
+        owner_of[owner[1]] = {owner[2], not taken[new]}
+        taken[new] = true
+      end
+    end
     for i = 1, #pairs, 2 do
-      local field = pairs[i]
+      local field, value = pairs[i], pairs[i + 1]
       if field ~= MARKER then
-        if place == 7 then
-          field = string.char(child - 1) .. field
-        else
+        if place ~= 7 then
           field = string.char(string.byte(field, 1) + (child - 1) * bit) .. string.sub(field, 2)
+        elseif bucket and is_short_piece(field) then
+          local owner = owner_of[string.sub(field, 1, 3)]
+          if not owner then
+            field = nil
+          elseif owner[2] then
+            field = byte .. string.sub(field, 2)
+          else
+            field = byte .. owner[1] .. string.sub(field, 4)
+          end
+        else
+          local owner = bucket and place == 7 and owner_of[short_prefix(field)]
+          if owner and owner[1] == field and not owner[2] then
+            value = with_names(value, false)
+          end
+          field = byte .. field
         end
-        merged[#merged + 1] = field
-        merged[#merged + 1] = pairs[i + 1]
+        if field then
+          merged[#merged + 1] = field
+          merged[#merged + 1] = value
+        end
       end
     end
   end

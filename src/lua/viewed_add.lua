@@ -39,7 +39,8 @@ if ARGV[3] ~= '' then
   expiry = from + tonumber(ARGV[3])
   redis.call('HSET', KEYS[1], ARGV[1], with_expiry(value, expiry))
   expire_field(KEYS[1], ARGV[1], expiry)
-  expire_pieces(KEYS[1], ARGV[1], pieces_in(value) or 0, expiry)
+  local pieces, _, short = pieces_in(value)
+  expire_pieces(KEYS[1], ARGV[1], pieces or 0, expiry, short)
   if is_out_of_line(value) then
     redis.call('EXPIREAT', KEYS[3], expiry)
   end

@@ -24,9 +24,11 @@ use crate::scripts::META_CLAIM;
 /// ([`GROWING_FORMAT`]); 5 begins a record in pieces with a check of its
 /// bytes ([`crate::session::layout::compact::CHECKED_FORMAT`]); 6 lifts a
 /// packed record's random tokens out before packing the rest
-/// ([`crate::session::dictionary::LIFTED_FORMAT`]). A growing store
-/// records this format too.
-pub const FORMAT_VERSION: u32 = 6;
+/// ([`crate::session::dictionary::LIFTED_FORMAT`]); 7 gives a record's
+/// pieces short names where its bucket has them free
+/// ([`crate::session::layout::compact::SHORT_PIECES_FORMAT`]). A growing
+/// store records this format too.
+pub const FORMAT_VERSION: u32 = 7;
 /// The record format of a store whose buckets split and merge
 /// ([`crate::session::shape`]): keys named by group and trie node, fields
 /// as long as each bucket's level leaves them, out-of-line records named

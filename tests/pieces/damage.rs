@@ -43,20 +43,38 @@ async fn missing_a_piece(server: &LocalServer, config: CompactConfig) {
 }
 
 /// The first piece of each session stored in pieces, wherever its bucket
-/// is: the bucket's key and the piece's field (the session's field and the
-/// byte 1).
+/// is: the bucket's key and the piece's field, as its value names it,
+/// where the piece is there.
 async fn first_pieces(raw: &mut redis::aio::MultiplexedConnection) -> HashSet<(String, Vec<u8>)> {
     let mut found = HashSet::new();
+    for (key, field, value) in pieced_sessions(raw).await {
+        let piece = piece_name(&field, 1, value[5] & 0x40 != 0);
+        if raw.hexists(&key, &piece).await.unwrap() {
+            found.insert((key, piece));
+        }
+    }
+    found
+}
+
+/// Each session stored in pieces, wherever its bucket is: the bucket's key,
+/// the session's field and its value.
+pub(super) async fn pieced_sessions(
+    raw: &mut redis::aio::MultiplexedConnection,
+) -> Vec<(String, Vec<u8>, Vec<u8>)> {
+    let mut found = Vec::new();
     let keys: Vec<String> = raw.keys("*").await.unwrap();
     for key in keys {
-        let Ok(fields) = raw.hkeys::<_, HashSet<Vec<u8>>>(&key).await else {
+        let Ok(pairs) = raw.hgetall::<_, HashMap<Vec<u8>, Vec<u8>>>(&key).await else {
             continue;
         };
-        for field in &fields {
-            let mut first = field.clone();
-            first.push(1);
-            if !field.is_empty() && fields.contains(&first) {
-                found.insert((key.clone(), first));
+        for (field, value) in pairs {
+            let pieced = field.len() > 4
+                && value.len() >= 6
+                && !value[0].is_ascii_digit()
+                && value[4] == 0xc3
+                && value[5] & 0x3f > 0;
+            if pieced {
+                found.push((key.clone(), field, value));
             }
         }
     }
@@ -168,14 +186,17 @@ async fn a_namespace_of_an_earlier_format_keeps_pieces_without_a_check() {
                 .await
                 .unwrap();
             assert_eq!(layout.load(&id).await.unwrap().unwrap().record, record);
-            let (bucket, piece) = first_pieces(&mut raw).await.into_iter().next().unwrap();
-            let field = &piece[..piece.len() - 1];
-            let value: Vec<u8> = raw.hget(&bucket, field).await.unwrap();
-            assert_eq!(value[4], 0xc3);
+            let (_, _, value) = pieced_sessions(&mut raw).await.pop().unwrap();
             let checked = value[5] & 0x80 != 0;
             assert_eq!(
                 checked,
                 format >= CHECKED_FORMAT,
+                "{namespace} format {format}"
+            );
+            let short = value[5] & 0x40 != 0;
+            assert_eq!(
+                short,
+                format >= SHORT_PIECES_FORMAT,
                 "{namespace} format {format}"
             );
             let recorded = StoreMeta::read(&conn, &namespace).await.unwrap().unwrap();

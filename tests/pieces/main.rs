@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use sessionpack::session::layout::Layout;
-use sessionpack::session::layout::compact::{CHECKED_FORMAT, GroupedBuckets, MAX_PIECED_RECORD};
+use sessionpack::session::layout::compact::{
+    CHECKED_FORMAT, GroupedBuckets, MAX_PIECED_RECORD, SHORT_PIECES_FORMAT,
+};
 use sessionpack::session::meta::StoreMeta;
 use sessionpack::session::sweep::{SweepConfig, Sweeper};
 use sessionpack::{Compact, CompactConfig, Store};
@@ -40,19 +42,38 @@ struct Census {
 }
 
 async fn census(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Conn>) -> Census {
-    let field_len = layout.buckets().field_len();
+    let longest = layout.buckets().field_len();
     let mut census = Census::default();
     // Every hash, so a growing store's buckets are counted wherever its
     // shape has put them; only fields of a session's length (and one
-    // more, for pieces) count, which no other hash of a namespace has.
+    // more, or four ending in a byte up to 15, for pieces) count, which no
+    // other hash of a namespace has. A growing store's buckets below a
+    // byte's last bit hold fields a byte shorter.
     let keys: Vec<String> = raw.keys("*").await.unwrap();
     for key in keys {
+        if key.ends_with(":meta") {
+            continue;
+        }
         let Ok(pairs) = raw.hgetall::<_, HashMap<Vec<u8>, Vec<u8>>>(&key).await else {
             continue;
         };
-        let holds_sessions = pairs
+        // A session's field is the shortest of its fields past a short
+        // piece name's four.
+        let Some(field_len) = pairs
             .keys()
-            .any(|f| f.len() == field_len || f.len() == field_len + 1);
+            .map(Vec::len)
+            .filter(|&len| len > 4)
+            .min()
+            .filter(|len| (longest - 3..=longest).contains(len))
+            .or((!pairs.is_empty()).then_some(longest))
+        else {
+            continue;
+        };
+        let holds_sessions = pairs.keys().any(|f| {
+            f.len() == field_len
+                || ((f.len() == field_len + 1 || f.len() == 4)
+                    && f.last().is_some_and(|&b| b <= 15))
+        });
         if !holds_sessions {
             continue;
         }
@@ -66,10 +87,10 @@ async fn census(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
             }
             census.sessions += 1;
             if value.len() >= 6 && value[4] == 0xc3 && !value[0].is_ascii_digit() {
-                // The count's high bit says a check begins the payload.
-                for i in 1..=value[5] & 0x7f {
-                    let mut piece = field.clone();
-                    piece.push(i);
+                // The count's high bit says a check begins the payload,
+                // the next one that the pieces have short names.
+                for i in 1..=value[5] & 0x3f {
+                    let piece = piece_name(field, i, value[5] & 0x40 != 0);
                     if pairs.contains_key(&piece) {
                         census.pieces += 1;
                     } else {
@@ -80,13 +101,26 @@ async fn census(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
             }
         }
         for field in pairs.keys() {
-            let is_piece = field.len() == field_len + 1 && field.last().is_some_and(|&b| b <= 15);
+            let is_piece = (field.len() == field_len + 1 || field.len() == 4)
+                && field.last().is_some_and(|&b| b <= 15);
             if is_piece && !named.contains(field) {
                 census.orphans += 1;
             }
         }
     }
     census
+}
+
+/// The field of piece `i` of the session under `field`: long, the field
+/// and `i`; short, the field's first byte, the two before its last four,
+/// and `i` (record format 7 on).
+fn piece_name(field: &[u8], i: u8, short: bool) -> Vec<u8> {
+    if short {
+        let at = field.len() - 6;
+        vec![field[0], field[at], field[at + 1], i]
+    } else {
+        [field, &[i][..]].concat()
+    }
 }
 
 /// A record of `len` bytes whose bytes say which write made it.
@@ -123,4 +157,5 @@ fn fixed_and_growing() -> [CompactConfig; 2] {
 
 mod calls;
 mod damage;
+mod names;
 mod sizes;

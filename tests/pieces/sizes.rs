@@ -231,7 +231,10 @@ async fn a_batch_load_returns_records_of_every_size_whole() {
 
 /// A create writes its value first and its pieces only once the value is
 /// in, in one script: under an id a stale delete left pieces under, the
-/// new record is read whole and nothing stale stays; under a live
+/// new record is read whole, and the stale pieces, under short names no
+/// value claims (and which another session's could share), are written
+/// over by none: the record takes long names, and the sweeper removes
+/// them (`pieces_a_stale_delete_left_are_swept`); under a live
 /// session, nothing is written and the id is reported taken. A foreign
 /// key where the index goes leaves nothing behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,8 +251,8 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     assert!(layout.delete(&id, Some(30)).await.unwrap());
     assert_eq!(census(&mut raw, &layout).await.orphans, 4);
 
-    // Six pieces, four of them there already: written over, whether the
-    // id was just drawn or others may know it.
+    // Six pieces, under long names beside the four stale short ones,
+    // whether the id was just drawn or others may know it.
     let long = record_of(400, 3);
     let created = layout.insert_new(&id, &long, in_600).await.unwrap();
     assert!(matches!(
@@ -258,7 +261,7 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     ));
     assert_eq!(layout.load(&id).await.unwrap().unwrap().record, long);
     let c = census(&mut raw, &layout).await;
-    assert_eq!((c.sessions, c.pieces, c.orphans), (1, 6, 0));
+    assert_eq!((c.sessions, c.pieces, c.orphans), (1, 6, 4));
     assert!(layout.delete(&id, None).await.unwrap());
     let created = layout.insert(&id, &long, in_600).await.unwrap();
     assert!(matches!(
@@ -267,7 +270,7 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     ));
     assert_eq!(layout.load(&id).await.unwrap().unwrap().record, long);
     let c = census(&mut raw, &layout).await;
-    assert_eq!((c.sessions, c.pieces, c.orphans), (1, 6, 0));
+    assert_eq!((c.sessions, c.pieces, c.orphans), (1, 6, 4));
 
     // Under a live session of one piece: it is left exactly as it was,
     // and nothing of the longer record is written.
@@ -282,7 +285,7 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     assert_eq!(created, sessionpack::session::layout::Inserted::IdTaken);
     assert_eq!(layout.load(&live).await.unwrap().unwrap().record, short);
     let c = census(&mut raw, &layout).await;
-    assert_eq!((c.sessions, c.pieces, c.orphans, c.missing), (2, 7, 0, 0));
+    assert_eq!((c.sessions, c.pieces, c.orphans, c.missing), (2, 7, 4, 0));
     // The same create sent twice (its reply lost) is done.
     let twice = layout.new_id().await.unwrap();
     for _ in 0..2 {

@@ -1,11 +1,14 @@
 //! Deleting a session: its field, its pieces and its out-of-line key,
 //! with plain commands where the process saw the record, a script where
-//! it did not.
+//! it did not. In a namespace whose pieces may have short names, which
+//! another session may take once this one is gone, only the value tells
+//! whose they are: a record in pieces, seen or not, goes by a script that
+//! reads it.
 
 use super::value::{piece_field, pieces_of_len};
 use super::{Compact, Keys, MAX_PIECED_RECORD, MAX_PIECES, REROUTES};
 use crate::error::Result;
-use crate::scripts::{self, COMPACT_DROP};
+use crate::scripts::{self, COMPACT_DELETE, COMPACT_DROP};
 use crate::session::id::{InvalidIdExt, SessionId};
 
 impl<C> Compact<C>
@@ -48,6 +51,17 @@ where
         k: &Keys,
         seen_len: Option<usize>,
     ) -> Result<Option<bool>> {
+        if self.short_pieces() {
+            return match seen_len.filter(|&len| self.fits(len) && self.pieces_of(len) == 0) {
+                Some(_) => {
+                    let (removed, marked) = self
+                        .hdel_marked(id, k, std::slice::from_ref(&k.field), false)
+                        .await?;
+                    Ok((removed > 0 || marked).then_some(removed > 0))
+                }
+                None => self.drop_by_value(id, k).await,
+            };
+        }
         let Some(len) = seen_len.filter(|&len| self.fits(len)) else {
             return self.drop_unseen(id, k).await;
         };
@@ -122,6 +136,26 @@ where
             .map_err(self.error(id))
     }
 
+    /// [`Compact::delete_at`] of a session whose record may be in pieces,
+    /// in a namespace whose pieces may have short names: one script
+    /// (`compact_delete.lua`) reads the value and removes the field, the
+    /// pieces it names, its out-of-line record's key and its viewed items,
+    /// with the bucket's marker read in the same step.
+    pub(super) async fn drop_by_value(&self, id: &SessionId, k: &Keys) -> Result<Option<bool>> {
+        let mut inv = COMPACT_DELETE.prepare_invoke();
+        inv.key(&k.bucket).key(self.out_of_line_key(k));
+        for key in self.chunk_keys(k) {
+            inv.key(key);
+        }
+        inv.arg(&k.field);
+        let (removed, marked): (i64, bool) = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let marked = marked || k.route.is_none();
+        Ok((removed > 0 || marked).then_some(removed > 0))
+    }
+
     /// [`Compact::delete_at`] of a session this process has not read: an
     /// `HDEL` of its field and its first piece's, and a `DEL` of its
     /// out-of-line record's key, in one round trip ([`Compact::hdel_marked`]);
@@ -135,11 +169,13 @@ where
         });
         let mut fields = vec![k.field.clone()];
         if most > 0 {
-            fields.push(piece_field(&k.field, 1));
+            fields.push(piece_field(&k.field, 1, false));
         }
         let (removed, marked) = self.hdel_marked(id, k, &fields, true).await?;
         if most > 1 && removed == 2 {
-            let rest: Vec<Vec<u8>> = (2..=most).map(|i| piece_field(&k.field, i)).collect();
+            let rest: Vec<Vec<u8>> = (2..=most)
+                .map(|i| piece_field(&k.field, i, false))
+                .collect();
             let _: i64 = redis::cmd("HDEL")
                 .arg(&k.bucket)
                 .arg(rest)

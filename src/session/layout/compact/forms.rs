@@ -4,7 +4,7 @@
 
 use super::{
     CHECK_BYTES, CHECKED_FORMAT, Compact, EXPIRY_BYTES, Form, INTEGER_FORM, MAX_PIECED_RECORD,
-    MAX_PIECES, OUT_OF_LINE, PIECED, PIECED_HEAD, piece_field, pieces_of_len,
+    MAX_PIECES, OUT_OF_LINE, PIECED, PIECED_HEAD, SHORT_PIECES_FORMAT, piece_field, pieces_of_len,
 };
 use crate::session::layout::{Inserted, Written};
 use crate::session::record;
@@ -150,6 +150,7 @@ where
                 Form::Pieced {
                     size,
                     checked: self.checked(),
+                    short: self.short_pieces(),
                 }
             }
             _ => Form::OutOfLine,
@@ -161,6 +162,13 @@ where
     /// it open.
     pub(super) fn checked(&self) -> bool {
         self.format >= CHECKED_FORMAT
+    }
+
+    /// Whether this store's records in pieces may take short piece names
+    /// ([`super::value::piece_field`]): in a namespace of
+    /// [`SHORT_PIECES_FORMAT`] on, which only versions that read them open.
+    pub(super) fn short_pieces(&self) -> bool {
+        self.format >= SHORT_PIECES_FORMAT
     }
 
     /// The length of the payload a record of `len` bytes is cut into
@@ -189,14 +197,23 @@ where
     }
 
     /// The fields a record of `len` bytes stored under `field` takes
-    /// besides the session's own: its pieces.
+    /// besides the session's own, under their long names: its pieces (how
+    /// many fields it takes, whatever their names; the names themselves
+    /// only in a namespace whose pieces never have short ones).
     pub(super) fn piece_fields(&self, field: &[u8], len: usize) -> Vec<Vec<u8>> {
+        (1..=self.pieces_of(len))
+            .map(|i| piece_field(field, i, false))
+            .collect()
+    }
+
+    /// How many pieces a record of `len` bytes is cut into (none for one
+    /// kept in its value).
+    pub(super) fn pieces_of(&self, len: usize) -> usize {
         match self.piece_size() {
-            Some(size) if ((len + EXPIRY_BYTES) as u64) > self.limits.hash_value => (1
-                ..=pieces_of_len(self.payload_len(len), size))
-                .map(|i| piece_field(field, i))
-                .collect(),
-            _ => Vec::new(),
+            Some(size) if ((len + EXPIRY_BYTES) as u64) > self.limits.hash_value => {
+                pieces_of_len(self.payload_len(len), size)
+            }
+            _ => 0,
         }
     }
 

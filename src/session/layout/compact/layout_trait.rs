@@ -251,9 +251,9 @@ where
                     out.push(None);
                     continue;
                 }
-                match self.assemble(id, value, pieces)? {
+                match self.assemble(id, value, pieces, self.short_pieces())? {
                     Assembled::Done(stored) => out.push(stored),
-                    Assembled::Pieces(want) => {
+                    Assembled::Pieces { want, .. } => {
                         more.push((n, want));
                         out.push(None);
                     }
@@ -291,7 +291,7 @@ where
                     continue;
                 };
                 let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;
-                let need = self.assemble(id, value, pieces)?;
+                let need = self.assemble(id, value, pieces, self.short_pieces())?;
                 out[first + n] = self.read_rest_or_load(id, k, need).await?;
             }
         }

@@ -27,10 +27,12 @@
 //! expiry's four bytes) and at most [`MAX_PIECED_RECORD`] bytes stays in
 //! the bucket in pieces: its value holds the expiry, the byte `0xc3`, the
 //! number `n` of pieces and the first `limit - 6` bytes of the payload;
-//! fields named the session's field followed by the byte `1..=n` hold the
-//! rest, `limit` bytes each. A load reads the value and the pieces it
-//! expects in one `HMGET`. From record format [`CHECKED_FORMAT`] the
-//! count byte has its high bit set and the payload is a 4-byte check of
+//! `n` fields hold the rest, `limit` bytes each, named the session's field
+//! followed by the byte `1..=n`, or from record format
+//! [`SHORT_PIECES_FORMAT`] four bytes where the bucket has them free
+//! (`piece_field` in `value.rs`: about 12 bytes less a piece). A load
+//! reads the value and the pieces it expects in one `HMGET`. From record
+//! format [`CHECKED_FORMAT`] the count byte has its high bit set and the payload is a 4-byte check of
 //! the record (the low half of its XXH3-64, big-endian) followed by the
 //! record, so a piece spliced from another record, a stale one, or one cut
 //! short reads as [`Error::CorruptRecord`] (but for one damage in 2^32),
@@ -121,6 +123,13 @@ pub const CHECKED_FORMAT: u32 = 5;
 /// Set in a pieced value's count byte when its payload begins with the
 /// record's check.
 const CHECKED: u8 = 0x80;
+/// The record format from which a record's pieces take short names where
+/// the bucket has them free (`piece_field` in `value.rs`): four bytes where
+/// they took the session's field and one, about 12 bytes less a piece.
+/// Earlier versions do not read them: they refuse such a namespace.
+pub const SHORT_PIECES_FORMAT: u32 = 7;
+/// Set in a pieced value's count byte when its pieces have short names.
+const SHORT: u8 = 0x40;
 /// Bytes of the check a pieced payload begins with.
 pub const CHECK_BYTES: usize = 4;
 /// Bytes a pieced value holds before the record: the expiry, the marker
@@ -256,8 +265,8 @@ enum Assembled {
     Done(Option<Stored>),
     /// Its out-of-line record.
     OutOfLine,
-    /// Its pieces, this many.
-    Pieces(usize),
+    /// Its pieces, this many, under short names or long.
+    Pieces { want: usize, short: bool },
 }
 
 #[cfg(test)]

@@ -27,7 +27,9 @@ where
     }
 
     /// Adds the read of `id`'s value and its first `guess` pieces to
-    /// `pipe`: an `HGET`, or an `HMGET` where there are pieces to ask for.
+    /// `pipe`: an `HGET`, or an `HMGET` where there are pieces to ask for,
+    /// under short names where the namespace has them (a record whose
+    /// pieces took long ones is read again, [`Compact::assemble`]).
     /// In a growing store the bucket's marker is asked for last, so a
     /// miss tells a bucket of the current shape from one split or merged
     /// away ([`crate::session::shape`]).
@@ -37,7 +39,7 @@ where
         } else {
             let cmd = pipe.cmd("HMGET").arg(&k.bucket).arg(&k.field);
             for i in 1..=guess {
-                cmd.arg(piece_field(&k.field, i));
+                cmd.arg(piece_field(&k.field, i, self.short_pieces()));
             }
             if k.route.is_some() {
                 cmd.arg(MARKER);
@@ -133,17 +135,19 @@ where
         if !live {
             return Ok(None);
         }
-        let need = self.assemble(id, value, pieces)?;
+        let need = self.assemble(id, value, pieces, self.short_pieces())?;
         self.read_rest(id, k, need).await
     }
 
-    /// The session a parsed value and the pieces read with it (in order)
-    /// hold, or what is still to be read.
+    /// The session a parsed value and the pieces read with it (in order,
+    /// under short names if `short`) hold, or what is still to be read:
+    /// pieces read under the other names than the value's are not its.
     pub(super) fn assemble(
         &self,
         id: &SessionId,
         value: Value,
         mut read: Vec<Option<Vec<u8>>>,
+        short: bool,
     ) -> Result<Assembled> {
         Ok(match value {
             Value::Here { expires_at, record } => {
@@ -153,12 +157,16 @@ where
             Value::Pieced {
                 expires_at,
                 pieces,
+                short: named_short,
                 mut head,
                 check,
             } => {
                 self.piece_guess.store(pieces, Ordering::Relaxed);
-                if read.len() < pieces {
-                    return Ok(Assembled::Pieces(pieces));
+                if read.len() < pieces || (pieces > 0 && named_short != short) {
+                    return Ok(Assembled::Pieces {
+                        want: pieces,
+                        short: named_short,
+                    });
                 }
                 read.truncate(pieces);
                 for piece in read {
@@ -215,6 +223,8 @@ where
         mut need: Assembled,
     ) -> Result<Option<Stored>> {
         let routed = k.route.is_some();
+        // The names the pieces read last were asked under.
+        let mut named_short = false;
         for attempt in 0..3 {
             let (bytes, pieces) = match need {
                 Assembled::Done(stored) => return Ok(stored),
@@ -240,14 +250,15 @@ where
                     }
                     (bytes, Vec::new())
                 }
-                Assembled::Pieces(want) => {
+                Assembled::Pieces { want, short } => {
                     // Asked again, it asks for every piece a record may
                     // have: one more write racing it cannot outgrow that.
                     let want = if attempt == 0 { want } else { MAX_PIECES };
+                    named_short = short;
                     let mut cmd = redis::cmd("HMGET");
                     cmd.arg(&k.bucket).arg(&k.field);
                     for i in 1..=want {
-                        cmd.arg(piece_field(&k.field, i));
+                        cmd.arg(piece_field(&k.field, i, short));
                     }
                     if routed {
                         cmd.arg(MARKER);
@@ -268,7 +279,7 @@ where
                 }
             };
             let value = parse_value(&bytes).ok_or_else(|| self.corrupt(id))?;
-            need = self.assemble(id, value, pieces)?;
+            need = self.assemble(id, value, pieces, named_short)?;
         }
         // Its record changed form three times while it was read.
         Err(Error::Contended { attempts: 3 })

@@ -59,8 +59,12 @@ fn values_round_trip_in_both_forms() {
 #[test]
 fn a_checked_pieced_value_parses_to_its_record_head_and_check() {
     let record: Vec<u8> = (0..200u8).collect();
-    for checked in [false, true] {
-        let form = Form::Pieced { size: 64, checked };
+    for (checked, short) in [(false, false), (true, false), (true, true)] {
+        let form = Form::Pieced {
+            size: 64,
+            checked,
+            short,
+        };
         let payload = form.payload(&record);
         let value = form.value(&payload, 1_800_000_000);
         let pieces = form.pieces(&payload);
@@ -69,6 +73,7 @@ fn a_checked_pieced_value_parses_to_its_record_head_and_check() {
         let Some(Value::Pieced {
             expires_at,
             pieces: count,
+            short: named_short,
             head,
             check,
         }) = parse_value(&value)
@@ -77,6 +82,7 @@ fn a_checked_pieced_value_parses_to_its_record_head_and_check() {
         };
         assert_eq!(expires_at, 1_800_000_000);
         assert_eq!(count, pieces.len());
+        assert_eq!(named_short, short);
         assert_eq!(check, checked.then(|| check_of(&record)));
         let joined = [head, pieces.concat()].concat();
         assert_eq!(joined, record);
@@ -86,6 +92,24 @@ fn a_checked_pieced_value_parses_to_its_record_head_and_check() {
     let mut short = 1_800_000_000u32.to_be_bytes().to_vec();
     short.extend_from_slice(&[PIECED, CHECKED | 1, 0xab, 0xcd]);
     assert_eq!(parse_value(&short), None);
+}
+
+#[test]
+fn short_piece_names_are_four_bytes_from_random_parts_of_the_field() {
+    // A stamped id's field: its last four bytes are the issue time.
+    let field: Vec<u8> = (10..28u8).collect();
+    assert_eq!(piece_field(&field, 3, true), [10, 22, 23, 3]);
+    assert_eq!(
+        piece_field(&field, 3, false),
+        [field.clone(), vec![3]].concat()
+    );
+    // Fields of sessions with the same first byte and those two bytes
+    // share names; any other byte apart, they do not.
+    let mut other = field.clone();
+    other[5] ^= 1;
+    assert_eq!(piece_field(&other, 1, true), piece_field(&field, 1, true));
+    other[12] ^= 1;
+    assert_ne!(piece_field(&other, 1, true), piece_field(&field, 1, true));
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! A bucket's values: the integer form, the binary form with the record
 //! inline, in pieces or out of line, and how they are read back.
 
-use super::{CHECK_BYTES, CHECKED, EXPIRY_BYTES, OUT_OF_LINE, PIECED, PIECED_HEAD, SCALE};
+use super::{CHECK_BYTES, CHECKED, EXPIRY_BYTES, OUT_OF_LINE, PIECED, PIECED_HEAD, SCALE, SHORT};
 use crate::session::record;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,8 +12,14 @@ pub(super) enum Form {
     Inline,
     /// Deadline, the marker, the count and the payload's first bytes in
     /// the value; the rest in pieces of `size` bytes in the bucket. A
-    /// `checked` payload is the record's check, then the record.
-    Pieced { size: usize, checked: bool },
+    /// `checked` payload is the record's check, then the record. `short`:
+    /// the pieces take short names where the bucket has them free (the
+    /// writing script decides, [`piece_field`]).
+    Pieced {
+        size: usize,
+        checked: bool,
+        short: bool,
+    },
     /// Deadline, then the marker; the record under its own key.
     OutOfLine,
 }
@@ -28,11 +34,18 @@ impl Form {
             Self::Pieced {
                 size,
                 checked: false,
+                ..
             } => format!("p{size}").into(),
             Self::Pieced {
                 size,
                 checked: true,
+                short: false,
             } => format!("c{size}").into(),
+            Self::Pieced {
+                size,
+                checked: true,
+                short: true,
+            } => format!("s{size}").into(),
             Self::OutOfLine => "o".into(),
         }
     }
@@ -49,10 +62,19 @@ impl Form {
                 v.extend_from_slice(&(expiry as u32).to_be_bytes());
                 match self {
                     Self::OutOfLine => v.push(OUT_OF_LINE),
-                    Self::Pieced { size, checked } => {
+                    Self::Pieced {
+                        size,
+                        checked,
+                        short,
+                    } => {
                         let (head, rest) = split(payload, size);
-                        // At most MAX_PIECES, checked where the form is chosen.
-                        let count = rest.len() as u8 | if checked { CHECKED } else { 0 };
+                        // At most MAX_PIECES, checked where the form is
+                        // chosen. SHORT only where there are pieces, as
+                        // `split_record` in `compact_pieces.lua` sets it:
+                        // the script clears it where the names are taken.
+                        let count = rest.len() as u8
+                            | if checked { CHECKED } else { 0 }
+                            | if short && !rest.is_empty() { SHORT } else { 0 };
                         v.extend_from_slice(&[PIECED, count]);
                         v.extend_from_slice(head);
                     }
@@ -110,13 +132,26 @@ pub(super) fn pieces_of_len(len: usize, size: usize) -> usize {
     len.saturating_sub(size - PIECED_HEAD).div_ceil(size)
 }
 
-/// The field of piece `i` (from 1) of the session stored under `field`.
-pub(super) fn piece_field(field: &[u8], i: usize) -> Vec<u8> {
-    let mut name = Vec::with_capacity(field.len() + 1);
-    name.extend_from_slice(field);
+/// The field of piece `i` (from 1) of the session stored under `field`,
+/// as `piece_fields` in `compact_pieces.lua` names it: long, the field and
+/// the byte `i`; or `short`, the field's first byte (the one a split or
+/// merge below a byte's last bit rewrites, so the piece moves with its
+/// session), the two bytes before its last four (random in every id, a
+/// stamp being an id's last four) and `i`. A short name may be another
+/// session's: a writer takes short names only where no other session's
+/// first piece holds the first, and the count byte says which it took.
+pub(super) fn piece_field(field: &[u8], i: usize, short: bool) -> Vec<u8> {
     // At most MAX_PIECES.
-    name.push(i as u8);
-    name
+    let i = i as u8;
+    match field.len().checked_sub(6) {
+        Some(at) if short => vec![field[0], field[at], field[at + 1], i],
+        _ => {
+            let mut name = Vec::with_capacity(field.len() + 1);
+            name.extend_from_slice(field);
+            name.push(i);
+            name
+        }
+    }
 }
 
 /// A value read back: its expiry and where its record is.
@@ -129,6 +164,8 @@ pub(super) enum Value {
     Pieced {
         expires_at: u64,
         pieces: usize,
+        /// Whether the pieces have short names ([`piece_field`]).
+        short: bool,
         /// The record's first bytes.
         head: Vec<u8>,
         /// The record's check, where its payload begins with one.
@@ -206,7 +243,8 @@ pub(super) fn parse_value(bytes: &[u8]) -> Option<Value> {
             Some(if rest == [OUT_OF_LINE] {
                 Value::OutOfLine { expires_at }
             } else if rest.len() >= 2 && rest[0] == PIECED {
-                let pieces = usize::from(rest[1] & !CHECKED);
+                let pieces = usize::from(rest[1] & !(CHECKED | SHORT));
+                let short = rest[1] & SHORT != 0;
                 let (check, head) = if rest[1] & CHECKED == 0 {
                     (None, &rest[2..])
                 } else {
@@ -216,6 +254,7 @@ pub(super) fn parse_value(bytes: &[u8]) -> Option<Value> {
                 Value::Pieced {
                     expires_at,
                     pieces,
+                    short,
                     head: head.to_vec(),
                     check,
                 }

@@ -1,0 +1,235 @@
+//! Short piece names (record format 7): four bytes, which another session
+//! of the bucket may share. One session at most owns a short name's
+//! beginning; the others keep long names, a delete only removes what the
+//! value it finds names, and splits and merges at a byte's last bit make
+//! the names anew from their owners.
+
+use super::*;
+use sessionpack::session::shape::Node;
+use sessionpack::{IdWidth, SessionId};
+
+/// `id` with byte `at` changed: a session of the same bucket whose short
+/// piece names begin alike where `at` is none of the bytes they take.
+fn sibling(id: &SessionId, at: usize) -> SessionId {
+    let mut bytes = id.as_bytes().to_vec();
+    bytes[at] ^= 0x55;
+    SessionId::parse_with(hex::encode(bytes), IdWidth::Bits160).unwrap()
+}
+
+/// Whether the session `id` (a 160-bit id) has its pieces under short
+/// names (`None`: no such session in pieces). Its field is the id, or the
+/// id but its first byte below a split at a byte's last bit, its first
+/// byte rewritten by the splits.
+async fn named_short(raw: &mut redis::aio::MultiplexedConnection, id: &SessionId) -> Option<bool> {
+    let id = id.as_bytes();
+    damage::pieced_sessions(raw)
+        .await
+        .into_iter()
+        .find(|(_, field, _)| {
+            (field.len() == id.len() && field[1..] == id[1..])
+                || (field.len() == id.len() - 1 && field[1..] == id[2..])
+        })
+        .map(|(_, _, value)| value[5] & 0x40 != 0)
+}
+
+fn in_600() -> sessionpack::ttl::Deadline {
+    sessionpack::ttl::Deadline::In(600)
+}
+
+/// Two sessions of one bucket whose short names would begin alike: the
+/// first takes them, the second keeps long names, and both read whole
+/// through saves of every size. A delete of the first, seen or not, takes
+/// its pieces only; the second then takes the short names at its next
+/// save. A delete from a process that saw the first before it went (its
+/// names since the second's) leaves the second whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_sharing_short_names_keep_apart() {
+    let server = common::server();
+    let layout = compact(&server, 2).await;
+    let mut raw = common::raw(&server).await;
+    let a = layout.new_id().await.unwrap();
+    let b = sibling(&a, 8);
+    assert_eq!(
+        layout.buckets().bucket_of(&a),
+        layout.buckets().bucket_of(&b)
+    );
+    layout
+        .insert(&a, &record_of(300, 1), in_600())
+        .await
+        .unwrap();
+    layout
+        .insert(&b, &record_of(300, 2), in_600())
+        .await
+        .unwrap();
+    assert_eq!(named_short(&mut raw, &a).await, Some(true));
+    assert_eq!(named_short(&mut raw, &b).await, Some(false));
+    // Saves of each, growing and shrinking, keep each one's names.
+    for (n, len) in [(3, 480), (4, 120), (5, 300)] {
+        for id in [&a, &b] {
+            let at = layout.load(id).await.unwrap().unwrap().expires_at;
+            layout.save(id, &record_of(len, n), at).await.unwrap();
+            assert_eq!(
+                layout.load(id).await.unwrap().unwrap().record,
+                record_of(len, n)
+            );
+        }
+    }
+    assert_eq!(named_short(&mut raw, &a).await, Some(true));
+    assert_eq!(named_short(&mut raw, &b).await, Some(false));
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.orphans, c.missing), (2, 0, 0));
+
+    // The first goes: the second is whole, and takes the short names at
+    // its next save, its long ones gone.
+    assert!(layout.delete(&a, Some(300)).await.unwrap());
+    assert_eq!(
+        layout.load(&b).await.unwrap().unwrap().record,
+        record_of(300, 5)
+    );
+    let at = layout.load(&b).await.unwrap().unwrap().expires_at;
+    layout.save(&b, &record_of(300, 6), at).await.unwrap();
+    assert_eq!(named_short(&mut raw, &b).await, Some(true));
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.pieces, c.orphans, c.missing), (1, 4, 0, 0));
+    // A process that saw the first before it went deletes it again, as it
+    // saw it, and one that never saw it too: the names are the second's
+    // now, and they stay.
+    assert!(!layout.delete(&a, Some(300)).await.unwrap());
+    assert!(!layout.delete(&a, None).await.unwrap());
+    assert_eq!(
+        layout.load(&b).await.unwrap().unwrap().record,
+        record_of(300, 6)
+    );
+    // The first comes back under its id: long names, beside the second's.
+    layout
+        .insert(&a, &record_of(200, 7), in_600())
+        .await
+        .unwrap();
+    assert_eq!(named_short(&mut raw, &a).await, Some(false));
+    assert!(layout.delete(&b, None).await.unwrap());
+    assert_eq!(
+        layout.load(&a).await.unwrap().unwrap().record,
+        record_of(200, 7)
+    );
+    assert!(layout.delete(&a, None).await.unwrap());
+    assert_eq!(census(&mut raw, &layout).await, Census::default());
+}
+
+/// A growing store's bucket split at a byte's last bit drops its fields'
+/// first byte, and merged back it gains one, the same for every field of
+/// a child: short names are made anew from their owners' fields, and two
+/// sessions of a child whose names began with different bytes, alike
+/// after the merge, part: one keeps short names, the other's pieces take
+/// long ones. Every session reads whole after each step, and no piece is
+/// left without its session or missing from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn splits_and_merges_at_a_bytes_last_bit_rename_short_pieces() {
+    let server = common::server();
+    // Buckets split above three fields, so four small sessions split
+    // them; the second store, opened at the default limit, merges.
+    common::set_hash_entries(&server, 4);
+    let two_groups = || CompactConfig::new(1).with_growth();
+    let layout = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    let shape = layout.shape().unwrap().clone();
+    // Four sessions of one first byte (one bucket down to the byte's last
+    // bit); `b` differs from `a` in its second byte only, which begins
+    // their short names below that bit.
+    let a = layout.new_id().await.unwrap();
+    let b = sibling(&a, 1);
+    let mut ids = vec![a, b];
+    while ids.len() < 4 {
+        let id = layout.new_id().await.unwrap();
+        if id.as_bytes()[0] == a.as_bytes()[0] {
+            ids.push(id);
+        }
+    }
+    let mut want: HashMap<SessionId, Vec<u8>> = HashMap::new();
+    for (n, id) in ids.iter().enumerate() {
+        let record = record_of(20, n as u8);
+        layout.insert(id, &record, in_600()).await.unwrap();
+        want.insert(*id, record);
+    }
+    let group = shape.group_of(&a);
+    let epoch =
+        async |layout: &Compact<Conn>| (*layout.fetch_shapes(&[group]).await.unwrap()[0]).clone();
+    // Down to depth 7 (the inserts may have split the first levels): the
+    // last split is at the first byte's last bit.
+    loop {
+        let current = epoch(&layout).await;
+        let node = shape.leaf(&current, &a);
+        if node.depth() == 7 {
+            break;
+        }
+        let depth = node.depth();
+        assert!(
+            layout.split(node, current.epoch()).await.unwrap(),
+            "depth {depth}"
+        );
+    }
+    let below = shape.leaf(&epoch(&layout).await, &a);
+    assert_eq!(below.depth(), 7);
+    assert_eq!(shape.leaf(&epoch(&layout).await, &b), below);
+
+    common::set_hash_entries(&server, 512);
+    let roomy = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    let mut raw = common::raw(&server).await;
+    let check = async |raw: &mut redis::aio::MultiplexedConnection,
+                       want: &HashMap<SessionId, Vec<u8>>| {
+        let reader = Compact::new(common::manager(&server).await, two_groups())
+            .await
+            .unwrap();
+        for (id, record) in want {
+            assert_eq!(&reader.load(id).await.unwrap().unwrap().record, record);
+        }
+        let c = census(raw, &reader).await;
+        assert_eq!((c.orphans, c.missing), (0, 0), "{c:?}");
+    };
+    // In pieces now, each under short names of its own.
+    for (n, id) in [a, b].iter().enumerate() {
+        let record = record_of(300, 10 + n as u8);
+        let at = roomy.load(id).await.unwrap().unwrap().expires_at;
+        roomy.save(id, &record, at).await.unwrap();
+        want.insert(*id, record);
+        assert_eq!(named_short(&mut raw, id).await, Some(true));
+    }
+    check(&mut raw, &want).await;
+
+    // Merged back above the byte's last bit: one of the two keeps them.
+    let parent = Node {
+        group,
+        node: below.node / 2,
+    };
+    let current = epoch(&roomy).await;
+    assert!(roomy.merge(parent, current.epoch()).await.unwrap());
+    assert_eq!(shape.leaf(&epoch(&roomy).await, &a), parent);
+    let named = [
+        named_short(&mut raw, &a).await,
+        named_short(&mut raw, &b).await,
+    ];
+    assert!(
+        named == [Some(true), Some(false)] || named == [Some(false), Some(true)],
+        "{named:?}"
+    );
+    check(&mut raw, &want).await;
+
+    // Split there again: the names follow their owners down.
+    let current = epoch(&layout).await;
+    assert!(layout.split(parent, current.epoch()).await.unwrap());
+    assert_eq!(shape.leaf(&epoch(&layout).await, &a).depth(), 7);
+    check(&mut raw, &want).await;
+    // Saves and deletes below find their pieces.
+    for (n, id) in [a, b].iter().enumerate() {
+        let record = record_of(100, 20 + n as u8);
+        let at = roomy.load(id).await.unwrap().unwrap().expires_at;
+        roomy.save(id, &record, at).await.unwrap();
+        want.insert(*id, record);
+    }
+    check(&mut raw, &want).await;
+    assert!(roomy.delete(&a, None).await.unwrap());
+    want.remove(&a);
+    check(&mut raw, &want).await;
+}
