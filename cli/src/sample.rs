@@ -197,19 +197,17 @@ where
             .map(|(field, value)| (field.as_slice(), value.len()))
             .collect();
         for (field, value) in &entries {
-            // Pieces, tombstones and the like carry longer fields.
+            // Long piece names, tombstones and the like carry longer fields,
+            // short piece names four bytes.
             if field.len() != field_len {
                 continue;
             }
             match StoredRecord::of_value(value) {
                 Some(StoredRecord::Inline(len)) => sample.sizes.push(len as u64),
-                Some(StoredRecord::Pieced { head, pieces }) => {
-                    let rest: Option<usize> = (1..=pieces)
-                        .map(|i| {
-                            let mut name = field.clone();
-                            name.push(i as u8);
-                            lens.get(name.as_slice()).copied()
-                        })
+                Some(StoredRecord::Pieced { head, .. }) => {
+                    let rest: Option<usize> = StoredRecord::piece_fields(field, value)
+                        .iter()
+                        .map(|name| lens.get(name.as_slice()).copied())
                         .sum();
                     match rest {
                         Some(rest) => sample.sizes.push((head + rest) as u64),

@@ -213,6 +213,18 @@ pub enum StoredRecord {
 }
 
 impl StoredRecord {
+    /// The fields of the pieces the bucket value `bytes`, stored under
+    /// `field`, names, in order, under the names its count byte says (see
+    /// the module's docs); none for a value of another form.
+    pub fn piece_fields(field: &[u8], bytes: &[u8]) -> Vec<Vec<u8>> {
+        match parse_value(bytes) {
+            Some(Value::Pieced { pieces, short, .. }) => {
+                (1..=pieces).map(|i| piece_field(field, i, short)).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// What the bucket value `bytes` holds; `None` if it is in neither of
     /// the compact layout's forms.
     pub fn of_value(bytes: &[u8]) -> Option<Self> {
