@@ -46,21 +46,14 @@ local function move_half(parent, c0, c1, place)
   return true
 end
 
--- Whether `key` holds fields of two sessions or more. Every field of a
--- session but its short piece names (four bytes, compact_pieces.lua)
--- begins with its shortest, the session's own field, so the shortest
--- length past four in the bucket is a session field's. A bucket one
--- session fills (its pieces over the split limit, where the server's
--- entry limit is low) is not split: no bit below would part it, and
--- splitting it to the deepest level only reshapes it under every call.
+-- Whether `key` holds fields of two sessions or more: fields whose first
+-- session_field_len bytes differ. A bucket one session fills (its pieces
+-- over the split limit, where the server's entry limit is low) is not
+-- split: no bit below would part it, and splitting it to the deepest
+-- level only reshapes it under every call.
 local function holds_sessions(key)
   local fields = redis.call('HKEYS', key)
-  local width
-  for _, field in ipairs(fields) do
-    if #field > 4 and (not width or #field < width) then
-      width = #field
-    end
-  end
+  local width = session_field_len(fields, 1)
   local first
   for _, field in ipairs(fields) do
     if #field > 4 then

@@ -109,17 +109,26 @@ end
 -- the first byte goes or comes, and the names are made anew from their
 -- owners'.
 
--- The sessions of a bucket's HGETALL reply `pairs` whose pieces have
--- short names, as a list of {what the names begin with, the field}. A
--- session's field is the shortest of its fields past a short name's four.
-local function short_owners(pairs)
+-- The length of a session's field among a bucket's field names, every
+-- `step`-th of `names` from the first (2 for an HGETALL reply): every field
+-- of a session but its short piece names (four bytes) begins with its
+-- shortest, the session's own, so it is the shortest past four (nil for
+-- none).
+local function session_field_len(names, step)
   local len
-  for i = 1, #pairs, 2 do
-    local l = #pairs[i]
+  for i = 1, #names, step do
+    local l = #names[i]
     if l > 4 and (not len or l < len) then
       len = l
     end
   end
+  return len
+end
+
+-- The sessions of a bucket's HGETALL reply `pairs` whose pieces have
+-- short names, as a list of {what the names begin with, the field}.
+local function short_owners(pairs)
+  local len = session_field_len(pairs, 2)
   local owners = {}
   for i = 1, #pairs, 2 do
     local field = pairs[i]
