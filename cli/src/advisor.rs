@@ -318,16 +318,17 @@ pub struct Pieces {
 /// do); `None` if it is not (it fits one value, or goes out of line), as
 /// `sessionpack::session::layout::compact` decides.
 pub fn pieces(record: u64, field: u64, limits: &ListpackLimits) -> Option<Pieces> {
-    use sessionpack::session::layout::compact::{CHECK_BYTES, MAX_PIECED_RECORD};
+    use sessionpack::session::layout::compact::{CHECK_BYTES, MAX_PIECED_RECORD, piece_size_for};
     let limit = limits.hash_value;
     if 4 + record <= limit || record > MAX_PIECED_RECORD as u64 || limit <= 6 || field + 1 >= limit
     {
         return None;
     }
-    let size = limit.min(MAX_PIECED_RECORD as u64);
-    let head = size - 6;
     // A new namespace's pieces carry the record's check before it.
     let payload = record + CHECK_BYTES as u64;
+    let largest = limit.min(MAX_PIECED_RECORD as u64) as usize;
+    let size = piece_size_for(largest, payload as usize) as u64;
+    let head = size - 6;
     let rest = payload - head.min(payload);
     let count = rest.div_ceil(size);
     if count > 15 {

@@ -8,9 +8,12 @@ async fn every_size_round_trips_through_every_write() {
     let layout = compact(&server, 4).await;
     let mut raw = common::raw(&server).await;
     // Around each boundary: one value (60), a first piece (61, 122), each
-    // further piece, the last size kept in pieces and the first out of
-    // line; and records beginning with the markers' bytes.
-    let mut sizes: Vec<usize> = vec![1, 2, 59, 60, 61, 62, 121, 122, 123, 186, 187, 300];
+    // further piece, where pieces are cut at 64 bytes rather than 63
+    // (117, 118; 181, 182), the last size kept in pieces and the first out
+    // of line; and records beginning with the markers' bytes.
+    let mut sizes: Vec<usize> = vec![
+        1, 2, 59, 60, 61, 62, 116, 117, 118, 119, 121, 122, 123, 181, 182, 186, 187, 300,
+    ];
     sizes.extend([
         MAX_PIECED_RECORD - 1,
         MAX_PIECED_RECORD,
@@ -72,6 +75,54 @@ async fn every_size_round_trips_through_every_write() {
     assert_eq!(left, Census::default(), "nothing left behind");
     let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
     assert!(side.is_empty(), "{side:?}");
+}
+
+/// At the default `hash-max-listpack-value` (64) a record's pieces are cut
+/// at 63 bytes, whose listpack entries take a one-byte header, unless that
+/// takes one piece more than cutting at 64: the value then holds 64 bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pieces_are_cut_at_63_bytes_unless_that_takes_one_more() {
+    let server = common::server();
+    let layout = compact(&server, 1).await;
+    let mut raw = common::raw(&server).await;
+    // A value holds 6 bytes of head; the payload is the record and its
+    // 4-byte check.
+    let pieces = |payload: usize, size: usize| payload.saturating_sub(size - 6).div_ceil(size);
+    let mut cut = HashSet::new();
+    for len in (61..=200).chain(480..=MAX_PIECED_RECORD) {
+        let record = record_of(len, len as u8);
+        let id = layout.new_id().await.unwrap();
+        layout
+            .insert(&id, &record, sessionpack::ttl::Deadline::In(600))
+            .await
+            .unwrap();
+        let found = damage::pieced_sessions(&mut raw).await;
+        let [(key, field, value)] = &found[..] else {
+            panic!("{len}: {} sessions in pieces", found.len());
+        };
+        let payload = len + 4;
+        let size = if pieces(payload, 63) == pieces(payload, 64) {
+            63
+        } else {
+            64
+        };
+        let count = usize::from(value[5] & 0x0f);
+        assert_eq!((value.len(), count), (size, pieces(payload, size)), "{len}");
+        // Every piece but the last is full, and the pieces hold the rest.
+        let values: HashMap<Vec<u8>, Vec<u8>> = raw.hgetall(key).await.unwrap();
+        let rest: Vec<usize> = values
+            .iter()
+            .filter(|(f, _)| *f != field && !f.is_empty())
+            .map(|(_, v)| v.len())
+            .collect();
+        assert_eq!(rest.len(), count, "{len}");
+        assert!(rest.iter().all(|&n| n <= size), "{len}: {rest:?}");
+        assert_eq!(rest.iter().sum::<usize>() + size - 6, payload, "{len}");
+        assert_eq!(layout.load(&id).await.unwrap().unwrap().record, record);
+        assert!(layout.delete(&id, Some(len)).await.unwrap());
+        cut.insert(size);
+    }
+    assert_eq!(cut, HashSet::from([63, 64]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

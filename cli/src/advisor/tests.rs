@@ -31,13 +31,18 @@ fn a_record_in_pieces_costs_a_field_and_an_entry_per_piece() {
     let mut w = Workload::new(1_000_000);
     w.id_bytes = 16;
     w.identity = 0;
-    // 109 bytes and the record's 4-byte check: 58 in the value, 55 in
-    // one piece under a short name (four bytes).
+    // 109 bytes and the record's 4-byte check: one piece under a short
+    // name (four bytes) either way, so cut at 63 (a one-byte header): 57
+    // in the value, 56 in the piece.
     w.attrs_bytes = 108;
     let field = 16 - 1;
     let p = pieces(109, field, &w.limits).unwrap();
     assert_eq!(p.count, 1);
-    assert_eq!(p.bytes, lp_string(64) + lp_string(4) + lp_string(55));
+    assert_eq!(p.bytes, lp_string(63) + lp_string(4) + lp_string(56));
+    // 118 and 4: 58 and 64 at the limit, where 63 would take a second piece.
+    let p = pieces(118, field, &w.limits).unwrap();
+    assert_eq!(p.count, 1);
+    assert_eq!(p.bytes, lp_string(64) + lp_string(4) + lp_string(64));
     let pieced = predict(LayoutKind::Compact, 13, &w).bytes_per_session;
     w.limits.hash_value = 128;
     let inline = predict(LayoutKind::Compact, 13, &w).bytes_per_session;

@@ -164,7 +164,7 @@ where
     /// follows. So a record kept whole costs one field more than a seen
     /// one, and whoever deletes a session leaves none of its pieces.
     pub(super) async fn drop_unseen(&self, id: &SessionId, k: &Keys) -> Result<Option<bool>> {
-        let most = self.piece_size().map_or(0, |size| {
+        let most = self.largest_piece().map_or(0, |size| {
             pieces_of_len(MAX_PIECED_RECORD, size).min(MAX_PIECES)
         });
         let mut fields = vec![k.field.clone()];

@@ -4,7 +4,8 @@
 
 use super::{
     CHECK_BYTES, CHECKED_FORMAT, Compact, EXPIRY_BYTES, Form, INTEGER_FORM, MAX_PIECED_RECORD,
-    MAX_PIECES, OUT_OF_LINE, PIECED, PIECED_HEAD, SHORT_PIECES_FORMAT, piece_field, pieces_of_len,
+    MAX_PIECES, OUT_OF_LINE, PIECED, PIECED_HEAD, SHORT_PIECES_FORMAT, piece_field, piece_size_for,
+    pieces_of_len,
 };
 use crate::session::layout::{Inserted, Written};
 use crate::session::record;
@@ -142,13 +143,13 @@ where
         if !marked && ((record.len() + EXPIRY_BYTES) as u64) <= self.limits.hash_value {
             return self.form_inline(record);
         }
-        match self.piece_size() {
-            Some(size)
+        match self.largest_piece() {
+            Some(largest)
                 if record.len() <= MAX_PIECED_RECORD
-                    && pieces_of_len(self.payload_len(record.len()), size) <= MAX_PIECES =>
+                    && pieces_of_len(self.payload_len(record.len()), largest) <= MAX_PIECES =>
             {
                 Form::Pieced {
-                    size,
+                    size: piece_size_for(largest, self.payload_len(record.len())),
                     checked: self.checked(),
                     short: self.short_pieces(),
                 }
@@ -177,10 +178,11 @@ where
         len + if self.checked() { CHECK_BYTES } else { 0 }
     }
 
-    /// The size of a piece, where this store keeps records in pieces: its
-    /// format allows it, and the listpack value limit leaves room for a
-    /// pieced value's head and a piece's field.
-    pub(super) fn piece_size(&self) -> Option<usize> {
+    /// The largest a piece may be, where this store keeps records in
+    /// pieces: its format allows it, and the listpack value limit leaves
+    /// room for a pieced value's head and a piece's field. A record's own
+    /// pieces may be cut shorter ([`piece_size_for`]).
+    pub(super) fn largest_piece(&self) -> Option<usize> {
         let limit = usize::try_from(self.limits.hash_value).unwrap_or(usize::MAX);
         (self.pieces && limit > PIECED_HEAD && self.buckets().field_len() < limit)
             .then_some(limit.min(MAX_PIECED_RECORD))
@@ -192,7 +194,7 @@ where
         ((len + EXPIRY_BYTES) as u64) <= self.limits.hash_value
             || (len <= MAX_PIECED_RECORD
                 && self
-                    .piece_size()
+                    .largest_piece()
                     .is_some_and(|size| pieces_of_len(self.payload_len(len), size) <= MAX_PIECES))
     }
 
@@ -209,9 +211,10 @@ where
     /// How many pieces a record of `len` bytes is cut into (none for one
     /// kept in its value).
     pub(super) fn pieces_of(&self, len: usize) -> usize {
-        match self.piece_size() {
-            Some(size) if ((len + EXPIRY_BYTES) as u64) > self.limits.hash_value => {
-                pieces_of_len(self.payload_len(len), size)
+        match self.largest_piece() {
+            Some(largest) if ((len + EXPIRY_BYTES) as u64) > self.limits.hash_value => {
+                let payload = self.payload_len(len);
+                pieces_of_len(payload, piece_size_for(largest, payload))
             }
             _ => 0,
         }

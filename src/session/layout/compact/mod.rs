@@ -26,8 +26,11 @@
 //! A record too long for one value (over `hash-max-listpack-value` less the
 //! expiry's four bytes) and at most [`MAX_PIECED_RECORD`] bytes stays in
 //! the bucket in pieces: its value holds the expiry, the byte `0xc3`, the
-//! number `n` of pieces and the first `limit - 6` bytes of the payload;
-//! `n` fields hold the rest, `limit` bytes each, named the session's field
+//! number `n` of pieces and the first `size - 6` bytes of the payload;
+//! `n` fields hold the rest, `size` bytes each (the last may be shorter),
+//! where `size` is the limit, or 63 where that takes no more pieces (a
+//! 63-byte listpack string has a one-byte header, a 64-byte one two:
+//! [`piece_size_for`]). They are named the session's field
 //! followed by the byte `1..=n`, or from record format
 //! [`SHORT_PIECES_FORMAT`] four bytes where the bucket has them free
 //! (`piece_field` in `value.rs`: about 12 bytes less a piece). A load
@@ -79,6 +82,7 @@ mod write;
 
 pub use config::{CompactConfig, Expiry};
 pub use value::StoredRecord;
+pub use value::piece_size_for;
 pub(crate) use value::value_expiry;
 use value::{Form, Value, parse_value, piece_field, pieces_of_len};
 
@@ -113,6 +117,8 @@ const PIECED: u8 = 0xc3;
 pub const MAX_PIECED_RECORD: usize = 512;
 /// The most pieces a record is cut into: a piece's field ends in its
 /// number, below the bytes a tombstone's or a forward record's ends in.
+/// (`compact_split.lua`'s `ONE_SESSION_MOST` counts on a session's fields
+/// being few.)
 const MAX_PIECES: usize = 15;
 /// The record format from which a namespace keeps records in pieces.
 const PIECES_FORMAT: u32 = 2;

@@ -19,7 +19,7 @@ where
     /// pieced record this process read had, so that records alike take one
     /// round trip.
     pub(super) fn pieces_to_ask(&self) -> usize {
-        if self.piece_size().is_some() {
+        if self.largest_piece().is_some() {
             self.piece_guess.load(Ordering::Relaxed)
         } else {
             0

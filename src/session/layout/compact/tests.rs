@@ -134,3 +134,28 @@ fn groups_hold_128_buckets_under_one_tag() {
     );
     assert_eq!(Buckets::new("sp", 9).unwrap().tag(0x1f), "{01f}");
 }
+
+#[test]
+fn pieces_are_cut_at_63_bytes_where_that_takes_no_more() {
+    use super::value::{piece_size_for, pieces_of_len};
+    // One value (58 bytes of payload at 64, 57 at 63) and a piece.
+    assert_eq!(piece_size_for(64, 65), 63);
+    assert_eq!(piece_size_for(64, 120), 63);
+    // 121 and 122 fit a value and a piece of 64, not of 63.
+    assert_eq!(piece_size_for(64, 121), 64);
+    assert_eq!(piece_size_for(64, 122), 64);
+    assert_eq!(piece_size_for(64, 123), 63);
+    // A limit of 63 or less is the size; a larger one is kept where 63
+    // would take more pieces.
+    assert_eq!(piece_size_for(48, 200), 48);
+    assert_eq!(piece_size_for(128, 100), 128);
+    assert_eq!(piece_size_for(128, 130), 128);
+    assert_eq!(piece_size_for(66, 120), 63);
+    for largest in [7, 48, 63, 64, 65, 96, 128, 512] {
+        for len in 1..=516 {
+            let size = piece_size_for(largest, len);
+            assert!(size <= largest);
+            assert_eq!(pieces_of_len(len, size), pieces_of_len(len, largest));
+        }
+    }
+}

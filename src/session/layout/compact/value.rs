@@ -132,6 +132,25 @@ pub(super) fn pieces_of_len(len: usize, size: usize) -> usize {
     len.saturating_sub(size - PIECED_HEAD).div_ceil(size)
 }
 
+/// The longest string a listpack entry holds behind a one-byte header
+/// (its 6-bit length); one byte longer takes two.
+const SHORT_STRING: usize = 63;
+
+/// The size of the pieces a payload of `len` bytes is cut into where the
+/// largest a value may be is `largest` (at least [`PIECED_HEAD`] + 1):
+/// that, or [`SHORT_STRING`] where that cuts it into no more pieces. A
+/// 64-byte value's listpack entry takes a byte more of header than a
+/// 63-byte one, so at the default `hash-max-listpack-value` (64) a full
+/// piece costs one byte less cut shorter. Readers join whatever sizes a
+/// record's pieces have; the scripts cut by the size the form names.
+pub fn piece_size_for(largest: usize, len: usize) -> usize {
+    if largest > SHORT_STRING && pieces_of_len(len, SHORT_STRING) == pieces_of_len(len, largest) {
+        SHORT_STRING
+    } else {
+        largest
+    }
+}
+
 /// The field of piece `i` (from 1) of the session stored under `field`,
 /// as `piece_fields` in `compact_pieces.lua` names it: long, the field and
 /// the byte `i`; or `short`, the field's first byte (the one a split or
