@@ -137,8 +137,8 @@ pub(super) fn pieces_of_len(len: usize, size: usize) -> usize {
 const SHORT_STRING: usize = 63;
 
 /// The size of the pieces a payload of `len` bytes is cut into where the
-/// largest a value may be is `largest` (at least [`PIECED_HEAD`] + 1):
-/// that, or [`SHORT_STRING`] where that cuts it into no more pieces. A
+/// largest a value may be is `largest` (more than a pieced value's 6
+/// bytes of head): that, or 63 where that cuts it into no more pieces. A
 /// 64-byte value's listpack entry takes a byte more of header than a
 /// 63-byte one, so at the default `hash-max-listpack-value` (64) a full
 /// piece costs one byte less cut shorter. Readers join whatever sizes a
