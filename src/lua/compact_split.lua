@@ -70,8 +70,9 @@ end
 
 -- The most fields one session keeps in its bucket (its own, 15 pieces
 -- under long names, a revocation's tombstone, a rotation's forward
--- record, a user index's marker: 19), with room to spare: a bucket holding more holds two sessions at least,
--- and its names are not read to tell.
+-- record, a user index's marker: 19), with room to spare: a bucket
+-- holding more holds two sessions at least, and its names are not read
+-- to tell.
 local ONE_SESSION_MOST = 32
 
 local epoch, trie = current_shape()
