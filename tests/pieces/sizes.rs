@@ -108,7 +108,7 @@ async fn pieces_are_cut_at_63_bytes_unless_that_takes_one_more() {
         };
         let count = usize::from(value[5] & 0x0f);
         assert_eq!((value.len(), count), (size, pieces(payload, size)), "{len}");
-        // Every piece but the last is full, and the pieces hold the rest.
+        // No piece is longer than the cut, and the pieces hold the rest.
         let values: HashMap<Vec<u8>, Vec<u8>> = raw.hgetall(key).await.unwrap();
         let rest: Vec<usize> = values
             .iter()
