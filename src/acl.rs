@@ -132,7 +132,7 @@ const CLUSTER: [&str; 3] = ["cluster|slots", "cluster|nodes", "asking"];
 /// The app: every compact-store script an app path runs, the reads
 /// (`HGET`, `HMGET` of a value and its pieces, `HGETALL`), the user
 /// index's direct writes, and a growing store's splits (`HLEN`, `HKEYS`,
-/// `RENAME`, `OBJECT ENCODING`, `ZSCORE`, `ZREM`). No transaction
+/// `HSCAN`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`, `ZREM`). No transaction
 /// commands: what must happen in one step is a script.
 const STORE: &[&str] = &[
     "get",
@@ -144,6 +144,7 @@ const STORE: &[&str] = &[
     "hmget",
     "hgetall",
     "hkeys",
+    "hscan",
     "hset",
     "hsetnx",
     "hdel",
@@ -160,7 +161,7 @@ const STORE: &[&str] = &[
 /// expiry order, its segment leases (`SET NX PX`, `PEXPIRE`, `PTTL`), the
 /// metadata claim a store makes when opened on an empty namespace, and a
 /// growing store's merges and the splits writes left to it (`HEXISTS`,
-/// `HKEYS`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`).
+/// `HKEYS`, `HSCAN`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`).
 const SWEEPER: &[&str] = &[
     "get",
     "set",
@@ -172,6 +173,7 @@ const SWEEPER: &[&str] = &[
     "hmget",
     "hgetall",
     "hkeys",
+    "hscan",
     "hexists",
     "hlen",
     "hset",

@@ -6,6 +6,37 @@
 -- Returns {1, epoch} when merged (epoch the new shape's), {0, epoch} when
 -- not: the children are not both buckets of the current shape, or they
 -- hold more.
+
+-- Merges children `c0` and `c1` into `parent` below a byte's last bit
+-- (`place` 0 to 6), the mirror of compact_split.lua's move_half: child 0's
+-- fields are the parent's as they are, so child 0 becomes the parent
+-- (RENAME, marker and all) and only child 1's fields are read, rewritten
+-- (their bit at `place` set) and moved. Only for two listpacks (a child
+-- the server converted, or one whose key is gone, goes through
+-- merged_pairs, which writes the parent anew and so brings it back into a
+-- listpack): returns whether it merged them.
+local function merge_half(parent, c0, c1, place)
+  if redis.call('OBJECT', 'ENCODING', c0) ~= 'listpack'
+      or redis.call('OBJECT', 'ENCODING', c1) ~= 'listpack' then
+    return false
+  end
+  local bit = 2 ^ (7 - place)
+  redis.call('RENAME', c0, parent)
+  local pairs = redis.call('HGETALL', c1)
+  -- The marker again, whatever child 0 held.
+  local moved = {MARKER, '1'}
+  for i = 1, #pairs, 2 do
+    local field = pairs[i]
+    if field ~= MARKER then
+      moved[#moved + 1] = string.char(string.byte(field, 1) + bit) .. string.sub(field, 2)
+      moved[#moved + 1] = pairs[i + 1]
+    end
+  end
+  hset_all(parent, moved)
+  redis.call('DEL', c1)
+  return true
+end
+
 local epoch, trie = current_shape()
 local parent = tonumber(ARGV[1])
 if not (is_leaf(trie, parent * 2) and is_leaf(trie, parent * 2 + 1))
@@ -14,8 +45,10 @@ if not (is_leaf(trie, parent * 2) and is_leaf(trie, parent * 2 + 1))
 end
 check_free(KEYS[2])
 local place = tonumber(ARGV[2])
-fill(KEYS[2], merged_pairs(KEYS[3], KEYS[4], place, true))
-redis.call('DEL', KEYS[3], KEYS[4])
+if place == 7 or not merge_half(KEYS[2], KEYS[3], KEYS[4], place) then
+  fill(KEYS[2], merged_pairs(KEYS[3], KEYS[4], place, true))
+  redis.call('DEL', KEYS[3], KEYS[4])
+end
 local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)
 for c = 1, #chunks do
   hset_all(chunks[c], merged_pairs(c0_chunks[c], c1_chunks[c], place, false))

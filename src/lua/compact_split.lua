@@ -15,32 +15,40 @@
 -- first byte keeps its next bit: child 0's fields, whose bit is 0, are the
 -- parent's as they are, so the parent becomes child 0 (RENAME, marker and
 -- all) and only child 1's fields are read, rewritten and moved. About
--- half the fields move, and none goes through the script twice. Only
--- for a bucket in a listpack (one the server converted, its limits
--- lowered under it, is written anew in both children, which brings them
--- back into listpacks): returns whether it split the bucket.
+-- half the fields move, and none goes through the script twice. A
+-- field's first byte has every bit above `place` clear (they are its
+-- bucket's), so child 1's fields are those whose first byte lies in
+-- [bit, 2 bit): one range, which the server's HSCAN MATCH picks out with
+-- their values, where reading every name into the script to test its bit
+-- cost more than the rest of the split. (No endpoint is a byte the
+-- pattern treats specially: '^', '-', ']' or '\'.) Only for a bucket in
+-- a listpack, which HSCAN returns whole in one page (one the server
+-- converted, its limits lowered under it, is written anew in both
+-- children, which brings them back into listpacks): returns whether it
+-- split the bucket.
 local function move_half(parent, c0, c1, place)
   if redis.call('OBJECT', 'ENCODING', parent) ~= 'listpack' then
     return false
   end
   local bit = 2 ^ (7 - place)
+  local pattern = '[' .. string.char(bit) .. '-' .. string.char(2 * bit - 1) .. ']*'
   local moved = {MARKER, '1'}
+  local names = {}
   redis.call('RENAME', parent, c0)
-  local ones = {}
-  for _, field in ipairs(redis.call('HKEYS', c0)) do
-    local first = string.byte(field, 1)
-    if first and math.floor(first / bit) % 2 == 1 then
-      ones[#ones + 1] = field
+  local cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', c0, cursor, 'MATCH', pattern, 'COUNT', 1000)
+    cursor = page[1]
+    local found = page[2]
+    for i = 1, #found, 2 do
+      local field = found[i]
+      names[#names + 1] = field
+      moved[#moved + 1] = string.char(string.byte(field, 1) - bit) .. string.sub(field, 2)
+      moved[#moved + 1] = found[i + 1]
     end
-  end
-  for j = 1, #ones, 1000 do
-    local names = {unpack(ones, j, math.min(j + 999, #ones))}
-    local values = redis.call('HMGET', c0, unpack(names))
-    for i, field in ipairs(names) do
-      moved[#moved + 1] = string.char(string.byte(field, 1) % bit) .. string.sub(field, 2)
-      moved[#moved + 1] = values[i]
-    end
-    redis.call('HDEL', c0, unpack(names))
+  until cursor == '0'
+  for j = 1, #names, 1000 do
+    redis.call('HDEL', c0, unpack(names, j, math.min(j + 999, #names)))
   end
   hset_all(c1, moved)
   return true
@@ -81,8 +89,7 @@ if not is_leaf(trie, tonumber(ARGV[1])) or held <= tonumber(ARGV[3])
     or (held <= ONE_SESSION_MOST and not holds_sessions(KEYS[2])) then
   return {0, epoch}
 end
-check_free(KEYS[3])
-check_free(KEYS[4])
+check_free(KEYS[3], KEYS[4])
 local place = tonumber(ARGV[2])
 if place == 7 or not move_half(KEYS[2], KEYS[3], KEYS[4], place) then
   local halves = split_pairs(KEYS[2], place, true)
@@ -100,8 +107,12 @@ end
 local score = redis.call('ZSCORE', KEYS[5], ARGV[4])
 if score then
   redis.call('ZREM', KEYS[5], ARGV[4])
-  redis.call('ZADD', KEYS[6], score, ARGV[5])
-  redis.call('ZADD', KEYS[7], score, ARGV[6])
+  if KEYS[6] == KEYS[7] then
+    redis.call('ZADD', KEYS[6], score, ARGV[5], score, ARGV[6])
+  else
+    redis.call('ZADD', KEYS[6], score, ARGV[5])
+    redis.call('ZADD', KEYS[7], score, ARGV[6])
+  end
 end
 redis.call('HSET', KEYS[1], 'epoch', epoch + 1, 'trie', with_bit(trie, tonumber(ARGV[1]), true))
 return {1, epoch + 1}

@@ -248,9 +248,10 @@ local function fields_in(key)
 end
 
 -- Refuses to write where a key already is: no script writes a bucket of
--- another shape, so one there is not the store's.
-local function check_free(key)
-  if redis.call('EXISTS', key) == 1 then
-    error({err = 'CORRUPT a key is already where a split or merge writes a bucket: ' .. key})
+-- another shape, so one there is not the store's. One EXISTS for all.
+local function check_free(...)
+  if redis.call('EXISTS', ...) > 0 then
+    error({err = 'CORRUPT a key is already where a split or merge writes a bucket: '
+      .. table.concat({...}, ' or ')})
   end
 end

@@ -494,3 +494,98 @@ async fn a_bucket_one_session_fills_is_not_split() {
     let got = reader.load(&id).await.unwrap().unwrap();
     assert_eq!(got.record, want);
 }
+
+/// Splits and merges at every bit of a byte. Two groups, so 3,000
+/// sessions take buckets nine levels and more below the groups' roots:
+/// below a byte's last bit a split picks child 1's fields by the range
+/// their first byte lies in and a merge moves child 1's back, at it both
+/// children are written anew; the sweeper then folds the expired sessions'
+/// buckets back. Every session field names an id its bucket holds, and
+/// every live session reads back whole, grown and shrunk.
+#[tokio::test]
+async fn splits_and_merges_at_every_bit_of_a_byte_keep_every_session() {
+    let server = server();
+    let layout = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    let mut raw = common::raw(&server).await;
+    let short = insert_all(&layout, 3000).await;
+    let kept = insert_all(&layout, 60).await;
+    let grown = survey(&mut raw, &layout).await;
+    assert_eq!(grown.sessions, 3060);
+    assert_eq!(grown.converted, 0);
+    assert!(grown.strays.is_empty(), "{:?}", grown.strays);
+    let shape = layout.shape().unwrap();
+    // The bit each ancestor of a bucket split by: every place of a byte.
+    let mut places = HashSet::new();
+    for leaf in &grown.buckets {
+        for up in 1..=leaf.depth() {
+            let parent = Node {
+                group: leaf.group,
+                node: leaf.node >> up,
+            };
+            places.insert(shape.split_bit(parent));
+        }
+    }
+    assert_eq!(places, (0..8).collect::<HashSet<u8>>());
+    check_fields(&mut raw, &layout, &grown.buckets).await;
+    let all: Vec<SessionId> = short.iter().chain(&kept).copied().collect();
+    let fresh = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    for (i, got) in fresh.load_many(&all).await.unwrap().iter().enumerate() {
+        let want = record_for(if i < 3000 { i } else { i - 3000 });
+        assert_eq!(got.as_ref().map(|s| &s.record), Some(&want), "session {i}");
+    }
+
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    for (i, id) in short.iter().enumerate() {
+        layout.save(id, &record_for(i), now + 2).await.unwrap();
+    }
+    wait_past(&mut raw, now + 2).await;
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default());
+    let report = sweeper.sweep_range(0..sweeper.units()).await.unwrap();
+    assert!(report.merges > 0);
+    let after = survey(&mut raw, &layout).await;
+    assert!(
+        after.buckets.len() * 4 < grown.buckets.len(),
+        "{} buckets left of {}",
+        after.buckets.len(),
+        grown.buckets.len()
+    );
+    assert_eq!(after.sessions, 60);
+    assert_eq!(after.converted, 0);
+    assert!(after.strays.is_empty(), "{:?}", after.strays);
+    assert_eq!(after.unindexed, 0);
+    check_fields(&mut raw, &layout, &after.buckets).await;
+    let fresh = Compact::new(common::manager(&server).await, two_groups())
+        .await
+        .unwrap();
+    for (i, id) in kept.iter().enumerate() {
+        let got = fresh.load(id).await.unwrap();
+        assert_eq!(got.map(|s| s.record), Some(record_for(i)), "kept {i}");
+    }
+    for id in &short {
+        assert_eq!(fresh.load(id).await.unwrap(), None);
+    }
+}
+
+/// Every session field of `buckets` names an id whose route, by the shape
+/// read now, is the bucket it lies in.
+async fn check_fields(
+    raw: &mut redis::aio::MultiplexedConnection,
+    layout: &Compact<Conn>,
+    buckets: &[Node],
+) {
+    let shape = layout.shape().unwrap();
+    for node in buckets {
+        let group = layout.fetch_shape(node.group).await.unwrap();
+        let fields: Vec<Vec<u8>> = raw.hkeys(shape.bucket_key(*node)).await.unwrap();
+        for field in fields.iter().filter(|f| f.len() == shape.field_len(*node)) {
+            let id = shape
+                .id_of(*node, field)
+                .unwrap_or_else(|| panic!("{node:?} holds a field of no id: {field:?}"));
+            assert_eq!(shape.leaf(&group, &id), *node, "{node:?}");
+        }
+    }
+}
