@@ -690,4 +690,18 @@ async fn creates_count_the_splits_of_each_round() {
     // 4,000 sessions in buckets of at most 64 fields, then 1,000 more:
     // the first round's creates fill buckets that are about to split.
     assert!(growing[0] > 0, "{growing:?}");
+    // The fill from empty is measured as a round of its own: every
+    // create counted, and a growing store splits all the while (16
+    // buckets to about a hundred), a fixed one never.
+    let fill = |i: usize| runs[i].fill.clone().expect("the fill is measured");
+    for i in 0..2 {
+        assert_eq!(fill(i).calls, 4_000);
+        assert!(fill(i).server_cpu_us > 0.0);
+    }
+    assert_eq!(fill(0).rounds_splits, vec![0]);
+    assert!(
+        fill(1).rounds_splits[0] >= 32,
+        "{:?}",
+        fill(1).rounds_splits
+    );
 }

@@ -287,11 +287,12 @@ fn print_run(run: &StoreRun, predicted: Option<f64>) {
     }
 }
 
-/// Creates round by round, where a growing store runs: the first round
-/// grows every store by a quarter, so a growing store splits its buckets
-/// while it creates; the later rounds fill the same quarter again into
-/// buckets already split (the deletes of each round leave them so, with
-/// no sweeper to merge them), which is a store at a steady size.
+/// Creates round by round, where a growing store runs: the fill from
+/// empty, where a growing store grows from its first buckets; the first
+/// round grows every store by a quarter, so a growing store splits its
+/// buckets while it creates; the later rounds fill the same quarter again
+/// into buckets already split (the deletes of each round leave them so,
+/// with no sweeper to merge them), which is a store at a steady size.
 fn creates_by_round(md: &mut String, rows: &[Row]) {
     if !rows.iter().any(|r| {
         r.run
@@ -302,7 +303,7 @@ fn creates_by_round(md: &mut String, rows: &[Row]) {
     }
     let _ = writeln!(
         md,
-        "\n## Creates round by round\n\nServer CPU per create in each round, µs, and the splits it set off per 1,000 creates (`RENAME`s in `INFO commandstats`: the split script sends one). The first round grows each store by a quarter; the later ones create as many again into the buckets the first left, with the deletes between them: a store at a steady size.\n\n| profile | store | hash-max-listpack-value | µs per create, by round | splits per 1,000 creates, by round |\n|---|---|---:|---|---|"
+        "\n## Creates round by round\n\nServer CPU per create, µs, and the splits it set off per 1,000 creates (`RENAME`s in `INFO commandstats`: the split script sends one, but for a split at a byte's last bit, one level in eight), in the fill that made the store from empty (store by store, so the other stores did not run between its calls) and in each round. The fill grows a growing store from its first buckets; the first round grows each store by a quarter; the later ones create as many again into the buckets the first left, with the deletes between them: a store at a steady size.\n\n| profile | store | hash-max-listpack-value | fill: µs per create / splits per 1,000 | µs per create, by round | splits per 1,000 creates, by round |\n|---|---|---:|---:|---|---|"
     );
     for row in rows {
         let run = &row.run;
@@ -310,12 +311,21 @@ fn creates_by_round(md: &mut String, rows: &[Row]) {
             continue;
         };
         let calls = create.calls.max(1) as f64;
+        let fill = run.fill.as_ref().map_or("-".to_owned(), |f| {
+            let splits = f.rounds_splits.first().copied().unwrap_or(0);
+            format!(
+                "{:.2} / {:.1}",
+                f.server_cpu_us,
+                splits as f64 * 1000.0 / f.calls.max(1) as f64
+            )
+        });
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             run.profile,
             run.store,
             run.hash_max_listpack_value,
+            fill,
             create
                 .rounds_cpu_us
                 .iter()

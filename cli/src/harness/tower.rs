@@ -104,6 +104,10 @@ pub struct StoreRun {
     pub bytes_per_session: f64,
     /// Keys the store added.
     pub keys: u64,
+    /// The creates that filled the store from empty (a growing store
+    /// growing from its first buckets all the while), as one round.
+    #[serde(default)]
+    pub fill: Option<OpRun>,
     /// One per [`OPS`].
     pub ops: Vec<OpRun>,
 }
@@ -156,7 +160,10 @@ pub async fn run(
     for c in contenders {
         wait_for_rehash(conn, Duration::from_secs(30)).await?;
         let before = MemorySample::read(conn).await?;
-        let created = create(&c.store, 0..plan.sessions, tasks, profile, expiry).await?;
+        let (fill, created) = timed(conn, plan.sessions, || {
+            create(&c.store, 0..plan.sessions, tasks, profile, expiry)
+        })
+        .await?;
         wait_for_rehash(conn, Duration::from_secs(30)).await?;
         let after = MemorySample::read(conn).await?;
         runs.push(StoreRun {
@@ -166,6 +173,7 @@ pub async fn run(
             bytes_per_session: after.used_memory.saturating_sub(before.used_memory) as f64
                 / plan.sessions.max(1) as f64,
             keys: after.keys.saturating_sub(before.keys),
+            fill: Some(summarize("fill", &[fill])),
             ops: Vec::new(),
         });
         ids.push(Arc::new(created));
