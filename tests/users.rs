@@ -22,6 +22,51 @@ async fn creates_in_flight_are_blocked_and_leftovers_swept() {
     .await;
 }
 
+/// On one server a create's index entry is written by the same script as
+/// its session (`compact_add.lua`), just before it: the script neither
+/// checks a grace nor looks for a tombstone (no `HEXISTS`), no command of
+/// its own writes the entry, and every session is listed. On a cluster
+/// (`tests/cluster.rs`) the same creates fall back to the entry first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_writes_its_entry_in_its_sessions_script() {
+    use sessionpack::Store;
+    let server = common::server();
+    let conn = common::manager(&server).await;
+    let layout = users::layout(conn.clone(), users::fixed(), "together").await;
+    let store: Store<_, (), u64> = Store::new(layout.clone())
+        .without_sweeper()
+        .with_ttl(std::time::Duration::from_secs(600));
+    // Loads the scripts and the clock estimate.
+    store.create(1, ()).await.unwrap();
+    let mut raw = common::raw(&server).await;
+    let before = [
+        common::calls(&mut raw, "evalsha").await,
+        common::calls(&mut raw, "hset").await,
+        common::calls(&mut raw, "hexists").await,
+    ];
+    let mut ids = std::collections::HashSet::new();
+    for _ in 0..40 {
+        ids.insert(store.create(7, ()).await.unwrap().id);
+    }
+    let after = [
+        common::calls(&mut raw, "evalsha").await,
+        common::calls(&mut raw, "hset").await,
+        common::calls(&mut raw, "hexists").await,
+    ];
+    assert_eq!(after[0] - before[0], 40, "one script per create");
+    assert_eq!(after[1] - before[1], 40, "one entry per create, no more");
+    assert_eq!(after[2], before[2], "no tombstone looked for");
+    let listed: std::collections::HashSet<_> = store
+        .sessions_of(&7)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed, ids);
+    users::assert_clean(&layout.audit_users().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoke_all_races_creates_touches_rotations_and_sweepers() {
     let server = common::server();

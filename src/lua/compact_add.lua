@@ -20,18 +20,25 @@
 -- record takes long ones, and the sweeper removes it). Where the server
 -- expires fields (SERVER_EXPIRY), every field written gets the expiry as
 -- its TTL and no index entry is kept.
--- In a store with a user index, the session's entry was written first
--- (src/users/mod.rs): the session is refused when it comes more than the
--- grace after the entry, by the server's clock, or when a revocation left
--- a tombstone beside its field (the field and the byte 0xc0, as
--- compact_common.lua's TOMBSTONE), as compact_insert.lua refuses it.
+-- In a store with a user index, the session's entry comes first
+-- (src/users/mod.rs). Where the server holds every key (one node, not a
+-- cluster), this script writes it (KEYS[3]), just before the session's
+-- field: no revocation or sweep can read the entry before the session is
+-- there, so none leaves a tombstone that a create of this id must
+-- heed, and there is no grace to check. Else the caller wrote it: the
+-- session is refused when it comes more than the grace after the entry,
+-- by the server's clock, or when a revocation left a tombstone beside its
+-- field (the field and the byte 0xc0, as compact_common.lua's TOMBSTONE),
+-- as compact_insert.lua refuses it.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the group's index ZSET
+-- KEYS[3], if named: the user index bucket the session's entry goes to
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the value; ARGV[4]: its expiry, unix seconds
 -- ARGV[5]: 'routed' for a growing store's bucket, else ''
--- ARGV[6]: when the session's index entry was written (unix seconds, by
---          the caller's estimate of the server's time), or '' for a
---          session no index holds; ARGV[7]: the grace, seconds (or '')
+-- ARGV[6], ARGV[7]: with KEYS[3], the entry's field and value; else
+--          when the session's index entry was written (unix seconds, by
+--          the caller's estimate of the server's time) and the grace,
+--          seconds, or both '' for a session no index holds
 -- ARGV[8..]: the pieces, if any
 -- Returns the expiry if created, 0 if the field is taken (or a tombstone
 -- stands beside it), -2 if the entry was written longer than the grace
@@ -48,7 +55,9 @@ if routed then
     return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
   end
 end
-if ARGV[6] ~= '' then
+if KEYS[3] then
+  redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
+elseif ARGV[6] ~= '' then
   local now = tonumber(redis.call('TIME')[1])
   local added, grace = tonumber(ARGV[6]), tonumber(ARGV[7])
   if now > added + grace or added > now + grace then

@@ -16,16 +16,24 @@
 //!
 //! # Order of writes
 //!
-//! A user's index bucket and a session's bucket may be in different
-//! cluster slots, so no script sees both. The writes are ordered so that
-//! every interleaving is safe:
+//! On a cluster a user's index bucket and a session's bucket may be in
+//! different slots, so no script sees both. The writes are ordered so
+//! that every interleaving is safe:
 //!
 //! - **Create** (and the new id of a rotation): the index entry first,
 //!   then the session, with a script that refuses it ([`crate::session::layout::Inserted::Late`])
 //!   when it comes more than the grace ([`UserIndexConfig::grace_secs`])
 //!   after the entry was written, or ([`crate::session::layout::Inserted::IdTaken`]) when a
 //!   tombstone stands beside its field. A create refused either way draws
-//!   a new id and writes a new entry.
+//!   a new id and writes a new entry. On a server that holds both keys (one
+//!   node, with or without replicas), a create writes the entry in its
+//!   session's own script instead, just before the session: no revocation
+//!   or sweep can read the entry before the session is there, so none
+//!   leaves a tombstone for it, and there is no grace to check. A cluster
+//!   refuses that script (`CROSSSLOT`, before it runs); the store
+//!   remembers the refusal and writes entries first from then on, as it
+//!   does for a rotation's copy, a record kept out of line and an expiry
+//!   too close to call by its clock estimate.
 //! - **Rotate** ([`crate::Store::rotate`]): the new id's entry first; then,
 //!   in the old session's bucket and only while that session is live, a
 //!   *forward* record naming the new id (beside the old field, lasting the

@@ -193,6 +193,10 @@ pub struct Compact<C> {
     piece_guess: Arc<std::sync::atomic::AtomicUsize>,
     /// Which script a touch tries first.
     touches: Arc<TouchRoute>,
+    /// Set once the server refused a script naming a user index bucket
+    /// beside a session's (`CROSSSLOT`: a cluster): creates then write
+    /// the entry with a command of its own first.
+    entries_apart: Arc<std::sync::atomic::AtomicBool>,
     /// Packs record data with the store's dictionary, if it has one, and
     /// unpacks what the namespace's processes packed.
     packer: Arc<Packer>,

@@ -340,6 +340,7 @@ where
             format: FORMAT_VERSION,
             piece_guess: Default::default(),
             touches: Default::default(),
+            entries_apart: Default::default(),
             packer,
             growth: None,
             recorded: None,

@@ -3,10 +3,13 @@
 //! sweep of entries whose sessions are gone.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 
 use redis::Value;
 
 use super::user_index::{self as users, Revoked, UserIndex, UserIndexAudit};
+use super::value::Form;
+use super::write::IndexEntry;
 use super::{Compact, parse_value};
 use crate::error::{Error, Result};
 use crate::scripts::{COMPACT_FORWARD, COMPACT_REVOKE, PIPELINE_CHUNK, USER_LABEL};
@@ -97,7 +100,9 @@ where
     /// and the id an earlier attempt recorded), the new id is recorded
     /// beside the old session between the two, while that is live (see
     /// [`crate::users`]). An entry left by an insert that did not store
-    /// its session is taken back, or else swept.
+    /// its session is taken back, or else swept. A plain create on a
+    /// server that holds both keys writes both in one script
+    /// ([`Compact::insert_together`]).
     pub(super) async fn insert_indexed(
         &self,
         users: &UserIndex,
@@ -109,11 +114,31 @@ where
     ) -> Result<Inserted> {
         let (bucket, check) = users.place(head);
         let key = users.key(bucket);
+        let entry = users::entry_value(check, None);
+        let together = match successor_of {
+            None => self.insert_together(&key, &entry, id, record, expiry).await,
+            Some(_) => Ok(None),
+        };
+        match together {
+            Ok(Some(inserted)) => {
+                // The script wrote the entry only where it went on to the
+                // session's field.
+                if inserted == Inserted::IdTaken {
+                    self.take_entry_back(&key, id).await;
+                }
+                return Ok(inserted);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.take_entry_back(&key, id).await;
+                return Err(e);
+            }
+        }
         let indexed_at = u64::from(self.stamp_now().await?);
         let _: () = redis::cmd("HSET")
             .arg(&key)
             .arg(id.as_bytes())
-            .arg(users::entry_value(check, None))
+            .arg(&entry)
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| Error::from_redis(e, || key.clone()))?;
@@ -142,6 +167,43 @@ where
             self.take_entry_back(&key, id).await;
         }
         Ok(inserted)
+    }
+
+    /// A create whose entry (`entry` in the index bucket `key`) is written
+    /// by the short insert script, just before the session, where the
+    /// server holds both keys (see `compact_add.lua`): one command, no
+    /// grace to check, no tombstone to look for. `None` where the two-step
+    /// insert must do it: a record kept out of line, an expiry too close
+    /// to call by the clock estimate, or a server that refuses keys of two
+    /// slots in one script (a cluster; remembered, so it is asked once).
+    async fn insert_together(
+        &self,
+        key: &str,
+        entry: &[u8],
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+    ) -> Result<Option<Inserted>> {
+        if self.entries_apart.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let form = self.form_of(record);
+        if form == Form::OutOfLine {
+            return Ok(None);
+        }
+        let at = match self.decide_expiry(expiry).await? {
+            Some(Ok(at)) => at,
+            Some(Err(())) => return Ok(Some(Inserted::AlreadyExpired)),
+            None => return Ok(None),
+        };
+        let together = IndexEntry::Together { key, value: entry };
+        match self.insert_added(id, form, record, at, together).await {
+            Err(Error::Redis(e)) if e.code() == Some("CROSSSLOT") => {
+                self.entries_apart.store(true, Ordering::Relaxed);
+                Ok(None)
+            }
+            other => other.map(Some),
+        }
     }
 
     /// Best effort: an entry whose session was not stored; the sweeper's

@@ -10,6 +10,19 @@ use crate::session::id::{InvalidIdExt, SessionId};
 use crate::session::layout::{Inserted, Layout, Written};
 use crate::ttl::Deadline;
 
+/// Where the user index entry of a session being inserted is.
+#[derive(Clone, Copy)]
+pub(super) enum IndexEntry<'a> {
+    /// No index holds the session.
+    None,
+    /// The caller wrote it at this time (unix seconds, by its estimate of
+    /// the server's clock).
+    WrittenAt(u64),
+    /// The insert's script writes it, before the session: the index
+    /// bucket's key and the entry's value.
+    Together { key: &'a str, value: &'a [u8] },
+}
+
 impl<C> Compact<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
@@ -17,9 +30,10 @@ where
     /// An insert of a record kept in its bucket (whole in its value, or in
     /// pieces), with the expiry decided: one short script
     /// (`compact_add.lua`; in a growing store after the route's check;
-    /// in a store with a user index, `indexed_at` says when the session's
-    /// entry was written, and the script refuses a late session or a
-    /// revoked id as `compact_insert.lua` does).
+    /// in a store with a user index, `entry` says where the session's
+    /// entry is: written at a time, and the script refuses a late session
+    /// or a revoked id as `compact_insert.lua` does, or written by the
+    /// script itself, on a server that holds both keys).
     /// The value goes first, so a taken id writes nothing, and a piece an
     /// earlier session of the id left behind is overwritten before anyone
     /// can read it. A script rather than a `MULTI`/`EXEC`: one command, so
@@ -33,23 +47,35 @@ where
         form: Form,
         record: &[u8],
         at: u64,
-        indexed_at: Option<u64>,
+        entry: IndexEntry<'_>,
     ) -> Result<Inserted> {
         let payload = form.payload(record);
-        let (indexed_at, grace) = match (&self.users, indexed_at) {
-            (Some(users), Some(at)) => (at.to_string(), users.config().grace_secs.to_string()),
-            _ => (String::new(), String::new()),
+        let (entry_key, (arg6, arg7)) = match (&self.users, entry) {
+            (Some(users), IndexEntry::WrittenAt(at)) => (
+                None,
+                (
+                    at.to_string().into_bytes(),
+                    users.config().grace_secs.to_string().into_bytes(),
+                ),
+            ),
+            (Some(_), IndexEntry::Together { key, value }) => {
+                (Some(key), (id.as_bytes().to_vec(), value.to_vec()))
+            }
+            _ => (None, (Vec::new(), Vec::new())),
         };
         let value = form.value(&payload, at);
         let pieces = form.pieces(&payload);
         let code: i64 = self
             .call(id, |k| {
                 let mut inv = self.short_invocation(self.script(&COMPACT_ADD), k);
+                if let Some(key) = entry_key {
+                    inv.key(key);
+                }
                 inv.arg(&value)
                     .arg(at)
                     .arg(scripts::routed(k.route.is_some()))
-                    .arg(&indexed_at)
-                    .arg(&grace);
+                    .arg(&arg6)
+                    .arg(&arg7);
                 for piece in &pieces {
                     inv.arg(*piece);
                 }
@@ -96,7 +122,10 @@ where
         let form = self.form_of(record);
         if form != Form::OutOfLine {
             match self.decide_expiry(expiry).await? {
-                Some(Ok(at)) => return self.insert_added(id, form, record, at, indexed_at).await,
+                Some(Ok(at)) => {
+                    let entry = indexed_at.map_or(IndexEntry::None, IndexEntry::WrittenAt);
+                    return self.insert_added(id, form, record, at, entry).await;
+                }
                 Some(Err(())) => return Ok(Inserted::AlreadyExpired),
                 None => {}
             }
