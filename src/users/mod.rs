@@ -32,8 +32,8 @@
 //!   leaves a tombstone for it, and there is no grace to check. A cluster
 //!   refuses that script (`CROSSSLOT`, before it runs); the store
 //!   remembers the refusal and writes entries first from then on, as it
-//!   does for a rotation's copy, a record kept out of line and an expiry
-//!   too close to call by its clock estimate.
+//!   does for a rotation's copy, a record kept out of line, an expiry
+//!   too close to call by its clock estimate and a batch of creates.
 //! - **Rotate** ([`crate::Store::rotate`]): the new id's entry first; then,
 //!   in the old session's bucket and only while that session is live, a
 //!   *forward* record naming the new id (beside the old field, lasting the

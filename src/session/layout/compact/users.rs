@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use redis::Value;
 
 use super::user_index::{self as users, Revoked, UserIndex, UserIndexAudit};
-use super::value::Form;
 use super::write::IndexEntry;
 use super::{Compact, parse_value};
 use crate::error::{Error, Result};
@@ -187,22 +186,13 @@ where
         if self.entries_apart.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let form = self.form_of(record);
-        if form == Form::OutOfLine {
-            return Ok(None);
-        }
-        let at = match self.decide_expiry(expiry).await? {
-            Some(Ok(at)) => at,
-            Some(Err(())) => return Ok(Some(Inserted::AlreadyExpired)),
-            None => return Ok(None),
-        };
         let together = IndexEntry::Together { key, value: entry };
-        match self.insert_added(id, form, record, at, together).await {
+        match self.insert_short(id, record, expiry, together).await {
             Err(Error::Redis(e)) if e.code() == Some("CROSSSLOT") => {
                 self.entries_apart.store(true, Ordering::Relaxed);
                 Ok(None)
             }
-            other => other.map(Some),
+            other => other,
         }
     }
 

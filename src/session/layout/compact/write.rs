@@ -119,16 +119,9 @@ where
         expiry: Deadline,
         indexed_at: Option<u64>,
     ) -> Result<Inserted> {
-        let form = self.form_of(record);
-        if form != Form::OutOfLine {
-            match self.decide_expiry(expiry).await? {
-                Some(Ok(at)) => {
-                    let entry = indexed_at.map_or(IndexEntry::None, IndexEntry::WrittenAt);
-                    return self.insert_added(id, form, record, at, entry).await;
-                }
-                Some(Err(())) => return Ok(Inserted::AlreadyExpired),
-                None => {}
-            }
+        let entry = indexed_at.map_or(IndexEntry::None, IndexEntry::WrittenAt);
+        if let Some(inserted) = self.insert_short(id, record, expiry, entry).await? {
+            return Ok(inserted);
         }
         let code = self
             .call(id, |k| {
@@ -136,6 +129,31 @@ where
             })
             .await?;
         Ok(Inserted::from_code(code))
+    }
+
+    /// The short script's insert ([`Compact::insert_added`]) where it can
+    /// decide: a record kept in its bucket, and an expiry the clock
+    /// estimate can call (one surely past writes nothing). `None` where
+    /// the full insert script must.
+    pub(super) async fn insert_short(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+        entry: IndexEntry<'_>,
+    ) -> Result<Option<Inserted>> {
+        let form = self.form_of(record);
+        if form == Form::OutOfLine {
+            return Ok(None);
+        }
+        match self.decide_expiry(expiry).await? {
+            Some(Ok(at)) => self
+                .insert_added(id, form, record, at, entry)
+                .await
+                .map(Some),
+            Some(Err(())) => Ok(Some(Inserted::AlreadyExpired)),
+            None => Ok(None),
+        }
     }
 
     /// After an `HSETNX` that found the field: the same live record there
