@@ -38,7 +38,9 @@
 # profile; `actix-quickstart` what ActixStore::connect gives and what a
 # user index adds to each call; `actix-concurrency` the user-id profile with 4, 16 and 64 calls
 # in flight. `tower-growing` the tower-sessions store on buckets that grow
-# beside fixed buckets and the peer crate; `quickstart` what
+# beside fixed buckets and the peer crate; `growth-instructions` the same
+# stores' creates in server instructions (callgrind), which the machine's
+# load does not move; `quickstart` what
 # TowerStore::connect gives (growing, packed) per session shape beside the
 # peer on Redis 7.0 and Valkey 9.1.2. `sweep` also measures Redis's
 # own active expiry of key-per-session keys, what the peers pay. `day` a
@@ -52,7 +54,7 @@ scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-growing day actix actix-quickstart actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
+[ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-growing growth-instructions day actix actix-quickstart actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
   case "$part" in
     1m) $sp bench memory --sessions 1000000 --bucket-bits 8,14,16,20 --out analysis/runs/1m ;;
@@ -133,6 +135,7 @@ for part in "${parts[@]}"; do
       cargo build --release --quiet -p sessionpack-cli --features peer-bench
       $sp bench tower --sessions 200000 --dictionary --out analysis/tower
       cargo build --release --quiet -p sessionpack-cli ;;
+    growth-instructions) scripts/growth-instructions.sh ;;
     tower-growing)
       # The store as TowerStore::connect opens it (buckets that grow)
       # beside the advisor's fixed count and the peer crate, interleaved.
