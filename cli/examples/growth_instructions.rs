@@ -205,12 +205,11 @@ async fn main() -> Res<()> {
         for id in ids.iter().chain(&more).step_by(2) {
             store.delete(id).await.map_err(|e| e.to_string())?;
         }
-        let shrunk = buckets(&store).await?;
         let groups: Vec<u32> = (0..store.layout().buckets().count()).collect();
-        if store.layout().reshape_thresholds().is_some() {
-            store.layout().reshape_groups(&groups).await?;
-        }
-        let merged = shrunk - buckets(&store).await?;
+        let merged = match store.layout().reshape_thresholds() {
+            Some(_) => store.layout().reshape_groups(&groups).await?.merges,
+            None => 0,
+        };
         let (regrow, _) = run.phase("regrow", &store, 2 * n..2 * n + n / 2).await?;
         rows.push((label, [fill, grow, regrow], merged));
     }
