@@ -52,10 +52,10 @@ out=analysis/growth/instructions.md
   echo "in flight; cli/examples/growth_instructions.rs)."
   echo "Instructions the server ran per create, counted from zero to a dump"
   echo "around each phase: **fill** from empty to $sessions sessions, **grow** by"
-  echo "half as many again, **regrow** as many again after every other"
-  echo "session was deleted and the growing store's groups were reshaped as"
-  echo "the sweeper does. Splits and merges are the change in the buckets the"
-  echo "shapes hold."
+  echo "half as many again, **regrow** by half as many again after every"
+  echo "other session was deleted and the growing store's groups were reshaped"
+  echo "as the sweeper does. Splits are the change in the buckets the shapes"
+  echo "hold within a phase; merges are what the reshape reported."
   for pair in "${profiles[@]}"; do
     profile=${pair%:*}
     target/release/examples/growth_instructions "redis://127.0.0.1:$port" "$server" "$dir" \

@@ -16,8 +16,9 @@
 //!   sweeper does (merges), then `N / 2` creates again: a store whose
 //!   traffic comes and goes (the fixed store is not shrunk).
 //!
-//! Splits and merges are counted exactly, by the buckets the shapes hold
-//! before and after a phase.
+//! Splits are counted exactly, by the buckets the shapes hold before and
+//! after a phase (no sweeper runs in one, so nothing merges there); merges
+//! are what the reshape reports.
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
