@@ -368,6 +368,54 @@ async fn tokens_are_lifted_out_in_new_namespaces_and_older_ones_keep_their_form(
     assert!(sizes[0] < sizes[1], "{sizes:?} bytes, lifted and not");
 }
 
+/// An app session that names its tenant by a UUID, as many apps do.
+fn with_tenant(n: u64) -> HashMap<String, Value> {
+    let hex: String = digest(n + 7)[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let uuid = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    );
+    let mut data = app_session(n);
+    data.insert("tenant".into(), Value::String(uuid));
+    data
+}
+
+#[tokio::test]
+async fn uuids_are_lifted_in_new_namespaces_and_older_ones_keep_their_text() {
+    let server = common::server();
+    let new = recorded_with(&server, "new", dictionary::UUID_FORMAT).await;
+    let older = recorded_with(&server, "older", dictionary::UUID_FORMAT - 1).await;
+    // The digest's 32 bytes and the csrf token's 64 hex digits as 32 in
+    // both; the tenant's 36 characters as 16 bytes only in the new one,
+    // which the older version's processes would not unpack.
+    for (store, lifted) in [(&new, 80), (&older, 64)] {
+        store
+            .create_data(1, &with_tenant(1), in_an_hour(), || 0)
+            .await
+            .unwrap();
+        let value = raw_value(&server, store, 1).await;
+        let data_at = record_at(&value);
+        assert_eq!(&value[data_at..data_at + 2], &[PACKED, 1]);
+        assert_eq!(value[data_at + 2], lifted);
+        assert_eq!(store.load_data(1).await.unwrap().unwrap().0, with_tenant(1));
+    }
+    // A process of this version that never held the dictionary reads both.
+    for namespace in ["new", "older"] {
+        let reader = store(&server, CompactConfig::new(4).with_namespace(namespace)).await;
+        assert_eq!(
+            reader.load_data(1).await.unwrap().unwrap().0,
+            with_tenant(1)
+        );
+    }
+}
+
 #[tokio::test]
 async fn owners_stay_readable_to_the_user_index_when_data_is_packed() {
     let server = common::server();

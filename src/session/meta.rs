@@ -26,9 +26,11 @@ use crate::scripts::META_CLAIM;
 /// packed record's random tokens out before packing the rest
 /// ([`crate::session::dictionary::LIFTED_FORMAT`]); 7 gives a record's
 /// pieces short names where its bucket has them free
-/// ([`crate::session::layout::compact::SHORT_PIECES_FORMAT`]). A growing
-/// store records this format too.
-pub const FORMAT_VERSION: u32 = 7;
+/// ([`crate::session::layout::compact::SHORT_PIECES_FORMAT`]); 8 lifts
+/// UUIDs out of packed records too
+/// ([`crate::session::dictionary::UUID_FORMAT`]). A growing store records
+/// this format too.
+pub const FORMAT_VERSION: u32 = 8;
 /// The record format of a store whose buckets split and merge
 /// ([`crate::session::shape`]): keys named by group and trie node, fields
 /// as long as each bucket's level leaves them, out-of-line records named

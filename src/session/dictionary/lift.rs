@@ -20,7 +20,10 @@
 //! value whose header is longer than it needs to be, stay as they are.
 //!
 //! What counts as random: a run of at least [`MIN_TOKEN`] hex digits (of
-//! one case) holding a digit and a letter; in a value without whitespace,
+//! one case) holding a digit and a letter; in a namespace of record format
+//! [`super::UUID_FORMAT`] or later, a UUID in its 36-character form (hex
+//! digits of one case in groups of 8-4-4-4-12 between dashes), lifted as
+//! its 16 bytes, in text or not; in a value without whitespace,
 //! a run of at least [`MIN_TOKEN`] base64 characters (of one alphabet:
 //! `-_` or `+/`) holding an upper-case letter, a lower-case one and a
 //! digit, which words of any language rarely do; a binary of which fewer
@@ -48,7 +51,18 @@ enum Kind {
     Url = 4,
     /// Base64 characters (`A-Za-z0-9+/`).
     Std = 5,
+    /// A UUID of hex digits `0-9a-f`, its 32 digits two to a lifted byte,
+    /// its dashes implied (its segment's length field is 0: always
+    /// [`UUID_CHARS`]).
+    UuidLower = 6,
+    /// A UUID of hex digits `0-9A-F`.
+    UuidUpper = 7,
 }
+
+/// Characters of a UUID's text form.
+const UUID_CHARS: usize = 36;
+/// Where a UUID's text form has its dashes.
+const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
 
 impl Kind {
     fn from_bits(bits: u64) -> Option<Self> {
@@ -59,6 +73,8 @@ impl Kind {
             3 => Self::HexUpper,
             4 => Self::Url,
             5 => Self::Std,
+            6 => Self::UuidLower,
+            7 => Self::UuidUpper,
             _ => return None,
         })
     }
@@ -66,8 +82,8 @@ impl Kind {
     /// The alphabet of a kind coded a character at a time.
     fn alphabet(self) -> &'static [u8] {
         match self {
-            Self::HexLower => b"0123456789abcdef",
-            Self::HexUpper => b"0123456789ABCDEF",
+            Self::HexLower | Self::UuidLower => b"0123456789abcdef",
+            Self::HexUpper | Self::UuidUpper => b"0123456789ABCDEF",
             Self::Url => b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
             Self::Std => b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
             Self::Literal | Self::Raw => b"",
@@ -77,8 +93,8 @@ impl Kind {
     /// Each byte's place in the kind's alphabet, where it has one.
     fn index(self, c: u8) -> Option<u8> {
         let table = match self {
-            Self::HexLower => &HEX_LOWER,
-            Self::HexUpper => &HEX_UPPER,
+            Self::HexLower | Self::UuidLower => &HEX_LOWER,
+            Self::HexUpper | Self::UuidUpper => &HEX_UPPER,
             Self::Url => &URL,
             Self::Std => &STD,
             Self::Literal | Self::Raw => return None,
@@ -89,7 +105,7 @@ impl Kind {
     /// Bits a character of this kind takes in the lifted bytes.
     fn bits(self) -> usize {
         match self {
-            Self::HexLower | Self::HexUpper => 4,
+            Self::HexLower | Self::HexUpper | Self::UuidLower | Self::UuidUpper => 4,
             Self::Url | Self::Std => 6,
             Self::Literal | Self::Raw => 8,
         }
@@ -100,8 +116,38 @@ impl Kind {
     fn lifted_len(self, len: usize) -> Option<usize> {
         match self {
             Self::Literal => Some(0),
+            Self::UuidLower | Self::UuidUpper => (len == UUID_CHARS).then_some(16),
             _ => Some(len.checked_mul(self.bits())?.div_ceil(8)),
         }
+    }
+
+    fn is_uuid(self) -> bool {
+        matches!(self, Self::UuidLower | Self::UuidUpper)
+    }
+
+    /// What a segment of this kind and `len` characters writes in its
+    /// length field: a UUID's length is implied.
+    fn len_field(self, len: usize) -> u64 {
+        if self.is_uuid() { 0 } else { len as u64 }
+    }
+
+    /// The UUID kind of `text`, where it is one UUID's 36 characters.
+    fn uuid_of(text: &[u8]) -> Option<Self> {
+        if text.len() != UUID_CHARS {
+            return None;
+        }
+        let digits = || {
+            text.iter()
+                .enumerate()
+                .filter(|(i, _)| !UUID_DASHES.contains(i))
+                .map(|(_, b)| *b)
+        };
+        if UUID_DASHES.iter().any(|&i| text[i] != b'-') {
+            return None;
+        }
+        [Self::UuidLower, Self::UuidUpper]
+            .into_iter()
+            .find(|kind| digits().all(|b| kind.index(b).is_some()))
     }
 }
 
@@ -132,8 +178,9 @@ pub(super) struct Lifted {
 
 /// `data` with its random tokens lifted out, but those `keep` holds (the
 /// dictionary's), or `None` where nothing is (no tokens, or not
-/// MessagePack).
-pub(super) fn lift(data: &[u8], keep: impl Fn(&[u8]) -> bool) -> Option<Lifted> {
+/// MessagePack). UUIDs are tokens where `uuids` says so (record format
+/// [`super::UUID_FORMAT`] on).
+pub(super) fn lift(data: &[u8], uuids: bool, keep: impl Fn(&[u8]) -> bool) -> Option<Lifted> {
     let mut out = Lifted {
         lifted: Vec::new(),
         rest: Vec::with_capacity(data.len()),
@@ -144,7 +191,7 @@ pub(super) fn lift(data: &[u8], keep: impl Fn(&[u8]) -> bool) -> Option<Lifted> 
         let end = item.end();
         match item.payload(data) {
             Some((payload, is_bin)) if item.is_shortest() && payload.len() >= MIN_TOKEN => {
-                let segments = segments(payload, is_bin, &keep);
+                let segments = segments(payload, is_bin, uuids, &keep);
                 if segments.iter().any(|s| s.kind != Kind::Literal) {
                     escape(&mut out, payload, is_bin, &segments);
                 } else {
@@ -192,7 +239,12 @@ struct Segment {
 
 /// How a string's or a binary's bytes divide into literal and random
 /// runs, those `keep` holds left literal.
-fn segments(payload: &[u8], is_bin: bool, keep: &impl Fn(&[u8]) -> bool) -> Vec<Segment> {
+fn segments(
+    payload: &[u8],
+    is_bin: bool,
+    uuids: bool,
+    keep: &impl Fn(&[u8]) -> bool,
+) -> Vec<Segment> {
     if is_bin && payload.iter().filter(|b| is_printable(**b)).count() * 4 < payload.len() * 3 {
         if keep(payload) {
             return Vec::new();
@@ -219,7 +271,7 @@ fn segments(payload: &[u8], is_bin: bool, keep: &impl Fn(&[u8]) -> bool) -> Vec<
                 .iter()
                 .take_while(|b| is_token_char(**b))
                 .count();
-        for token in tokens(&payload[at..end], text) {
+        for token in tokens(&payload[at..end], text, uuids) {
             let start = at + token.start;
             if keep(&payload[start..start + token.len]) {
                 continue;
@@ -246,11 +298,14 @@ fn segments(payload: &[u8], is_bin: bool, keep: &impl Fn(&[u8]) -> bool) -> Vec<
     out
 }
 
-/// The random runs in a run of token characters, placed within it: hex
-/// digits, and base64 unless the run is in `text`.
-fn tokens(run: &[u8], text: bool) -> Vec<Segment> {
+/// The random runs in a run of token characters, placed within it: UUIDs
+/// where `uuids` says, hex digits, and base64 unless the run is in `text`.
+fn tokens(run: &[u8], text: bool, uuids: bool) -> Vec<Segment> {
     if run.len() < MIN_TOKEN {
         return Vec::new();
+    }
+    if uuids && let Some(found) = uuid_tokens(run, text) {
+        return found;
     }
     for kind in [Kind::HexLower, Kind::HexUpper] {
         if run.iter().all(|b| kind.index(*b).is_some())
@@ -300,6 +355,43 @@ fn tokens(run: &[u8], text: bool) -> Vec<Segment> {
     out
 }
 
+/// The UUIDs in `run` and the random runs between them, or `None` where
+/// it holds no UUID. A UUID is taken where it begins (the first of two
+/// that overlap), so a longer run of hex digits and dashes gives up the
+/// UUID inside it.
+fn uuid_tokens(run: &[u8], text: bool) -> Option<Vec<Segment>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    let mut at = 0;
+    while at + UUID_CHARS <= run.len() {
+        let Some(kind) = Kind::uuid_of(&run[at..at + UUID_CHARS]) else {
+            at += 1;
+            continue;
+        };
+        let before = tokens(&run[from..at], text, false);
+        out.extend(before.into_iter().map(|s| Segment {
+            start: s.start + from,
+            ..s
+        }));
+        out.push(Segment {
+            kind,
+            start: at,
+            len: UUID_CHARS,
+        });
+        at += UUID_CHARS;
+        from = at;
+    }
+    if out.is_empty() {
+        return None;
+    }
+    let after = tokens(&run[from..], text, false);
+    out.extend(after.into_iter().map(|s| Segment {
+        start: s.start + from,
+        ..s
+    }));
+    Some(out)
+}
+
 fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+' | b'/')
 }
@@ -316,11 +408,18 @@ fn escape(out: &mut Lifted, payload: &[u8], is_bin: bool, segments: &[Segment]) 
         ((segments.len() as u64) << 1) | u64::from(is_bin),
     );
     for s in segments {
-        put_varint(&mut out.rest, ((s.len as u64) << 3) | s.kind as u64);
+        put_varint(
+            &mut out.rest,
+            (s.kind.len_field(s.len) << 3) | s.kind as u64,
+        );
         let bytes = &payload[s.start..s.start + s.len];
         match s.kind {
             Kind::Literal => out.rest.extend_from_slice(bytes),
             Kind::Raw => out.lifted.extend_from_slice(bytes),
+            kind if kind.is_uuid() => {
+                let digits: Vec<u8> = bytes.iter().copied().filter(|b| *b != b'-').collect();
+                pack_chars(kind, &digits, &mut out.lifted);
+            }
             kind => pack_chars(kind, bytes, &mut out.lifted),
         }
     }
@@ -341,6 +440,11 @@ fn unescape(
         let word = get_varint(rest, &mut at)?;
         let kind = Kind::from_bits(word & 7).ok_or("a lifted segment of no known kind")?;
         let len = usize::try_from(word >> 3).map_err(|_| "a lifted segment too long")?;
+        let len = match (kind.is_uuid(), len) {
+            (true, 0) => UUID_CHARS,
+            (true, _) => return Err("a lifted UUID with a length".into()),
+            (false, len) => len,
+        };
         match kind {
             Kind::Literal => {
                 let bytes = rest
@@ -358,6 +462,15 @@ fn unescape(
                 *lifted = left;
                 if kind == Kind::Raw {
                     payload.extend_from_slice(bytes);
+                } else if kind.is_uuid() {
+                    let mut digits = Vec::with_capacity(32);
+                    unpack_chars(kind, bytes, 32, &mut digits);
+                    for (i, digit) in digits.into_iter().enumerate() {
+                        if matches!(i, 8 | 12 | 16 | 20) {
+                            payload.push(b'-');
+                        }
+                        payload.push(digit);
+                    }
                 } else {
                     unpack_chars(kind, bytes, len, &mut payload);
                 }
@@ -528,8 +641,20 @@ impl Item {
 mod tests {
     use super::*;
 
+    /// `data` lifted as a namespace before [`super::super::UUID_FORMAT`]
+    /// lifts it, checked to lower to itself, and lowering to itself when
+    /// lifted with UUIDs too.
     fn round_trip(data: &[u8]) -> Option<Lifted> {
-        let lifted = lift(data, |_| false);
+        round_trip_uuids(data);
+        round_trip_with(data, false)
+    }
+
+    fn round_trip_uuids(data: &[u8]) -> Option<Lifted> {
+        round_trip_with(data, true)
+    }
+
+    fn round_trip_with(data: &[u8], uuids: bool) -> Option<Lifted> {
+        let lifted = lift(data, uuids, |_| false);
         if let Some(l) = &lifted {
             assert_eq!(lower(&l.rest, &l.lifted).unwrap(), data);
         }
@@ -602,6 +727,52 @@ mod tests {
     }
 
     #[test]
+    fn uuids_are_lifted_as_sixteen_bytes_where_the_format_has_them() {
+        let lower_uuid = "550e8400-e29b-41d4-a716-446655440000";
+        let upper_uuid = "F47AC10B-58CC-4372-A567-0E02B2C3D479";
+        let data = map(vec![
+            ("user_id", s(lower_uuid)),
+            ("tenant", s(&format!("tenant-{upper_uuid}"))),
+            ("note", s(&format!("order {lower_uuid} shipped"))),
+        ]);
+        // Before the format, a lower-case UUID is no token (and the
+        // upper-case one with "tenant-" is base64url).
+        let alone = map(vec![("u", s(lower_uuid))]);
+        assert_eq!(round_trip(&alone), None, "not before the format");
+        let lifted = round_trip_uuids(&data).expect("lifted");
+        let bytes = |uuid: &str| hex::decode(uuid.replace('-', "")).unwrap();
+        assert_eq!(
+            lifted.lifted,
+            [bytes(lower_uuid), bytes(upper_uuid), bytes(lower_uuid)].concat()
+        );
+        let rest = String::from_utf8_lossy(&lifted.rest);
+        assert!(
+            rest.contains("tenant-") && rest.contains(" shipped"),
+            "{rest}"
+        );
+        assert!(!rest.contains("550e8400"), "{rest}");
+        // A UUID's escape: the escape, one segment, its kind (no length).
+        let alone = round_trip_uuids(&alone).unwrap();
+        assert_eq!(alone.rest.len(), 3 + 3, "{:?}", alone.rest);
+        for text in [
+            "550e8400-e29b-41d4-A716-446655440000",
+            "550e8400-e29b-41d4-a716-44665544000",
+            "550e8400e29b-41d4-a716-4466554400001",
+            "550e8400-e29b-41d4-a716_446655440000",
+        ] {
+            // Mixed case, short, a dash out of place: no UUID, lifted as
+            // before the format (mixed case as base64url).
+            let data = map(vec![("v", s(text))]);
+            assert_eq!(round_trip_uuids(&data), round_trip(&data), "{text}");
+        }
+        // Around a UUID the other tokens are found as before.
+        let hex = "9f86d081884c7d659a2feaa0c55ad015";
+        let joined = map(vec![("v", s(&format!("{hex}{lower_uuid}{hex}")))]);
+        let lifted = round_trip_uuids(&joined).unwrap();
+        assert_eq!(lifted.lifted.len(), 16 * 3);
+    }
+
+    #[test]
     fn base64_runs_in_text_are_left_to_zstd_and_hex_is_not() {
         let hex = "9f86d081884c7d659a2feaa0c55ad015";
         let words = "Kx9vQ2mZ7pLw3RtY8nBc Zq1Wd4Hs6Jk0Fv5Gx2Lm was the code";
@@ -653,18 +824,18 @@ mod tests {
         // str16 for 32 bytes: not the shortest header.
         let mut long_header = vec![0x81, 0xa1, b'v', 0xda, 0, 32];
         long_header.extend_from_slice(hex.as_bytes());
-        assert_eq!(lift(&long_header, |_| false), None);
+        assert_eq!(lift(&long_header, false, |_| false), None);
         let mut cut = map(vec![("v", s(hex))]);
         cut.pop();
-        assert_eq!(lift(&cut, |_| false), None);
-        assert_eq!(lift(&[0xc1, 0x01], |_| false), None);
-        assert_eq!(lift(b"", |_| false), None);
+        assert_eq!(lift(&cut, false, |_| false), None);
+        assert_eq!(lift(&[0xc1, 0x01], false, |_| false), None);
+        assert_eq!(lift(b"", false, |_| false), None);
     }
 
     #[test]
     fn damaged_lifts_are_refused() {
         let data = map(vec![("v", s("9f86d081884c7d659a2feaa0c55ad015"))]);
-        let l = lift(&data, |_| false).unwrap();
+        let l = lift(&data, false, |_| false).unwrap();
         assert!(lower(&l.rest, &l.lifted[1..]).is_err(), "lifted cut short");
         let mut more = l.lifted.clone();
         more.push(0);
@@ -672,7 +843,7 @@ mod tests {
         assert!(lower(&l.rest[..l.rest.len() - 1], &l.lifted).is_err());
         for bad in [
             &[0xc1][..],
-            &[0xc1, 0x02, 0x07][..],
+            &[0xc1, 0x02, 0x07 | (36 << 3) as u8][..],
             &[0xc1, 0x02, 0xf8, 0xff][..],
         ] {
             assert!(lower(bad, &[1, 2, 3]).is_err(), "{bad:?}");

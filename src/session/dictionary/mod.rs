@@ -15,7 +15,7 @@
 //! [`LIFTED_FORMAT`] or later the data's random tokens are lifted out
 //! first (see `lift.rs`): after the id come the number of lifted bytes (a
 //! varint, one byte under 128), the lifted bytes, then the frame of the
-//! rest. Only the data after a record's owner is packed, so the scripts
+//! rest; from record format [`UUID_FORMAT`] UUIDs are lifted too. Only the data after a record's owner is packed, so the scripts
 //! still see who owns a session. Data that would not get shorter is kept
 //! as it is.
 //!
@@ -62,6 +62,10 @@ pub const PACKED_FORMAT: u32 = 3;
 /// lifted out before zstd packs the rest (the module's docs). Versions
 /// before it refuse such a namespace, whose records they would misread.
 pub const LIFTED_FORMAT: u32 = 6;
+/// The record format from which UUIDs in their text form are lifted out
+/// too, 16 bytes each (see `lift.rs`). Versions before it refuse such a
+/// namespace, whose records they would not unpack.
+pub const UUID_FORMAT: u32 = 8;
 /// One sample in this many a dictionary also trains on whole, its tokens
 /// in place ([`Dictionary::train`]).
 #[cfg(feature = "compression")]
@@ -116,7 +120,8 @@ impl Dictionary {
     /// Trains a dictionary of at most `max_bytes` on sample record data
     /// (what the store packs: a record's data after its owner), both as
     /// they come and with their random tokens lifted out as a store of
-    /// [`LIFTED_FORMAT`] lifts them. A few thousand samples of the app's own sessions make a good
+    /// this version's record format lifts them (UUIDs too:
+    /// [`UUID_FORMAT`]). A few thousand samples of the app's own sessions make a good
     /// one; samples the dictionary is later measured on should not be
     /// among them.
     #[cfg(feature = "compression")]
@@ -131,7 +136,7 @@ impl Dictionary {
             .enumerate()
             .flat_map(|(n, s)| {
                 let s = s.as_ref();
-                let rest = lift::lift(s, |_| false).map(|l| l.rest);
+                let rest = lift::lift(s, true, |_| false).map(|l| l.rest);
                 let whole = (rest.is_none() || n % WHOLE_EVERY == 0).then(|| s.to_vec());
                 whole.into_iter().chain(rest)
             })
@@ -150,7 +155,7 @@ impl Dictionary {
     /// data, as [`Dictionary::train`] takes it): packed where that is
     /// shorter. What `sessionpack dictionary train` and the advisor report.
     pub fn stored_sizes<S: AsRef<[u8]>>(&self, data: &[S]) -> Result<Vec<usize>> {
-        let packer = Packer::new("", true).packing_with(self)?;
+        let packer = Packer::new("", crate::session::meta::FORMAT_VERSION).packing_with(self)?;
         Ok(data
             .iter()
             .map(|d| packer.pack_now(d.as_ref().to_vec()).len())
@@ -233,8 +238,9 @@ impl Dictionary {
 #[derive(Default)]
 pub(crate) struct Packer {
     namespace: String,
-    /// Whether it lifts tokens out ([`LIFTED_FORMAT`]).
-    lifts: bool,
+    /// The namespace's record format, which says whether it lifts tokens
+    /// out ([`LIFTED_FORMAT`]) and UUIDs with them ([`UUID_FORMAT`]).
+    format: u32,
     current: RwLock<Option<Arc<codec::Codec>>>,
     known: RwLock<HashMap<u8, Arc<codec::Codec>>>,
     /// Where the store learns its dictionary and has none yet.
@@ -253,12 +259,11 @@ impl std::fmt::Debug for Packer {
 
 impl Packer {
     /// A packer that packs nothing and unpacks what `namespace` holds,
-    /// in the form of its record format (`lifts`: [`LIFTED_FORMAT`] or
-    /// later).
-    pub(crate) fn new(namespace: &str, lifts: bool) -> Self {
+    /// in the form of its record `format`.
+    pub(crate) fn new(namespace: &str, format: u32) -> Self {
         Self {
             namespace: namespace.to_owned(),
-            lifts,
+            format,
             ..Self::default()
         }
     }
@@ -272,7 +277,7 @@ impl Packer {
     /// A packer that packs nothing yet and learns its dictionary from the
     /// data it is given to pack ([`learn`]). Without the `compression`
     /// feature, an [`Error::Config`].
-    pub(crate) fn learning(namespace: &str, lifts: bool, learning: Learning) -> Result<Self> {
+    pub(crate) fn learning(namespace: &str, format: u32, learning: Learning) -> Result<Self> {
         if !cfg!(feature = "compression") {
             return Err(Error::Config(
                 "a store that learns a dictionary needs sessionpack's `compression` feature".into(),
@@ -290,7 +295,7 @@ impl Packer {
         }
         Ok(Self {
             learner: Some(Learner::new(learning)),
-            ..Self::new(namespace, lifts)
+            ..Self::new(namespace, format)
         })
     }
 
@@ -334,7 +339,7 @@ impl Packer {
     /// shorter.
     pub(crate) fn pack_now(&self, data: Vec<u8>) -> Vec<u8> {
         match self.current() {
-            Some(codec) => pack_with(&codec, self.lifts, data),
+            Some(codec) => pack_with(&codec, self.lifting(), data),
             None => data,
         }
     }
@@ -348,7 +353,7 @@ impl Packer {
         C: redis::aio::ConnectionLike + Clone + Send,
     {
         if let Some(codec) = self.current() {
-            return pack_with(&codec, self.lifts, data);
+            return pack_with(&codec, self.lifting(), data);
         }
         let Some(learner) = &self.learner else {
             return data;
@@ -360,7 +365,7 @@ impl Packer {
             return data;
         };
         match self.learn(conn, learner, work).await {
-            Some(codec) => pack_with(&codec, self.lifts, data),
+            Some(codec) => pack_with(&codec, self.lifting(), data),
             None => data,
         }
     }
@@ -470,7 +475,7 @@ impl Packer {
             return Ok(Cow::Borrowed(data));
         };
         let codec = self.codec(conn, *id, &location).await?;
-        let unpacked = if self.lifts {
+        let unpacked = if self.lifting().is_some() {
             unpack_lifted(&codec, frame)
         } else {
             codec.unpack(frame)
@@ -529,11 +534,26 @@ impl Packer {
 /// of each built-in profile, the whole form was never the shorter.
 const SURE_TOKEN: usize = 32;
 
-fn pack_with(codec: &codec::Codec, lifts: bool, data: Vec<u8>) -> Vec<u8> {
+/// How a namespace's records lift their tokens: not at all (`None`), or
+/// with UUIDs lifted or not.
+#[derive(Clone, Copy, Debug)]
+struct Lifting {
+    uuids: bool,
+}
+
+impl Packer {
+    fn lifting(&self) -> Option<Lifting> {
+        (self.format >= LIFTED_FORMAT).then_some(Lifting {
+            uuids: self.format >= UUID_FORMAT,
+        })
+    }
+}
+
+fn pack_with(codec: &codec::Codec, lifting: Option<Lifting>, data: Vec<u8>) -> Vec<u8> {
     if data.len() < MIN_PACKED_INPUT {
         return data;
     }
-    let packed = if lifts {
+    let packed = if let Some(Lifting { uuids }) = lifting {
         // A token the dictionary holds (one every session carries) is left
         // where zstd finds it. Lifting pays for a long token seen once;
         // a short one, or one the record repeats (which zstd would match),
@@ -541,7 +561,7 @@ fn pack_with(codec: &codec::Codec, lifts: bool, data: Vec<u8>) -> Vec<u8> {
         // shorter kept.
         let doubtful = std::cell::Cell::new(false);
         let seen = std::cell::RefCell::new(Vec::new());
-        let lifted = lift::lift(&data, |token| {
+        let lifted = lift::lift(&data, uuids, |token| {
             if codec.holds(token) {
                 return true;
             }
@@ -857,7 +877,9 @@ mod tests {
     #[test]
     fn packed_data_unpacks_to_itself_and_is_shorter() {
         let dictionary = Dictionary::train(7, &samples(1000), 4096).unwrap();
-        let packer = Packer::new("t", false).packing_with(&dictionary).unwrap();
+        let packer = Packer::new("t", LIFTED_FORMAT - 1)
+            .packing_with(&dictionary)
+            .unwrap();
         for data in samples(1100).split_off(1000) {
             let packed = packer.pack_now(data.clone());
             assert!(
@@ -913,14 +935,18 @@ mod tests {
     fn random_tokens_are_lifted_and_one_every_session_carries_is_not() {
         let samples: Vec<_> = (0..1000).map(tokened).collect();
         let dictionary = Dictionary::train(3, &samples, 4096).unwrap();
-        let lifting = Packer::new("t", true).packing_with(&dictionary).unwrap();
-        let plain = Packer::new("t", false).packing_with(&dictionary).unwrap();
+        let lifting = Packer::new("t", LIFTED_FORMAT)
+            .packing_with(&dictionary)
+            .unwrap();
+        let plain = Packer::new("t", LIFTED_FORMAT - 1)
+            .packing_with(&dictionary)
+            .unwrap();
         let codec = lifting.current().unwrap();
         for n in 5000..5050 {
             let data = tokened(n);
             // The digest and the csrf token's 32 hex digits (as 16 bytes)
             // are lifted; the build id stays where the dictionary has it.
-            let lifted = lift::lift(&data, |t| codec.holds(t)).unwrap();
+            let lifted = lift::lift(&data, false, |t| codec.holds(t)).unwrap();
             assert_eq!(lifted.lifted.len(), 32 + 16);
             let packed = lifting.pack_now(data.clone());
             assert_eq!(unpack_lifted(&codec, &packed[2..]).unwrap(), data);
@@ -942,11 +968,71 @@ mod tests {
         assert!(unpack_lifted(&codec, &bad).is_err());
     }
 
+    /// A session whose user and tenant are UUIDs, as many apps' are.
+    fn with_uuids(n: u64) -> Vec<u8> {
+        let uuid = |salt: u64| {
+            let h = format!(
+                "{:016x}{:016x}",
+                (n ^ salt).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                (n ^ salt)
+                    .wrapping_mul(0xbf58_476d_1ce4_e5b9)
+                    .rotate_left(29)
+            );
+            format!(
+                "{}-{}-{}-{}-{}",
+                &h[..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..]
+            )
+        };
+        let locale = ["en-US", "de-DE"][(n % 2) as usize];
+        let map = serde_json::from_value(serde_json::json!({
+            "user_id": uuid(1),
+            "tenant_id": uuid(2),
+            "locale": locale,
+        }))
+        .unwrap();
+        crate::json_map::encode(&map).unwrap()
+    }
+
+    #[test]
+    fn uuids_are_lifted_from_their_format_on() {
+        let samples: Vec<_> = (0..1000).map(with_uuids).collect();
+        let dictionary = Dictionary::train(3, &samples, 4096).unwrap();
+        let with = Packer::new("t", UUID_FORMAT)
+            .packing_with(&dictionary)
+            .unwrap();
+        let before = Packer::new("t", UUID_FORMAT - 1)
+            .packing_with(&dictionary)
+            .unwrap();
+        let codec = with.current().unwrap();
+        let (mut packed_with, mut packed_before) = (0, 0);
+        for n in 5000..5100 {
+            let data = with_uuids(n);
+            let packed = with.pack_now(data.clone());
+            assert_eq!(unpack_lifted(&codec, &packed[2..]).unwrap(), data);
+            let old = before.pack_now(data.clone());
+            assert_eq!(unpack_lifted(&codec, &old[2..]).unwrap(), data);
+            packed_with += packed.len();
+            packed_before += old.len();
+        }
+        // Two UUIDs of 16 random bytes each: at least 10 bytes a session
+        // shorter than their 72 hex digits and dashes through zstd's table.
+        assert!(
+            packed_with + 100 * 10 <= packed_before,
+            "{packed_with} against {packed_before}"
+        );
+    }
+
     #[test]
     fn a_record_repeating_its_token_packs_whole_where_that_is_shorter() {
         let samples: Vec<_> = (0..1000).map(tokened).collect();
         let dictionary = Dictionary::train(3, &samples, 4096).unwrap();
-        let lifting = Packer::new("t", true).packing_with(&dictionary).unwrap();
+        let lifting = Packer::new("t", LIFTED_FORMAT)
+            .packing_with(&dictionary)
+            .unwrap();
         let codec = lifting.current().unwrap();
         let token: String = (0..8u64)
             .map(|i| format!("{:016x}", (i + 11).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
@@ -972,7 +1058,9 @@ mod tests {
         let dictionary = Dictionary::train(7, &samples(1000), 4096).unwrap();
         let codec = codec::Codec::new(&dictionary).unwrap();
         let data = samples(1).remove(0);
-        let packer = Packer::new("t", false).packing_with(&dictionary).unwrap();
+        let packer = Packer::new("t", LIFTED_FORMAT - 1)
+            .packing_with(&dictionary)
+            .unwrap();
         let mut frame = packer.pack_now(data.clone()).split_off(2);
         // A single-segment frame with a one-byte size: claim one byte more.
         assert_eq!(frame[0] & 0xe0, 0x20, "{frame:?}");

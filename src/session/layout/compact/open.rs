@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::limits::{FieldTtls, ListpackLimits};
 use crate::scripts::ByExpiry;
 use crate::session::buckets::Buckets;
-use crate::session::dictionary::{Dictionary, LIFTED_FORMAT, Learning, PACKED_FORMAT, Packer};
+use crate::session::dictionary::{Dictionary, Learning, PACKED_FORMAT, Packer};
 use crate::session::meta::{FORMAT_VERSION, GROWING_FORMAT, StoreMeta};
 use crate::session::shape::Shape;
 use redis::Script;
@@ -130,10 +130,7 @@ where
         layout.format = recorded.format;
         // Records of the namespace's format: an older one packs as its
         // other processes unpack.
-        layout.packer = Arc::new(Packer::new(
-            layout.buckets().namespace(),
-            recorded.format >= LIFTED_FORMAT,
-        ));
+        layout.packer = Arc::new(Packer::new(layout.buckets().namespace(), recorded.format));
         layout.recorded = Some(Arc::new(recorded));
         if let Some(learning) = config.learn_dictionary {
             layout = layout.learning_dictionary(learning).await?;
@@ -168,7 +165,7 @@ where
             ),
         }
         let id = learning.id;
-        let packer = Packer::learning(&namespace, self.format >= LIFTED_FORMAT, learning)?;
+        let packer = Packer::learning(&namespace, self.format, learning)?;
         if let Some(stored) = Dictionary::fetch(&self.conn, &namespace, id).await? {
             self.packer = Arc::new(packer.packing_with(&stored)?);
         } else {
@@ -322,10 +319,7 @@ where
                 "server's listpack value limit is below the field length: every bucket will convert"
             );
         }
-        let packer = Arc::new(Packer::new(
-            buckets.namespace(),
-            FORMAT_VERSION >= LIFTED_FORMAT,
-        ));
+        let packer = Arc::new(Packer::new(buckets.namespace(), FORMAT_VERSION));
         Self {
             conn,
             scheme: GroupedBuckets::new(buckets),
