@@ -42,7 +42,8 @@
 # stores' creates in server instructions (callgrind), which the machine's
 # load does not move; `quickstart` what
 # TowerStore::connect gives (growing, packed) per session shape beside the
-# peer on Redis 7.0 and Valkey 9.1.2. `sweep` also measures Redis's
+# peer on Redis 7.0 and Valkey 9.1.2, `quickstart-tenant` the same for a
+# login whose user and tenant are UUIDs. `sweep` also measures Redis's
 # own active expiry of key-per-session keys, what the peers pay. `day` a
 # day of traffic replayed through tower-sessions (TowerStore::connect
 # against tower-sessions-redis-store) and through actix-session
@@ -157,6 +158,17 @@ for part in "${parts[@]}"; do
       while read -r name path; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${quickstart_args[@]}" \
           --out "analysis/tower/quickstart/$name"
+      done < <(scripts/ensure-servers.sh valkey-9.1.2)
+      cargo build --release --quiet -p sessionpack-cli ;;
+    quickstart-tenant)
+      # The same for a multi-tenant app's login, whose user and tenant are
+      # UUIDs (lifted as 16 bytes each from record format 8).
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      tenant_args=(--sessions 200000 --rounds 1 --default-limits --quickstart --profiles tenant-login)
+      $sp bench tower "${tenant_args[@]}" --out analysis/tower/quickstart-tenant/redis-7.0
+      while read -r name path; do
+        SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${tenant_args[@]}" \
+          --out "analysis/tower/quickstart-tenant/$name"
       done < <(scripts/ensure-servers.sh valkey-9.1.2)
       cargo build --release --quiet -p sessionpack-cli ;;
     day)

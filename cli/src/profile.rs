@@ -38,11 +38,16 @@ pub enum Profile {
     /// refresh tokens (random base64url) and their expiry. About 480
     /// bytes.
     OAuthLogin,
+    /// A multi-tenant app's login: the user and the tenant as random
+    /// UUIDs (version 4, in their 36-character text form), the digest, a
+    /// csrf token, a role, the client's IP address and when it was last
+    /// seen (an ISO 8601 time). About 240 bytes.
+    TenantLogin,
 }
 
 impl Profile {
     /// Every profile, in report order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::IdentityOnly,
         Self::AxumLoginDigest,
         Self::AxumLoginPasswordHash,
@@ -51,6 +56,7 @@ impl Profile {
         Self::AxumLoginAppText,
         Self::ShopCart,
         Self::OAuthLogin,
+        Self::TenantLogin,
     ];
 
     /// Its name on the command line and in reports.
@@ -64,6 +70,7 @@ impl Profile {
             Self::AxumLoginAppText => "axum-login-app-text",
             Self::ShopCart => "shop-cart",
             Self::OAuthLogin => "oauth-login",
+            Self::TenantLogin => "tenant-login",
         }
     }
 
@@ -97,6 +104,21 @@ impl Profile {
                     ALPHABET[(r % 64) as usize] as char
                 })
                 .collect()
+        };
+        // A random (version 4) UUID from a stream of its own.
+        let uuid = |salt: u64| {
+            let mut b = bytes(salt, 16);
+            b[6] = 0x40 | (b[6] & 0x0f);
+            b[8] = 0x80 | (b[8] & 0x3f);
+            let h = hex::encode(b);
+            format!(
+                "{}-{}-{}-{}-{}",
+                &h[..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..]
+            )
         };
         // A number below `max` from a stream of its own.
         let draw = |salt: u64, max: u64| splitmix64(n.wrapping_mul(0x1_0001) ^ (salt << 40)) % max;
@@ -165,6 +187,24 @@ impl Profile {
                         "expires_at": 1_795_000_000 + draw(5, 1_000_000),
                         "scope": "openid email profile",
                     },
+                })
+            }
+            Self::TenantLogin => {
+                let seen = draw(6, 86_400_000);
+                json!({
+                    "axum-login.data": { "user_id": uuid(7), "auth_hash": bytes(0, 32) },
+                    "csrf_token": hex::encode(bytes(1, 32)),
+                    "tenant_id": uuid(8),
+                    "role": pick(&["member", "admin", "viewer"], 6),
+                    "ip": format!("{}.{}.{}.{}", draw(7, 256), draw(8, 256), draw(9, 256), draw(10, 256)),
+                    "last_seen": format!(
+                        "2026-11-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                        1 + draw(11, 30),
+                        seen / 3_600_000,
+                        seen / 60_000 % 60,
+                        seen / 1000 % 60,
+                        seen % 1000
+                    ),
                 })
             }
         };
@@ -245,6 +285,7 @@ mod tests {
         for (profile, low, high) in [
             (Profile::ShopCart, 230.0, 270.0),
             (Profile::OAuthLogin, 460.0, 500.0),
+            (Profile::TenantLogin, 225.0, 260.0),
         ] {
             let sizes: Vec<usize> = (0..1000)
                 .map(|n| json_map::encode(&profile.data(n)).unwrap().len())
@@ -290,6 +331,26 @@ mod tests {
             assert_eq!((salt.len(), hash.len()), (22, 43));
             assert!(!share_a_run(salt, hash), "password hash {n}");
         }
+    }
+
+    #[test]
+    fn tenant_logins_carry_two_random_version_4_uuids() {
+        let data = Profile::TenantLogin.data(12_345);
+        let ids = [
+            data["axum-login.data"]["user_id"].as_str().unwrap(),
+            data["tenant_id"].as_str().unwrap(),
+        ];
+        for id in ids {
+            let parts: Vec<&str> = id.split('-').collect();
+            let lens: Vec<usize> = parts.iter().map(|p| p.len()).collect();
+            assert_eq!(lens, [8, 4, 4, 4, 12], "{id}");
+            assert!(parts[2].starts_with('4') && "89ab".contains(&parts[3][..1]));
+            assert!(id.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit()));
+            assert_eq!(id, id.to_lowercase());
+        }
+        assert!(!share_a_run(ids[0].as_bytes(), ids[1].as_bytes()));
+        let other = Profile::TenantLogin.data(12_346);
+        assert_ne!(other["tenant_id"], data["tenant_id"]);
     }
 
     #[test]
