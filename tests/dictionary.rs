@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use redis::AsyncCommands;
 use serde_json::{Value, json};
+use sha2::Digest;
 use sessionpack::identity::Identity;
 use sessionpack::session::dictionary::{self, Dictionary, PACKED};
 use sessionpack::session::layout::Layout;
@@ -412,6 +413,85 @@ async fn uuids_are_lifted_in_new_namespaces_and_older_ones_keep_their_text() {
         assert_eq!(
             reader.load_data(1).await.unwrap().unwrap().0,
             with_tenant(1)
+        );
+    }
+}
+
+/// `bytes` in base64url, unpadded.
+fn base64url(bytes: &[u8]) -> String {
+    const URL: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits: Vec<u8> = bytes
+        .iter()
+        .flat_map(|b| (0..8).rev().map(move |i| b >> i & 1))
+        .collect();
+    bits.chunks(6)
+        .map(|c| {
+            let place = c
+                .iter()
+                .enumerate()
+                .fold(0, |v, (i, b)| v | usize::from(*b) << (5 - i));
+            URL[place] as char
+        })
+        .collect()
+}
+
+/// The app session with an OpenID Connect id token: a JSON Web Token
+/// whose header and claims are JSON, and whose signature is 32 bytes of
+/// a hash (43 base64url characters, 33 bytes lifted).
+fn with_id_token(n: u64) -> HashMap<String, Value> {
+    let header = r#"{"alg":"ES256","kid":"2026-11","typ":"JWT"}"#;
+    let claims = format!(
+        r#"{{"iss":"https://id.example.com","sub":"{}","aud":"shop","iat":{}}}"#,
+        1_000_000 + n,
+        1_795_000_000 + n
+    );
+    let jwt = format!(
+        "{}.{}.{}",
+        base64url(header.as_bytes()),
+        base64url(claims.as_bytes()),
+        base64url(&sha2::Sha256::digest(n.to_be_bytes()))
+    );
+    let mut data = app_session(n);
+    data.insert("id_token".into(), Value::String(jwt));
+    data
+}
+
+#[tokio::test]
+async fn base64_of_text_stays_decoded_in_new_namespaces_and_older_ones_lift_it() {
+    let server = common::server();
+    let new = recorded_with(&server, "new", dictionary::ENCODED_TEXT_FORMAT).await;
+    let older = recorded_with(&server, "older", dictionary::ENCODED_TEXT_FORMAT - 1).await;
+    for (store, decoded) in [(&new, true), (&older, false)] {
+        store
+            .create_data(1, &with_id_token(1), in_an_hour(), || 0)
+            .await
+            .unwrap();
+        let value = raw_value(&server, store, 1).await;
+        let data_at = record_at(&value);
+        assert_eq!(&value[data_at..data_at + 2], &[PACKED, 1]);
+        // Lifted in both: the digest's 32 bytes, the csrf token's 64 hex
+        // digits as 32 and the signature's 33. The older namespace lifts
+        // the header and the claims too, as random base64url (the count
+        // is then over 127, a varint of two bytes); the new one keeps
+        // them decoded, which the older version's processes would not
+        // read.
+        let count = value[data_at + 2];
+        if decoded {
+            assert_eq!(count, 32 + 32 + 33);
+        } else {
+            assert!(count & 0x80 != 0, "{count}");
+        }
+        assert_eq!(
+            store.load_data(1).await.unwrap().unwrap().0,
+            with_id_token(1)
+        );
+    }
+    // A process of this version that never held the dictionary reads both.
+    for namespace in ["new", "older"] {
+        let reader = store(&server, CompactConfig::new(4).with_namespace(namespace)).await;
+        assert_eq!(
+            reader.load_data(1).await.unwrap().unwrap().0,
+            with_id_token(1)
         );
     }
 }

@@ -28,9 +28,11 @@ use crate::scripts::META_CLAIM;
 /// pieces short names where its bucket has them free
 /// ([`crate::session::layout::compact::SHORT_PIECES_FORMAT`]); 8 lifts
 /// UUIDs out of packed records too
-/// ([`crate::session::dictionary::UUID_FORMAT`]). A growing store records
-/// this format too.
-pub const FORMAT_VERSION: u32 = 8;
+/// ([`crate::session::dictionary::UUID_FORMAT`]); 9 keeps base64 that
+/// decodes to text (a JSON Web Token's claims) decoded in packed records
+/// ([`crate::session::dictionary::ENCODED_TEXT_FORMAT`]). A growing store
+/// records this format too.
+pub const FORMAT_VERSION: u32 = 9;
 /// The record format of a store whose buckets split and merge
 /// ([`crate::session::shape`]): keys named by group and trie node, fields
 /// as long as each bucket's level leaves them, out-of-line records named
