@@ -43,7 +43,8 @@
 # load does not move; `quickstart` what
 # TowerStore::connect gives (growing, packed) per session shape beside the
 # peer on Redis 7.0 and Valkey 9.1.2, `quickstart-tenant` the same for a
-# login whose user and tenant are UUIDs. `sweep` also measures Redis's
+# login whose user and tenant are UUIDs, `quickstart-oidc` for a login
+# that keeps its OpenID Connect id token (a JSON Web Token). `sweep` also measures Redis's
 # own active expiry of key-per-session keys, what the peers pay. `day` a
 # day of traffic replayed through tower-sessions (TowerStore::connect
 # against tower-sessions-redis-store) and through actix-session
@@ -169,6 +170,17 @@ for part in "${parts[@]}"; do
       while read -r name path; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${tenant_args[@]}" \
           --out "analysis/tower/quickstart-tenant/$name"
+      done < <(scripts/ensure-servers.sh valkey-9.1.2)
+      cargo build --release --quiet -p sessionpack-cli ;;
+    quickstart-oidc)
+      # The same for a login that keeps its id token, a JSON Web Token
+      # (its header and claims kept decoded from record format 9).
+      cargo build --release --quiet -p sessionpack-cli --features peer-bench
+      oidc_args=(--sessions 200000 --rounds 1 --default-limits --quickstart --profiles oidc-login)
+      $sp bench tower "${oidc_args[@]}" --out analysis/tower/quickstart-oidc/redis-7.0
+      while read -r name path; do
+        SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${oidc_args[@]}" \
+          --out "analysis/tower/quickstart-oidc/$name"
       done < <(scripts/ensure-servers.sh valkey-9.1.2)
       cargo build --release --quiet -p sessionpack-cli ;;
     day)

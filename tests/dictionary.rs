@@ -10,7 +10,6 @@ use std::collections::HashMap;
 
 use redis::AsyncCommands;
 use serde_json::{Value, json};
-use sha2::Digest;
 use sessionpack::identity::Identity;
 use sessionpack::session::dictionary::{self, Dictionary, PACKED};
 use sessionpack::session::layout::Layout;
@@ -20,6 +19,7 @@ use sessionpack::tower::{TowerStore, session_id};
 use sessionpack::ttl::Deadline;
 use sessionpack::{CompactConfig, Error};
 use sessionpack_testkit::LocalServer;
+use sha2::Digest;
 
 type Store = TowerStore<redis::aio::ConnectionManager>;
 

@@ -43,11 +43,17 @@ pub enum Profile {
     /// csrf token, a role, the client's IP address and when it was last
     /// seen (an ISO 8601 time). About 240 bytes.
     TenantLogin,
+    /// A login through OpenID Connect that keeps its id token: the login,
+    /// a csrf token, and a JSON Web Token signed with RS256 (base64url of
+    /// a JSON header naming one of two keys, of JSON claims with a random
+    /// subject, nonce, name and email, and of a random 256-byte
+    /// signature), with its expiry. About 1,110 bytes.
+    OidcLogin,
 }
 
 impl Profile {
     /// Every profile, in report order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::IdentityOnly,
         Self::AxumLoginDigest,
         Self::AxumLoginPasswordHash,
@@ -57,6 +63,7 @@ impl Profile {
         Self::ShopCart,
         Self::OAuthLogin,
         Self::TenantLogin,
+        Self::OidcLogin,
     ];
 
     /// Its name on the command line and in reports.
@@ -71,6 +78,7 @@ impl Profile {
             Self::ShopCart => "shop-cart",
             Self::OAuthLogin => "oauth-login",
             Self::TenantLogin => "tenant-login",
+            Self::OidcLogin => "oidc-login",
         }
     }
 
@@ -207,9 +215,69 @@ impl Profile {
                     ),
                 })
             }
+            Self::OidcLogin => {
+                let issued = 1_795_000_000 + draw(12, 1_000_000);
+                let client = "407408718192-q3h5bk2cd8t7j1vjoq9k1u2ldsc0dntl.apps.example.com";
+                let header = json!({
+                    "alg": "RS256",
+                    "kid": pick(&["6f7254101f56e41cf35c9926de84a2d552b4c6f1", "a3b762f871cdb3bae0044c649622fc1396eda3e3"], 7),
+                    "typ": "JWT",
+                });
+                let name = |salt: u64| {
+                    let mut word = b64url(salt, 4 + draw(salt, 6) as usize).to_lowercase();
+                    word.retain(|c| c.is_ascii_alphabetic());
+                    let mut chars = word.chars();
+                    chars
+                        .next()
+                        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                        .unwrap_or_default()
+                };
+                let (first, last) = (name(13), name(14));
+                let claims = json!({
+                    "iss": "https://accounts.example.com",
+                    "azp": client,
+                    "aud": client,
+                    "sub": format!("{:021}", draw(15, 10u64.pow(19))),
+                    "email": format!("{}.{}@{}", first.to_lowercase(), last.to_lowercase(), pick(&["gmail.com", "outlook.com", "example.org"], 8)),
+                    "email_verified": true,
+                    "nonce": b64url(16, 22),
+                    "name": format!("{first} {last}"),
+                    "given_name": first,
+                    "family_name": last,
+                    "iat": issued,
+                    "exp": issued + 3600,
+                });
+                let jwt = format!(
+                    "{}.{}.{}",
+                    base64url(header.to_string().as_bytes()),
+                    base64url(claims.to_string().as_bytes()),
+                    base64url(&bytes(17, 256))
+                );
+                json!({
+                    "axum-login.data": { "user_id": user, "auth_hash": bytes(0, 32) },
+                    "csrf_token": hex::encode(bytes(1, 32)),
+                    "oidc": { "id_token": jwt, "expires_at": issued + 3600 },
+                })
+            }
         };
         serde_json::from_value(value).unwrap_or_default()
     }
+}
+
+/// `bytes` in base64url without padding, as a JSON Web Token writes its
+/// parts.
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    bytes
+        .chunks(3)
+        .flat_map(|chunk| {
+            let word = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |w, (i, b)| w | u32::from(*b) << (16 - 8 * i));
+            (0..=chunk.len()).map(move |i| ALPHABET[(word >> (18 - 6 * i) & 63) as usize] as char)
+        })
+        .collect()
 }
 
 /// A well-mixed 64-bit hash of `x` (SplitMix64's finalizer).
@@ -286,6 +354,7 @@ mod tests {
             (Profile::ShopCart, 230.0, 270.0),
             (Profile::OAuthLogin, 460.0, 500.0),
             (Profile::TenantLogin, 225.0, 260.0),
+            (Profile::OidcLogin, 1050.0, 1200.0),
         ] {
             let sizes: Vec<usize> = (0..1000)
                 .map(|n| json_map::encode(&profile.data(n)).unwrap().len())
@@ -366,6 +435,49 @@ mod tests {
         for p in Profile::ALL {
             assert_eq!(p.name().parse::<Profile>().unwrap(), p);
         }
+    }
+
+    /// The bytes of base64url `text`.
+    fn from_base64url(text: &str) -> Vec<u8> {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let bits: Vec<u8> = text
+            .bytes()
+            .map(|c| ALPHABET.iter().position(|a| *a == c).unwrap() as u8)
+            .flat_map(|v| (0..6).rev().map(move |i| v >> i & 1))
+            .collect();
+        bits.chunks_exact(8)
+            .map(|b| b.iter().fold(0, |byte, bit| byte << 1 | bit))
+            .collect()
+    }
+
+    #[test]
+    fn oidc_logins_carry_a_json_web_token_of_random_claims() {
+        let token = |n: u64| {
+            let data = Profile::OidcLogin.data(n);
+            data["oidc"]["id_token"].as_str().unwrap().to_owned()
+        };
+        let (one, two) = (token(1), token(2));
+        let parts: Vec<&str> = one.split('.').collect();
+        assert_eq!(parts.len(), 3);
+        let header: Value = serde_json::from_slice(&from_base64url(parts[0])).unwrap();
+        assert_eq!(header["alg"], "RS256");
+        let claims: Value = serde_json::from_slice(&from_base64url(parts[1])).unwrap();
+        assert_eq!(
+            claims["exp"].as_u64(),
+            claims["iat"].as_u64().map(|t| t + 3600)
+        );
+        assert_eq!(from_base64url(parts[2]).len(), 256);
+        // Two sessions' subjects, nonces and signatures differ and share
+        // no run of bytes.
+        let other: Vec<&str> = two.split('.').collect();
+        let claims_two: Value = serde_json::from_slice(&from_base64url(other[1])).unwrap();
+        for key in ["sub", "nonce", "email"] {
+            assert_ne!(claims[key], claims_two[key], "{key}");
+        }
+        assert!(!share_a_run(
+            &from_base64url(parts[2]),
+            &from_base64url(other[2])
+        ));
     }
 }
 
