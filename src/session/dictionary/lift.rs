@@ -760,7 +760,7 @@ impl Item {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// `data` lifted as a namespace before [`super::super::UUID_FORMAT`]
@@ -911,6 +911,11 @@ mod tests {
         let mut chars = Vec::new();
         unpack_chars(kind, bytes, (bytes.len() * 8).div_ceil(6), &mut chars);
         String::from_utf8(chars).unwrap()
+    }
+
+    /// `bytes` in base64url, unpadded, as a JSON Web Token writes them.
+    pub(in crate::session::dictionary) fn base64url(bytes: &[u8]) -> String {
+        base64(Kind::Url, bytes)
     }
 
     #[test]

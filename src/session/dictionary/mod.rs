@@ -1017,20 +1017,23 @@ mod tests {
         crate::json_map::encode(&map).unwrap()
     }
 
-    #[test]
-    fn uuids_are_lifted_from_their_format_on() {
-        let samples: Vec<_> = (0..1000).map(with_uuids).collect();
+    /// Packers of record `format` and of the one before it, with a
+    /// dictionary trained on sessions 0-999 of `session`, and the bytes
+    /// each packs sessions 5000-5099 to (each checked to unpack).
+    fn packed_from_and_before(
+        session: fn(u64) -> Vec<u8>,
+        format: u32,
+    ) -> ((Packer, Packer), (usize, usize)) {
+        let samples: Vec<_> = (0..1000).map(session).collect();
         let dictionary = Dictionary::train(3, &samples, 4096).unwrap();
-        let with = Packer::new("t", UUID_FORMAT)
-            .packing_with(&dictionary)
-            .unwrap();
-        let before = Packer::new("t", UUID_FORMAT - 1)
+        let with = Packer::new("t", format).packing_with(&dictionary).unwrap();
+        let before = Packer::new("t", format - 1)
             .packing_with(&dictionary)
             .unwrap();
         let codec = with.current().unwrap();
         let (mut packed_with, mut packed_before) = (0, 0);
         for n in 5000..5100 {
-            let data = with_uuids(n);
+            let data = session(n);
             let packed = with.pack_now(data.clone());
             assert_eq!(unpack_lifted(&codec, NEWEST, &packed[2..]).unwrap(), data);
             let old = before.pack_now(data.clone());
@@ -1038,6 +1041,12 @@ mod tests {
             packed_with += packed.len();
             packed_before += old.len();
         }
+        ((with, before), (packed_with, packed_before))
+    }
+
+    #[test]
+    fn uuids_are_lifted_from_their_format_on() {
+        let (_, (packed_with, packed_before)) = packed_from_and_before(with_uuids, UUID_FORMAT);
         // Two UUIDs of 16 random bytes each: at least 10 bytes a session
         // shorter than their 72 hex digits and dashes through zstd's table.
         assert!(
@@ -1059,22 +1068,7 @@ mod tests {
                 })
                 .collect()
         };
-        let base64 = |bytes: &[u8]| -> String {
-            const URL: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-            let bits: Vec<bool> = bytes
-                .iter()
-                .flat_map(|b| (0..8).rev().map(move |i| b >> i & 1 == 1))
-                .collect();
-            bits.chunks(6)
-                .map(|c| {
-                    let v = c
-                        .iter()
-                        .enumerate()
-                        .fold(0, |v, (i, b)| v | usize::from(*b) << (5 - i));
-                    URL[v] as char
-                })
-                .collect()
-        };
+        let base64 = lift::tests::base64url;
         let header = format!(
             r#"{{"alg":"RS256","kid":"{}","typ":"JWT"}}"#,
             hex::encode(random(1, 4))
@@ -1102,25 +1096,9 @@ mod tests {
 
     #[test]
     fn base64_of_text_packs_decoded_from_its_format_on() {
-        let samples: Vec<_> = (0..1000).map(with_jwt).collect();
-        let dictionary = Dictionary::train(3, &samples, 4096).unwrap();
-        let with = Packer::new("t", ENCODED_TEXT_FORMAT)
-            .packing_with(&dictionary)
-            .unwrap();
-        let before = Packer::new("t", ENCODED_TEXT_FORMAT - 1)
-            .packing_with(&dictionary)
-            .unwrap();
+        let ((with, before), (packed_with, packed_before)) =
+            packed_from_and_before(with_jwt, ENCODED_TEXT_FORMAT);
         let codec = with.current().unwrap();
-        let (mut packed_with, mut packed_before) = (0, 0);
-        for n in 5000..5100 {
-            let data = with_jwt(n);
-            let packed = with.pack_now(data.clone());
-            assert_eq!(unpack_lifted(&codec, NEWEST, &packed[2..]).unwrap(), data);
-            let old = before.pack_now(data.clone());
-            assert_eq!(unpack_lifted(&codec, NEWEST, &old[2..]).unwrap(), data);
-            packed_with += packed.len();
-            packed_before += old.len();
-        }
         // The header's and the claims' 200-odd base64url characters go
         // through zstd's table a character at a time; decoded, they are
         // JSON the dictionary knows: at least 20 bytes a session shorter
