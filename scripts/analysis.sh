@@ -55,6 +55,17 @@ cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 cargo build --release --quiet -p sessionpack-cli
 sp=target/release/sessionpack
+# `bench tower --quickstart` of the profiles $2 into analysis/tower/$1/,
+# on Redis 7.0 and Valkey 9.1.2 (built with the peer crate).
+quickstart() {
+  local args=(--sessions 200000 --rounds 1 --default-limits --quickstart --profiles "$2")
+  cargo build --release --quiet -p sessionpack-cli --features peer-bench
+  $sp bench tower "${args[@]}" --out "analysis/tower/$1/redis-7.0"
+  while read -r name path; do
+    SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${args[@]}" --out "analysis/tower/$1/$name"
+  done < <(scripts/ensure-servers.sh valkey-9.1.2)
+  cargo build --release --quiet -p sessionpack-cli
+}
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(1m 100m-emulated compact churn throughput throughput-typed throughput-growing fill sweep tower tower-growing growth-instructions day actix actix-quickstart actix-concurrency tower-servers servers cluster cluster-throughput identities users tokens ratelimit viewed locks 10m 100m check)
 for part in "${parts[@]}"; do
@@ -152,37 +163,15 @@ for part in "${parts[@]}"; do
       # a learned dictionary) beside the fixed unpacked store and the peer
       # crate, at the server's default limits, on Redis 7.0 and Valkey
       # 9.1.2: the app session, random text, a shop cart, an OAuth login.
-      cargo build --release --quiet -p sessionpack-cli --features peer-bench
-      quickstart_args=(--sessions 200000 --rounds 1 --default-limits --quickstart
-        --profiles axum-login-app,axum-login-app-text,shop-cart,oauth-login)
-      $sp bench tower "${quickstart_args[@]}" --out analysis/tower/quickstart/redis-7.0
-      while read -r name path; do
-        SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${quickstart_args[@]}" \
-          --out "analysis/tower/quickstart/$name"
-      done < <(scripts/ensure-servers.sh valkey-9.1.2)
-      cargo build --release --quiet -p sessionpack-cli ;;
+      quickstart quickstart axum-login-app,axum-login-app-text,shop-cart,oauth-login ;;
     quickstart-tenant)
       # The same for a multi-tenant app's login, whose user and tenant are
       # UUIDs (lifted as 16 bytes each from record format 8).
-      cargo build --release --quiet -p sessionpack-cli --features peer-bench
-      tenant_args=(--sessions 200000 --rounds 1 --default-limits --quickstart --profiles tenant-login)
-      $sp bench tower "${tenant_args[@]}" --out analysis/tower/quickstart-tenant/redis-7.0
-      while read -r name path; do
-        SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${tenant_args[@]}" \
-          --out "analysis/tower/quickstart-tenant/$name"
-      done < <(scripts/ensure-servers.sh valkey-9.1.2)
-      cargo build --release --quiet -p sessionpack-cli ;;
+      quickstart quickstart-tenant tenant-login ;;
     quickstart-oidc)
       # The same for a login that keeps its id token, a JSON Web Token
       # (its header and claims kept decoded from record format 9).
-      cargo build --release --quiet -p sessionpack-cli --features peer-bench
-      oidc_args=(--sessions 200000 --rounds 1 --default-limits --quickstart --profiles oidc-login)
-      $sp bench tower "${oidc_args[@]}" --out analysis/tower/quickstart-oidc/redis-7.0
-      while read -r name path; do
-        SESSIONPACK_REDIS_SERVER=$path $sp bench tower "${oidc_args[@]}" \
-          --out "analysis/tower/quickstart-oidc/$name"
-      done < <(scripts/ensure-servers.sh valkey-9.1.2)
-      cargo build --release --quiet -p sessionpack-cli ;;
+      quickstart quickstart-oidc oidc-login ;;
     day)
       # A day of traffic, compressed, store by store on the same server
       # (the defaults of `sessionpack bench day --help`).

@@ -275,7 +275,8 @@ pub(super) fn lift(data: &[u8], finds: Finds, keep: impl Fn(&[u8]) -> bool) -> O
 
 /// Whether `rest`, packed with no lifted bytes, holds an escape where an
 /// item begins (so [`lower`] must rebuild it): base64 of text kept
-/// decoded, nothing lifted. Data that is not MessagePack holds none.
+/// decoded, nothing lifted. MessagePack never has `0xc1` there; other
+/// data may, and is not packed whole where this is asked.
 pub(super) fn escaped(rest: &[u8]) -> bool {
     if !rest.contains(&ESCAPE) {
         return false;
@@ -437,7 +438,7 @@ fn tokens(run: &[u8], text: bool, finds: Finds) -> Vec<Segment> {
             && part.iter().any(u8::is_ascii_uppercase)
             && part.iter().any(u8::is_ascii_lowercase)
         {
-            let kind = if finds.encoded_text && decode_text(kind, part).is_some() {
+            let kind = if finds.encoded_text && decodes_to_text(kind, part) {
                 kind.as_text()
             } else {
                 kind
@@ -502,21 +503,25 @@ fn is_printable(b: u8) -> bool {
     (0x20..0x7f).contains(&b) || matches!(b, b'\t' | b'\n' | b'\r')
 }
 
-/// The bytes base64 characters `chars` of `kind` decode to, where they are
-/// text (UTF-8 without control characters but tab and line ends) that
-/// encodes back to `chars` exactly (no bits left over past its last byte).
-fn decode_text(kind: Kind, chars: &[u8]) -> Option<Vec<u8>> {
+/// Appends the whole bytes base64 characters `chars` of `kind` decode to;
+/// whether they encode back to `chars` exactly (no bits left over past
+/// the last byte).
+fn decode(kind: Kind, chars: &[u8], out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    pack_chars(kind, chars, out);
+    let whole = start + chars.len() * 6 / 8;
+    let exact = out[whole..].iter().all(|b| *b == 0);
+    out.truncate(whole);
+    exact
+}
+
+/// Whether base64 characters `chars` of `kind` decode exactly to text
+/// (UTF-8 without control characters but tab and line ends).
+fn decodes_to_text(kind: Kind, chars: &[u8]) -> bool {
     let mut bytes = Vec::with_capacity(chars.len() * 3 / 4 + 1);
-    pack_chars(kind, chars, &mut bytes);
-    let whole = chars.len() * 6 / 8;
-    if bytes[whole..].iter().any(|b| *b != 0) {
-        return None;
-    }
-    bytes.truncate(whole);
-    let text = std::str::from_utf8(&bytes).ok()?;
-    text.bytes()
-        .all(|b| b >= 0x80 || is_printable(b))
-        .then_some(bytes)
+    decode(kind, chars, &mut bytes)
+        && std::str::from_utf8(&bytes)
+            .is_ok_and(|text| text.bytes().all(|b| b >= 0x80 || is_printable(b)))
 }
 
 /// Writes a value's escape to the rest and its tokens to the lifted bytes.
@@ -533,9 +538,8 @@ fn escape(out: &mut Lifted, payload: &[u8], is_bin: bool, segments: &[Segment]) 
             Kind::Literal => out.rest.extend_from_slice(bytes),
             Kind::Raw => out.lifted.extend_from_slice(bytes),
             Kind::UrlText | Kind::StdText => {
-                // `segments` found it to decode, so this cannot fail.
-                out.rest
-                    .extend(decode_text(s.kind, bytes).unwrap_or_default());
+                // `segments` found it to decode exactly.
+                decode(s.kind, bytes, &mut out.rest);
             }
             kind if kind.is_uuid() => {
                 let digits: Vec<u8> = bytes.iter().copied().filter(|b| *b != b'-').collect();
@@ -949,8 +953,9 @@ pub(super) mod tests {
         assert!(rest.contains(r#"{"flash":"Welcome back"}"#), "{rest}");
         // Runs that would not encode back as they were, or are no text,
         // are lifted as before: bits left over past the last byte (the
-        // last character one above the canonical one), a length no
-        // base64 has, random bytes, and bytes of a control character.
+        // last character one above the canonical one), one character
+        // more (whose byte is a control character), random bytes, and
+        // bytes of a control character.
         let canonical = base64(Kind::Url, claims.as_bytes());
         let mut left_over = canonical.clone().into_bytes();
         *left_over.last_mut().unwrap() += 1;

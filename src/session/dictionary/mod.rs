@@ -486,11 +486,9 @@ impl Packer {
             return Ok(Cow::Borrowed(data));
         };
         let codec = self.codec(conn, *id, &location).await?;
-        let lifting = self.lifting();
-        let unpacked = if lifting.is_some() {
-            unpack_lifted(&codec, lifting, frame)
-        } else {
-            codec.unpack(frame)
+        let unpacked = match self.lifting() {
+            Some(finds) => unpack_lifted(&codec, finds, frame),
+            None => codec.unpack(frame),
         };
         unpacked
             .map(Cow::Owned)
@@ -578,13 +576,22 @@ fn pack_with(codec: &codec::Codec, lifting: Option<lift::Finds>, data: Vec<u8>) 
             seen.push(hash);
             false
         });
+        // Where a namespace keeps text decoded, its readers look for
+        // escapes in a whole form (no lifted bytes): data that would read
+        // as holding one (not MessagePack) is not packed whole.
+        let whole = || {
+            if finds.encoded_text && lift::escaped(&data) {
+                return None;
+            }
+            pack_lifted(codec, &[], &data)
+        };
         match lifted.and_then(|l| pack_lifted(codec, &l.lifted, &l.rest)) {
             Some(lifted) if !doubtful.get() => Some(lifted),
-            Some(lifted) => match pack_lifted(codec, &[], &data) {
+            Some(lifted) => match whole() {
                 Some(whole) if whole.len() <= lifted.len() => Some(whole),
                 _ => Some(lifted),
             },
-            None => pack_lifted(codec, &[], &data),
+            None => whole(),
         }
     } else {
         codec.pack(&data)
@@ -613,7 +620,7 @@ fn pack_lifted(codec: &codec::Codec, lifted: &[u8], rest: &[u8]) -> Option<Vec<u
 /// (`finds`), where it may hold escapes of that text alone.
 fn unpack_lifted(
     codec: &codec::Codec,
-    finds: Option<lift::Finds>,
+    finds: lift::Finds,
     body: &[u8],
 ) -> std::result::Result<Vec<u8>, String> {
     let mut at = 0;
@@ -623,7 +630,7 @@ fn unpack_lifted(
         .and_then(|n| body.get(at..at.checked_add(n)?))
         .ok_or("a packed record's lifted bytes run past it")?;
     let rest = codec.unpack(&body[at + lifted.len()..])?;
-    if lifted.is_empty() && !(finds.is_some_and(|f| f.encoded_text) && lift::escaped(&rest)) {
+    if lifted.is_empty() && !(finds.encoded_text && lift::escaped(&rest)) {
         return Ok(rest);
     }
     let data = lift::lower(&rest, lifted)?;
@@ -873,10 +880,15 @@ mod tests {
     use super::*;
 
     /// What the newest record format finds.
-    const NEWEST: Option<lift::Finds> = Some(lift::Finds {
+    const NEWEST: lift::Finds = lift::Finds {
         uuids: true,
         encoded_text: true,
-    });
+    };
+    /// What record format 8 finds.
+    const OLDER: lift::Finds = lift::Finds {
+        uuids: true,
+        encoded_text: false,
+    };
 
     fn samples(count: u64) -> Vec<Vec<u8>> {
         (0..count)
@@ -1127,6 +1139,14 @@ mod tests {
             let old = before.pack_now(data.clone());
             assert!(!lift::escaped(&codec.unpack(&old[3..]).unwrap_or_default()));
         }
+        // Data that is not MessagePack and has 0xc1 where an item would
+        // begin would read as escapes whole: it stays as it is there, and
+        // is packed whole where the format reads no such escapes.
+        let odd = [&[0x01, PACKED][..], &[b'a'; 60]].concat();
+        assert_eq!(with.pack_now(odd.clone()), odd);
+        let packed = before.pack_now(odd.clone());
+        assert_eq!((packed[0], packed[2]), (PACKED, 0), "{packed:?}");
+        assert_eq!(unpack_lifted(&codec, OLDER, &packed[2..]).unwrap(), odd);
     }
 
     #[test]
