@@ -25,7 +25,9 @@ use sessionpack_cli::migrate::{self, Keyspace, Plan, Report};
 use sessionpack_testkit::{LocalCluster, LocalServer};
 use tower_sessions_redis_store::RedisStore;
 use tower_sessions_redis_store::fred::clients::Client;
-use tower_sessions_redis_store::fred::prelude::{ClientLike, Config};
+use tower_sessions_redis_store::fred::prelude::{
+    ClientLike, Config, ConnectionConfig, ReconnectPolicy,
+};
 
 const USERS: usize = 12;
 
@@ -273,7 +275,16 @@ async fn users_stay_logged_in_through_the_switch() {
 async fn cluster_old_instance(c: &LocalCluster) -> Serving {
     let port = c.primaries()[0].port();
     let config = Config::from_url(&format!("redis-cluster://127.0.0.1:{port}")).unwrap();
-    let client = Client::new(config, None, None, None);
+    // Reconnecting and retrying, as a deployed app's client does: with
+    // fred's defaults (no reconnect policy, three write attempts) a save
+    // of this old app once failed under CI's load ("Too many failed write
+    // attempts", a 500), a fault of its own client, not of the switch.
+    let connection = ConnectionConfig {
+        max_command_attempts: 10,
+        ..ConnectionConfig::default()
+    };
+    let retrying = ReconnectPolicy::new_constant(10, 50);
+    let client = Client::new(config, None, Some(connection), Some(retrying));
     client.init().await.expect("fred connects to the cluster");
     serve(app::basic_app(
         RedisStore::new(client),
