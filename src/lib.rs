@@ -49,7 +49,8 @@
 // The floors, bottom up; a module imports only from its own floor or below.
 
 // 1. Small pieces: errors, lifetimes, the server's clock and limits, session
-//    owners, the JSON-map codec, metrics, a placement hash, the Lua scripts.
+//    owners, the JSON-map codec, metrics, a placement hash, the Lua scripts
+//    (public for their names by hash only).
 pub mod acl;
 pub mod clock;
 pub mod error;
@@ -58,7 +59,7 @@ pub mod json_map;
 pub mod limits;
 pub mod metrics;
 mod place;
-mod scripts;
+pub mod scripts;
 pub mod ttl;
 
 // 2. Connections: one server, a cluster, waiting for replicas.

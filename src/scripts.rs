@@ -1,4 +1,5 @@
-//! The Lua scripts, compiled in and hashed once.
+//! The Lua scripts, compiled in and hashed once, and their names by hash
+//! ([`catalog`]) for reading a server's `SLOWLOG` or `MONITOR`.
 //!
 //! `Script::invoke_async` reloads a script the server has forgotten (after
 //! a restart or `SCRIPT FLUSH`); pipelines do not, so bulk calls use
@@ -278,6 +279,71 @@ pub(crate) static LOCK_RELEASE: LazyLock<Script> = script!("lock_release.lua");
 pub(crate) static LOCK_FENCED: LazyLock<Script> = script!("lock_fenced.lua");
 pub(crate) static LOCK_EXTEND: LazyLock<Script> = script!("lock_extend.lua");
 
+/// Every script this crate sends, as `(name, SHA1)`: the name is its own
+/// file's (`compact_add` for `lua/compact_add.lua`), with ` (growing)` or
+/// ` (server expiry)` for a compact-layout script's forms for a growing
+/// store and for one whose fields the server expires. A `SLOWLOG` or
+/// `MONITOR` entry names a script by its SHA1 alone; this says which it
+/// is. A form whose text is another's (`compact_add`'s growing form is
+/// its swept one) is listed once, under the first name.
+pub fn catalog() -> Vec<(String, &'static str)> {
+    let plain: [(&str, &'static Script); 25] = [
+        ("bucket_insert", &*BUCKET_INSERT),
+        ("bucket_touch", &*BUCKET_TOUCH),
+        ("bucket_replace", &*BUCKET_REPLACE),
+        ("bucket_remove", &*BUCKET_REMOVE),
+        ("compact_rewrite", &*COMPACT_REWRITE),
+        ("compact_split", &*COMPACT_SPLIT),
+        ("compact_merge", &*COMPACT_MERGE),
+        ("compact_claim", &*COMPACT_CLAIM),
+        ("compact_drop", &*COMPACT_DROP),
+        ("compact_delete", &*COMPACT_DELETE),
+        ("read_together", &*READ_TOGETHER),
+        ("compact_sweep", &*COMPACT_SWEEP),
+        ("compact_cap", &*COMPACT_CAP),
+        ("compact_evict", &*COMPACT_EVICT),
+        ("user_label", &*USER_LABEL),
+        ("ratelimit_log", &*RATELIMIT_LOG),
+        ("ratelimit_gcra", &*RATELIMIT_GCRA),
+        ("ratelimit_sweep", &*RATELIMIT_SWEEP),
+        ("meta_claim", &*META_CLAIM),
+        ("bucket_sweep", &*BUCKET_SWEEP),
+        ("bucket_evict", &*BUCKET_EVICT),
+        ("lock_claim", &*LOCK_CLAIM),
+        ("lock_release", &*LOCK_RELEASE),
+        ("lock_fenced", &*LOCK_FENCED),
+        ("lock_extend", &*LOCK_EXTEND),
+    ];
+    let by_expiry: [(&str, &'static ByExpiry); 10] = [
+        ("compact_add", &COMPACT_ADD),
+        ("compact_insert", &COMPACT_INSERT),
+        ("compact_touch", &COMPACT_TOUCH),
+        ("compact_replace", &COMPACT_REPLACE),
+        ("compact_save", &COMPACT_SAVE),
+        ("compact_remove", &COMPACT_REMOVE),
+        ("compact_take", &COMPACT_TAKE),
+        ("compact_forward", &COMPACT_FORWARD),
+        ("compact_revoke", &COMPACT_REVOKE),
+        ("viewed_add", &VIEWED_ADD),
+    ];
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    let mut add = |name: String, script: &'static Script| {
+        let sha = script.get_hash();
+        if !out.iter().any(|(_, s)| *s == sha) {
+            out.push((name, sha));
+        }
+    };
+    for (name, script) in plain {
+        add(name.to_owned(), script);
+    }
+    for (name, scripts) in by_expiry {
+        add(name.to_owned(), scripts.get(false));
+        add(format!("{name} (growing)"), scripts.growing());
+        add(format!("{name} (server expiry)"), scripts.get(true));
+    }
+    out
+}
+
 /// Most script calls sent in one pipeline by the layouts' bulk operations.
 pub(crate) const PIPELINE_CHUNK: usize = 1024;
 
@@ -381,4 +447,35 @@ pub(crate) fn first_failed(err: &redis::RedisError) -> Option<usize> {
     err.clone()
         .into_server_errors()
         .and_then(|errors| errors.first().map(|(i, _)| *i))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_catalog_names_each_script_once_by_its_hash() {
+        let catalog = super::catalog();
+        let mut shas: Vec<&str> = catalog.iter().map(|(_, sha)| *sha).collect();
+        shas.sort_unstable();
+        shas.dedup();
+        assert_eq!(shas.len(), catalog.len(), "one name a hash");
+        let name_of = |sha: &str| {
+            catalog
+                .iter()
+                .find(|(_, s)| *s == sha)
+                .map(|(n, _)| n.as_str())
+        };
+        assert_eq!(
+            name_of(super::COMPACT_ADD.get(false).get_hash()),
+            Some("compact_add")
+        );
+        assert_eq!(
+            name_of(super::COMPACT_SAVE.growing().get_hash()),
+            Some("compact_save (growing)")
+        );
+        assert_eq!(
+            name_of(super::COMPACT_TOUCH.get(true).get_hash()),
+            Some("compact_touch (server expiry)")
+        );
+        assert_eq!(name_of(super::LOCK_EXTEND.get_hash()), Some("lock_extend"));
+    }
 }

@@ -535,6 +535,30 @@ async fn a_day_replays_the_same_requests_on_every_store() {
         );
         assert!(r.p50_ms > 0.0 && r.p50_ms <= r.p99_ms, "{r:?}");
         assert!(r.commands.iter().any(|c| c.command == "hmget"), "{r:?}");
+        // The anatomy: the loads' HMGET, and scripts with the commands
+        // they sent.
+        let (requests, anatomy) = r.anatomy.as_ref().expect("an anatomy");
+        assert_eq!(*requests, plan.anatomy_requests, "{r:?}");
+        assert_eq!((anatomy.lost, anatomy.unattributed), (0, 0), "{anatomy:?}");
+        let hmget = anatomy.callers.iter().find(|c| c.name == "hmget");
+        assert!(
+            hmget.is_some_and(|c| c.calls >= plan.anatomy_requests / 2),
+            "{anatomy:?}"
+        );
+        // Where the server logs a script's commands as the script's
+        // (Redis), they are the script's; else (Valkey 9) its caller's.
+        let least = if anatomy.scripts_commands_told_apart {
+            1.0
+        } else {
+            0.0
+        };
+        assert!(
+            anatomy
+                .callers
+                .iter()
+                .any(|c| c.name.starts_with("script compact_") && c.inner_per_call() >= least),
+            "{anatomy:?}"
+        );
     }
     let counts = |r: &day::DayRun| (r.logins, r.logouts, r.live_sessions);
     assert_eq!(counts(&runs[0]), counts(&runs[1]));
@@ -561,6 +585,7 @@ fn small_day(seed: u64) -> sessionpack_cli::harness::day::DayPlan {
         concurrency: 4,
         rate: 5000.0,
         latency_requests: 400,
+        anatomy_requests: 600,
         cleanup: Duration::from_millis(100),
         seed,
     }

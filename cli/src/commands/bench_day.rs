@@ -66,6 +66,12 @@ pub struct DayArgs {
     /// Requests of the latency phase.
     #[arg(long, default_value_t = 20_000)]
     latency_requests: u64,
+    /// Requests of the traffic run again after the latency phase with
+    /// every command the server runs recorded in its SLOWLOG: which
+    /// scripts and commands a request costs, and what each script spends
+    /// beyond the commands it sends (0: none).
+    #[arg(long, default_value_t = 50_000)]
+    anatomy_requests: u64,
     /// Seed of the requests' random sequence.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -104,6 +110,7 @@ pub(super) async fn run(args: DayArgs) -> Result<()> {
         concurrency: args.concurrency.max(1),
         rate: args.rate,
         latency_requests: args.latency_requests,
+        anatomy_requests: args.anatomy_requests,
         cleanup: idle + interval + CLEANUP_SLACK,
         seed: args.seed,
     };
@@ -286,6 +293,37 @@ fn write_report(
             .collect::<Vec<_>>()
             .join(", ");
         let _ = writeln!(md, "| {} | {line} |", r.store);
+    }
+    if runs.iter().any(|r| r.anatomy.is_some()) {
+        let _ = writeln!(
+            md,
+            "\n## Where the server's time goes, script by script\n\n{} more requests of the same traffic after the latency phase, with the server's SLOWLOG recording every command it ran (`cli/src/harness/anatomy.rs`): each command a client sent, each script by name with the commands it sent, and the server's time in them (the commands' own execution, as `INFO commandstats` counts it, without reading requests and writing replies). What a script spends beyond its commands is the script machinery: the call, the Lua interpreter, and each `redis.call`'s conversions. The log costs time of its own (an entry per command, those a script sends included), so these figures run a little above the traffic's above; callers below one call per thousand requests are folded into one row.",
+            plan.anatomy_requests
+        );
+        for r in runs {
+            let Some((requests, anatomy)) = &r.anatomy else {
+                continue;
+            };
+            let _ = writeln!(
+                md,
+                "\n### {}\n\n{}",
+                r.store,
+                anatomy.table(*requests, "request", 1000)
+            );
+            if !anatomy.scripts_commands_told_apart {
+                let _ = writeln!(
+                    md,
+                    "This server logs the commands a script sends under the script's caller, as if the caller had sent them: they are rows of their own here, and the scripts' rows show none sent."
+                );
+            }
+            if anatomy.lost > 0 || anatomy.unattributed > 0 {
+                let _ = writeln!(
+                    md,
+                    "The log dropped {} entries before they were read, and {} commands logged as a script's were followed by no script: the rows undercount by as many.",
+                    anatomy.lost, anatomy.unattributed
+                );
+            }
+        }
     }
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;

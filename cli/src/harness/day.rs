@@ -22,7 +22,11 @@
 //! the peer's keys). After the traffic, and requests at a fixed offered
 //! rate to time them, the run waits out one lifetime and one sweep
 //! interval (the cleanup: every session expires and is removed) and counts
-//! the server's CPU over it as part of the day's bill.
+//! the server's CPU over it as part of the day's bill. Before the cleanup,
+//! more requests of the same traffic run with every command the server
+//! runs recorded ([`super::anatomy`]): which scripts and commands the
+//! requests cost, and what each script spends beyond the commands it
+//! sends.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use tower_sessions_core_014::session::{Id, Record};
 
+use super::anatomy::{Anatomy, Recorder};
 use super::info::{CommandStats, bytes_less_clients, server_cpu_secs};
 use super::tower::{CommandShare, DynStore};
 use crate::profile::Profile;
@@ -75,6 +80,10 @@ pub struct DayPlan {
     pub rate: f64,
     /// Requests of the latency phase.
     pub latency_requests: u64,
+    /// Requests of the traffic run again with every command recorded
+    /// ([`super::anatomy`]), after the latency phase; 0 for none.
+    #[serde(default)]
+    pub anatomy_requests: u64,
     /// How long after the traffic the cleanup is waited for.
     pub cleanup: Duration,
     /// The random sequence's seed: every store meets the same requests.
@@ -126,6 +135,10 @@ pub struct DayRun {
     pub p99_ms: f64,
     /// What the server ran over the traffic, per request.
     pub commands: Vec<CommandShare>,
+    /// Every command and script of the anatomy's requests
+    /// ([`DayPlan::anatomy_requests`]), and how many requests they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anatomy: Option<(u64, Anatomy)>,
 }
 
 /// What a request did, for the ledger.
@@ -198,7 +211,16 @@ pub async fn run(
     // Latency at the offered rate, before the cleanup (which leaves no
     // session live).
     let (shards, latency_counts, latencies) = drive(&store, shards, &plan, Phase::Latency).await?;
-    drop(shards);
+    // The anatomy: more of the traffic, every command recorded.
+    let (anatomy, anatomy_counts) = if plan.anatomy_requests > 0 {
+        let recorder = Recorder::start(conn).await?;
+        let (_, counts, _) = drive(&store, shards, &plan, Phase::Anatomy).await?;
+        let anatomy = recorder.finish().await?;
+        (Some((counts.requests, anatomy)), counts)
+    } else {
+        drop(shards);
+        (None, Counts::default())
+    };
     let mut latencies = latencies;
     latencies.sort_by(f64::total_cmp);
     let percentile = |p: f64| {
@@ -216,8 +238,8 @@ pub async fn run(
 
     let requests = counts.requests.max(1);
     let per_request = |secs: f64| secs * 1e6 / requests as f64;
-    // The cleanup removes what both phases' requests left.
-    let all = (counts.requests + latency_counts.requests).max(1);
+    // The cleanup removes what every phase's requests left.
+    let all = (counts.requests + latency_counts.requests + anatomy_counts.requests).max(1);
     let cleanup_cpu_us = cleanup_cpu * 1e6 / all as f64;
     let cpu_us = per_request(traffic_cpu) + cleanup_cpu_us;
     Ok(DayRun {
@@ -246,6 +268,7 @@ pub async fn run(
                 usec_per_call: u as f64 / c.max(1) as f64,
             })
             .collect(),
+        anatomy,
     })
 }
 
@@ -257,6 +280,8 @@ enum Phase {
     Traffic,
     /// Requests at the offered rate, each timed from when it was due.
     Latency,
+    /// More of the traffic, as fast as the tasks go, for the anatomy.
+    Anatomy,
 }
 
 /// Runs a phase over the tasks' users; gives them back with what the
@@ -283,8 +308,12 @@ async fn drive(
                         users.sessions[i] = Some(sign_in(&store, &plan, n).await?);
                     }
                 }
-                Phase::Traffic => {
-                    let n = share(plan.requests, tasks, t);
+                Phase::Traffic | Phase::Anatomy => {
+                    let total = match phase {
+                        Phase::Traffic => plan.requests,
+                        _ => plan.anatomy_requests,
+                    };
+                    let n = share(total, tasks, t);
                     for _ in 0..n {
                         counts += request(&store, &plan, &mut users, &mut rng, t, tasks).await?;
                     }
@@ -323,6 +352,7 @@ fn phase_salt(phase: Phase) -> u64 {
         Phase::SignIn => 0,
         Phase::Traffic => 0x5eed_0001,
         Phase::Latency => 0x5eed_0002,
+        Phase::Anatomy => 0x5eed_0003,
     }
 }
 

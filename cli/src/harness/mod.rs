@@ -3,6 +3,7 @@
 
 pub mod actix;
 pub mod actix_as_tower;
+pub mod anatomy;
 pub mod churn;
 pub mod day;
 pub mod growth;
