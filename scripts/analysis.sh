@@ -49,7 +49,8 @@
 # day of traffic replayed through tower-sessions (TowerStore::connect
 # against tower-sessions-redis-store) and through actix-session
 # (ActixStore::connect against its RedisSessionStore), on Redis 7.0 and
-# Valkey 9.1.2: server CPU per request with the cleanup, memory, latency.
+# 8.0.6 and Valkey 9.1.2: server CPU per request with the cleanup, memory,
+# latency, and where the server's time goes, script by script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
@@ -183,7 +184,7 @@ for part in "${parts[@]}"; do
         SESSIONPACK_REDIS_SERVER=$path $sp bench day --out "analysis/day/$name"
         SESSIONPACK_REDIS_SERVER=$path $sp bench day --framework actix \
           --out "analysis/day/actix/$name"
-      done < <(scripts/ensure-servers.sh valkey-9.1.2)
+      done < <(scripts/ensure-servers.sh redis-8.0.6 valkey-9.1.2)
       cargo build --release --quiet -p sessionpack-cli ;;
     actix)
       # sessionpack's actix-session store beside actix-session's own Redis

@@ -706,10 +706,27 @@ async fn creates_count_the_splits_of_each_round() {
         sessions: 4_000,
         concurrency: 4,
         rounds: 2,
+        anatomy: true,
     };
     let runs = tower::run(&mut conn, &contenders, plan).await.unwrap();
     let splits = |i: usize| runs[i].op("create").unwrap().rounds_splits.clone();
+    // The recorded round is not among the rounds' figures.
     assert_eq!(splits(0), vec![0, 0], "a fixed store never splits");
+    for run in &runs {
+        for op in &run.ops {
+            let (calls, anatomy) = op.anatomy.as_ref().expect("a recorded round");
+            assert!(*calls > 0 && anatomy.micros() > 0, "{op:?}");
+        }
+    }
+    // A growing store's create goes by its short script.
+    let (_, creates) = runs[1].op("create").unwrap().anatomy.as_ref().unwrap();
+    assert!(
+        creates
+            .callers
+            .iter()
+            .any(|c| c.name == "script compact_add"),
+        "{creates:?}"
+    );
     let growing = splits(1);
     assert_eq!(growing.len(), 2);
     // 4,000 sessions in buckets of at most 64 fields, then 1,000 more:

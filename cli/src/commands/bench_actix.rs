@@ -36,6 +36,11 @@ pub struct ActixArgs {
     /// Rounds of the calls (figures are medians of the rounds).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// No round more with every command the server runs recorded in its
+    /// SLOWLOG (which scripts and commands each call costs, and what each
+    /// script spends beyond the commands it sends).
+    #[arg(long)]
+    no_anatomy: bool,
     /// Profiles to measure (default: all).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<ActixProfile>,
@@ -165,17 +170,20 @@ pub(super) async fn run(args: ActixArgs) -> Result<()> {
             }
             None => None,
         };
-        for round in 0..args.rounds.max(1) as u64 {
-            fixed.round(&mut conn, round, plan).await?;
-            growing.round(&mut conn, round, plan).await?;
+        // A round more, recorded, unless told not to: the anatomy.
+        let rounds = args.rounds.max(1) as u64;
+        for round in 0..rounds + u64::from(!args.no_anatomy) {
+            let record = round == rounds;
+            fixed.round(&mut conn, round, plan, record).await?;
+            growing.round(&mut conn, round, plan, record).await?;
             if let Some(packed) = &mut packed {
-                packed.round(&mut conn, round, plan).await?;
+                packed.round(&mut conn, round, plan, record).await?;
             }
             for store in &mut quickstart {
-                store.round(&mut conn, round, plan).await?;
+                store.round(&mut conn, round, plan, record).await?;
             }
             if let Some(peer) = &mut peer {
-                peer.round(&mut conn, round, plan).await?;
+                peer.round(&mut conn, round, plan, record).await?;
             }
         }
         let mut runs = vec![fixed.finish(), growing.finish()];
@@ -308,6 +316,11 @@ fn write_report(args: &ActixArgs, server: &ServerInfo, rows: &[StoreRun]) -> Res
             );
         }
     }
+    super::bench_tower::anatomies(
+        &mut md,
+        rows.iter()
+            .map(|r| (r.profile.to_string(), r.store.as_str(), &r.ops[..])),
+    );
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", args.out.display())))?;
     let json = serde_json::json!({ "command": command, "server": server, "rows": rows });

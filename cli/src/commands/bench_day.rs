@@ -306,23 +306,11 @@ fn write_report(
             };
             let _ = writeln!(
                 md,
-                "\n### {}\n\n{}",
+                "\n### {}\n\n{}{}",
                 r.store,
-                anatomy.table(*requests, "request", 1000)
+                anatomy.table(*requests, "request", 1000),
+                anatomy.notes()
             );
-            if !anatomy.scripts_commands_told_apart {
-                let _ = writeln!(
-                    md,
-                    "This server logs the commands a script sends under the script's caller, as if the caller had sent them: they are rows of their own here, and the scripts' rows show none sent."
-                );
-            }
-            if anatomy.lost > 0 || anatomy.unattributed > 0 {
-                let _ = writeln!(
-                    md,
-                    "The log dropped {} entries before they were read, and {} commands logged as a script's were followed by no script: the rows undercount by as many.",
-                    anatomy.lost, anatomy.unattributed
-                );
-            }
         }
     }
     std::fs::create_dir_all(&args.out)

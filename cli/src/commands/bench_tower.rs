@@ -14,7 +14,7 @@ use super::Target;
 use crate::advisor::{self, Workload};
 use crate::baselines::LayoutKind;
 use crate::harness::info::ServerInfo;
-use crate::harness::tower::{self, Contender, DynStore, OPS, Plan, StoreRun};
+use crate::harness::tower::{self, Contender, DynStore, OPS, OpRun, Plan, StoreRun};
 use crate::profile::Profile;
 use sessionpack::error::{Error, Result};
 use sessionpack::json_map;
@@ -37,6 +37,11 @@ pub struct TowerArgs {
     /// Rounds of the operations (figures are medians of the rounds).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// No round more with every command the server runs recorded in its
+    /// SLOWLOG (which scripts and commands each call costs, and what each
+    /// script spends beyond the commands it sends).
+    #[arg(long)]
+    no_anatomy: bool,
     /// Profiles to measure (default: all).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<Profile>,
@@ -162,6 +167,7 @@ pub(super) async fn run(args: TowerArgs) -> Result<()> {
                     sessions: args.sessions,
                     concurrency: args.concurrency,
                     rounds: args.rounds,
+                    anatomy: !args.no_anatomy,
                 },
             )
             .await?;
@@ -409,6 +415,16 @@ fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<(
             );
         }
     }
+    anatomies(
+        &mut md,
+        rows.iter().map(|r| {
+            (
+                r.run.profile.to_string(),
+                r.run.store.as_str(),
+                &r.run.ops[..],
+            )
+        }),
+    );
     let limits = &server.limits;
     let _ = writeln!(
         md,
@@ -426,4 +442,35 @@ fn write_report(args: &TowerArgs, server: &ServerInfo, rows: &[Row]) -> Result<(
     }
     println!("wrote {}", args.out.join("tower.md").display());
     Ok(())
+}
+
+/// Each call's anatomy (a round more, recorded: [`crate::harness::anatomy`]),
+/// a table per store and call.
+/// Each run is its profile, its store and its calls' figures.
+pub(super) fn anatomies<'a>(
+    md: &mut String,
+    runs: impl Iterator<Item = (String, &'a str, &'a [OpRun])>,
+) {
+    let mut heading = false;
+    for (profile, store, ops) in runs {
+        for op in ops {
+            let Some((calls, anatomy)) = &op.anatomy else {
+                continue;
+            };
+            if !heading {
+                heading = true;
+                let _ = writeln!(
+                    md,
+                    "\n## Where each call's server time goes, script by script\n\nOne round more than those above, with the server's SLOWLOG recording every command it ran (`cli/src/harness/anatomy.rs`): each command a client sent, each script by name with the commands it sent, and the server's time in them (the commands' own execution, without reading requests and writing replies). What a script spends beyond its commands is the script machinery. The log costs time of its own, so these figures run a little above the rounds'; callers below one call per hundred are folded into one row."
+                );
+            }
+            let _ = writeln!(
+                md,
+                "\n### {profile}, {store}: {}\n\n{}{}",
+                op.op,
+                anatomy.table(*calls, "call", 100),
+                anatomy.notes()
+            );
+        }
+    }
 }

@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::info::{MemorySample, bytes_less_clients, wait_for_rehash};
-use super::tower::{OpRun, Sample, summarize, timed};
+use super::tower::{OpRun, Sample, summarize, timed_as};
 use crate::profile::ActixProfile;
 use sessionpack::error::{Error, Result};
 
@@ -140,22 +140,26 @@ impl<S: SessionStore> Measured<S> {
     /// follows its load), and `update_ttl-unseen` by 30 s more again from
     /// another; `delete` removes half the sessions this round saved from
     /// this process (a logout, whose `purge` follows a load) and
-    /// `delete-unseen` the rest from the other.
+    /// `delete-unseen` the rest from the other. A `record`ed round gives
+    /// the calls' anatomy ([`super::anatomy`]) and none of their figures.
     pub async fn round(
         &mut self,
         conn: &mut redis::aio::MultiplexedConnection,
         round: u64,
         plan: Plan,
+        record: bool,
     ) -> Result<()> {
         let batch = (plan.sessions / 4).max(1);
         let fresh = plan.sessions + round * batch;
         let store = &self.store;
-        let (sample, new) =
-            timed(conn, batch, || save_all(store, fresh..fresh + batch, plan)).await?;
+        let (sample, new) = timed_as(conn, record, batch, || {
+            save_all(store, fresh..fresh + batch, plan)
+        })
+        .await?;
         self.samples[0].push(sample);
         let n = self.keys.len() as u64;
         let keys = &self.keys;
-        let (sample, ()) = timed(conn, n, || {
+        let (sample, ()) = timed_as(conn, record, n, || {
             each(keys, plan, |(_, key)| async move {
                 store
                     .load(&session_key(key)?)
@@ -170,7 +174,7 @@ impl<S: SessionStore> Measured<S> {
         .await?;
         self.samples[1].push(sample);
         let ttl = actix_web_time(TTL + 60 * (round as i64 + 1));
-        let (sample, ()) = timed(conn, n, || {
+        let (sample, ()) = timed_as(conn, record, n, || {
             each(keys, plan, |(k, key)| async move {
                 let state = plan.profile.state(k + round + 1);
                 store
@@ -184,7 +188,7 @@ impl<S: SessionStore> Measured<S> {
         self.samples[2].push(sample);
         for (slot, store, later) in [(3, store, 30), (4, &self.unseen, 60)] {
             let ttl = actix_web_time(TTL + 60 * (round as i64 + 1) + later);
-            let (sample, ()) = timed(conn, n, || {
+            let (sample, ()) = timed_as(conn, record, n, || {
                 each(keys, plan, |(_, key)| async move {
                     store
                         .update_ttl(&session_key(key)?, &ttl)
@@ -198,7 +202,7 @@ impl<S: SessionStore> Measured<S> {
         let mut seen = new;
         let unseen = seen.split_off(seen.len() / 2);
         for (slot, store, keys) in [(5, store, &seen), (6, &self.unseen, &unseen)] {
-            let (sample, ()) = timed(conn, keys.len() as u64, || {
+            let (sample, ()) = timed_as(conn, record, keys.len() as u64, || {
                 each(keys, plan, |(_, key)| async move {
                     store
                         .delete(&session_key(key)?)

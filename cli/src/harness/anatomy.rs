@@ -322,6 +322,23 @@ impl Anatomy {
         }
     }
 
+    /// What a reader of [`Anatomy::table`] should know: entries the log
+    /// dropped, commands no script claimed, a server that logs a script's
+    /// commands as its caller's. Empty where there is nothing to say.
+    pub fn notes(&self) -> String {
+        let mut notes = String::new();
+        if self.lost > 0 || self.unattributed > 0 {
+            notes.push_str(&format!(
+                "The log dropped {} entries before they were read, and {} commands logged as a script's were followed by no script: the rows undercount by as many.\n",
+                self.lost, self.unattributed
+            ));
+        }
+        if !self.scripts_commands_told_apart {
+            notes.push_str("This server logs the commands a script sends under the script's caller, as if the caller had sent them: they are rows of their own here, and the scripts' rows show none sent.\n");
+        }
+        notes
+    }
+
     /// The server's time over every caller, µs.
     pub fn micros(&self) -> u64 {
         self.callers.iter().map(|c| c.micros).sum()

@@ -17,6 +17,7 @@ use time::OffsetDateTime;
 use tower_sessions_core_014::SessionStore;
 use tower_sessions_core_014::session::{Id, Record};
 
+use super::anatomy::{Anatomy, Recorder};
 use super::info::{CommandStats, MemorySample, server_cpu_secs, wait_for_rehash};
 use crate::profile::Profile;
 use sessionpack::error::{Error, Result};
@@ -78,6 +79,10 @@ pub struct OpRun {
     pub rounds_splits: Vec<u64>,
     /// What the server ran, summed over the rounds.
     pub commands: Vec<CommandShare>,
+    /// Every command and script of one more round, recorded
+    /// ([`super::anatomy`]; not among the rounds above), and its calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anatomy: Option<(u64, Anatomy)>,
 }
 
 impl OpRun {
@@ -130,6 +135,9 @@ pub struct Plan {
     pub concurrency: usize,
     /// Rounds of the operations.
     pub rounds: usize,
+    /// Whether one more round runs with every command recorded
+    /// ([`super::anatomy`]), left out of the rounds' figures.
+    pub anatomy: bool,
 }
 
 /// Fills the server with `plan.sessions` sessions from each contender in
@@ -182,7 +190,9 @@ pub async fn run(
     let batch = (plan.sessions / 4).max(1);
     let rounds = plan.rounds.max(1);
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); OPS.len()]; contenders.len()];
-    for round in 0..rounds {
+    for round in 0..rounds + usize::from(plan.anatomy) {
+        // The last round of an anatomy is recorded.
+        let record = round == rounds;
         let r = round as i64;
         let saved = expiry + time::Duration::minutes(2 * r + 1);
         let rolled = saved + time::Duration::minutes(1);
@@ -190,14 +200,14 @@ pub async fn run(
             let ids = ids[i].clone();
             let fresh = plan.sessions + round as u64 * batch;
             let s = &mut samples[i];
-            let (sample, new) = timed(conn, batch, || {
+            let (sample, new) = timed_as(conn, record, batch, || {
                 create(&c.store, fresh..fresh + batch, tasks, profile, expiry)
             })
             .await?;
             s[0].push(sample);
             let n = ids.len() as u64;
             s[1].push(
-                timed(conn, n, || {
+                timed_as(conn, record, n, || {
                     each(&c.store, &ids, tasks, |store, (_, id)| async move {
                         load(&store, id).await.map(drop)
                     })
@@ -209,7 +219,7 @@ pub async fn run(
             // same size.
             for (slot, store, offset) in [(2, &c.store, 1), (3, &c.unseen, 1 + rounds as u64)] {
                 s[slot].push(
-                    timed(conn, n, || {
+                    timed_as(conn, record, n, || {
                         each(store, &ids, tasks, move |store, (k, id)| async move {
                             let record = Record {
                                 id,
@@ -224,7 +234,7 @@ pub async fn run(
                 );
             }
             s[4].push(
-                timed(conn, n, || {
+                timed_as(conn, record, n, || {
                     each(&c.store, &ids, tasks, move |store, (_, id)| async move {
                         let mut record = load(&store, id).await?;
                         record.expiry_date = rolled;
@@ -240,7 +250,7 @@ pub async fn run(
             for (slot, store, ids) in [(5, &c.store, new), (6, &c.unseen, unseen)] {
                 let n = ids.len() as u64;
                 s[slot].push(
-                    timed(conn, n, || {
+                    timed_as(conn, record, n, || {
                         each(store, &ids, tasks, |store, (_, id)| async move {
                             store.delete(&id).await.map_err(store_error)
                         })
@@ -268,9 +278,22 @@ pub(super) struct Sample {
     secs: f64,
     cpu_secs: f64,
     commands: Vec<(String, u64, u64)>,
+    /// Where the round was recorded ([`timed_as`]): what it ran.
+    anatomy: Option<Anatomy>,
 }
 
+/// The figures of rounds of `op`: medians of the rounds, commands summed
+/// over them; a recorded round is left out of them and gives the anatomy.
 pub(super) fn summarize(op: &str, samples: &[Sample]) -> OpRun {
+    let anatomy = samples
+        .iter()
+        .find_map(|s| Some((s.calls, s.anatomy.clone()?)));
+    let samples: Vec<Sample> = samples
+        .iter()
+        .filter(|s| s.anatomy.is_none())
+        .cloned()
+        .collect();
+    let samples = &samples[..];
     let per_call = |s: &Sample| s.cpu_secs * 1e6 / s.calls.max(1) as f64;
     let rounds_cpu_us: Vec<f64> = samples.iter().map(per_call).collect();
     let rounds_splits = samples
@@ -314,6 +337,7 @@ pub(super) fn summarize(op: &str, samples: &[Sample]) -> OpRun {
                 usec_per_call: u as f64 / c.max(1) as f64,
             })
             .collect(),
+        anatomy,
     }
 }
 
@@ -426,6 +450,25 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
+    timed_as(conn, false, calls, work).await
+}
+
+/// [`timed`], with every command the server runs recorded where `record`
+/// ([`super::anatomy`]): such a sample gives the anatomy, not figures.
+pub(super) async fn timed_as<F, Fut, T>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    record: bool,
+    calls: u64,
+    work: F,
+) -> Result<(Sample, T)>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let recorder = match record {
+        true => Some(Recorder::start(conn).await?),
+        false => None,
+    };
     let stats = CommandStats::read(conn).await?;
     let cpu = server_cpu_secs(conn).await?;
     let started = Instant::now();
@@ -433,12 +476,17 @@ where
     let secs = started.elapsed().as_secs_f64();
     let cpu_secs = server_cpu_secs(conn).await? - cpu;
     let commands = CommandStats::read(conn).await?.since(&stats);
+    let anatomy = match recorder {
+        Some(recorder) => Some(recorder.finish().await?),
+        None => None,
+    };
     Ok((
         Sample {
             calls,
             secs,
             cpu_secs,
             commands,
+            anatomy,
         },
         out,
     ))

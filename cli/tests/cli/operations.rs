@@ -379,6 +379,16 @@ fn bench_actix_measures_every_call_of_every_store() {
             assert!(per_op("update_ttl-unseen", "evalsha") >= 0.99, "{row}");
             assert_eq!(per_op("delete", "del"), 0.0, "{row}");
             assert!(per_op("delete-unseen", "evalsha") >= 0.99, "{row}");
+            // A round more, recorded: the unseen delete's script by name.
+            let anatomy = &ops.iter().find(|o| o["op"] == "delete-unseen").unwrap()["anatomy"];
+            assert!(anatomy[0].as_u64().unwrap() > 0, "{row}");
+            let callers = anatomy[1]["callers"].as_array().unwrap();
+            assert!(
+                callers
+                    .iter()
+                    .any(|c| c["name"].as_str().unwrap().starts_with("script compact_")),
+                "{anatomy}"
+            );
         }
     }
     if cfg!(feature = "peer-bench") {
