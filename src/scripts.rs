@@ -3,7 +3,7 @@
 //!
 //! `Script::invoke_async` reloads a script the server has forgotten (after
 //! a restart or `SCRIPT FLUSH`); pipelines do not, so bulk calls use
-//! [`load_all`] and retry once on `NOSCRIPT`.
+//! `load_all` and retry once on `NOSCRIPT`.
 
 use std::sync::LazyLock;
 

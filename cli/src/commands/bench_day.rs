@@ -297,18 +297,24 @@ fn write_report(
     if runs.iter().any(|r| r.anatomy.is_some()) {
         let _ = writeln!(
             md,
-            "\n## Where the server's time goes, script by script\n\n{} more requests of the same traffic after the latency phase, with the server's SLOWLOG recording every command it ran (`cli/src/harness/anatomy.rs`): each command a client sent, each script by name with the commands it sent, and the server's time in them (the commands' own execution, as `INFO commandstats` counts it, without reading requests and writing replies). What a script spends beyond its commands is the script machinery: the call, the Lua interpreter, and each `redis.call`'s conversions. The log costs time of its own (an entry per command, those a script sends included), so these figures run a little above the traffic's above; callers below one call per thousand requests are folded into one row.",
+            "\n## Where the server's time goes, script by script\n\n{} more requests of the same traffic after the latency phase, with the server's SLOWLOG recording every command it ran (`cli/src/harness/anatomy.rs`): each command a client sent, each script by name with the commands it sent, and the server's time in them (the commands' own execution, as `INFO commandstats` counts it, without reading requests and writing replies). What a script spends beyond its commands is the script machinery: the call, the Lua interpreter, and each `redis.call`'s conversions. The log costs time of its own (an entry per command, those a script sends included, each with copies of its arguments), so the µs here run above the traffic's: under each table, the callers' time per call over the traffic without the log, from the table above. Read the shares and the commands per call here, the µs there; callers below one call per thousand requests are folded into one row.",
             plan.anatomy_requests
         );
         for r in runs {
             let Some((requests, anatomy)) = &r.anatomy else {
                 continue;
             };
+            let clean = r
+                .commands
+                .iter()
+                .map(|c| (c.command.clone(), c.usec_per_call))
+                .collect();
             let _ = writeln!(
                 md,
-                "\n### {}\n\n{}{}",
+                "\n### {}\n\n{}{}{}",
                 r.store,
                 anatomy.table(*requests, "request", 1000),
+                anatomy.against(&clean),
                 anatomy.notes()
             );
         }

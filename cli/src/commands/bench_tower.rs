@@ -461,14 +461,20 @@ pub(super) fn anatomies<'a>(
                 heading = true;
                 let _ = writeln!(
                     md,
-                    "\n## Where each call's server time goes, script by script\n\nOne round more than those above, with the server's SLOWLOG recording every command it ran (`cli/src/harness/anatomy.rs`): each command a client sent, each script by name with the commands it sent, and the server's time in them (the commands' own execution, without reading requests and writing replies). What a script spends beyond its commands is the script machinery. The log costs time of its own, so these figures run a little above the rounds'; callers below one call per hundred are folded into one row."
+                    "\n## Where each call's server time goes, script by script\n\nOne round more than those above, with the server's SLOWLOG recording every command it ran (`cli/src/harness/anatomy.rs`): each command a client sent, each script by name with the commands it sent, and the server's time in them (the commands' own execution, without reading requests and writing replies). What a script spends beyond its commands is the script machinery. The log costs time of its own (an entry per command, each with copies of its arguments), so the µs here run above the rounds': under each table, the callers' time per call over the rounds without the log. Read the shares and the commands per call here, the µs there; callers below one call per hundred are folded into one row."
                 );
             }
+            let clean = op
+                .commands
+                .iter()
+                .map(|c| (c.command.clone(), c.usec_per_call))
+                .collect();
             let _ = writeln!(
                 md,
-                "\n### {profile}, {store}: {}\n\n{}{}",
+                "\n### {profile}, {store}: {}\n\n{}{}{}",
                 op.op,
                 anatomy.table(*calls, "call", 100),
+                anatomy.against(&clean),
                 anatomy.notes()
             );
         }

@@ -339,6 +339,57 @@ impl Anatomy {
         notes
     }
 
+    /// A sentence setting the recorded time per call beside what the same
+    /// callers took without the log (`clean`: µs per call by command, as
+    /// `INFO commandstats` counted them over unrecorded work): the
+    /// scripts (`evalsha`, their mean) and each command a client sent
+    /// that no script sends (where a script sends it too, `commandstats`
+    /// mixes the two). Empty where nothing compares.
+    pub fn against(&self, clean: &std::collections::HashMap<String, f64>) -> String {
+        let sent_by_scripts: std::collections::BTreeSet<&str> = self
+            .callers
+            .iter()
+            .flat_map(|c| c.inner.keys().map(String::as_str))
+            .collect();
+        let mut pairs: Vec<(String, f64, f64)> = Vec::new();
+        let scripts: Vec<&Caller> = self
+            .callers
+            .iter()
+            .filter(|c| c.name.starts_with("script "))
+            .collect();
+        let calls: u64 = scripts.iter().map(|c| c.calls).sum();
+        if let Some(&us) = clean.get("evalsha").filter(|_| calls > 0) {
+            let micros: u64 = scripts.iter().map(|c| c.micros).sum();
+            pairs.push((
+                "scripts (`evalsha`)".into(),
+                us,
+                micros as f64 / calls as f64,
+            ));
+        }
+        for c in &self.callers {
+            if c.name.starts_with("script ") || sent_by_scripts.contains(c.name.as_str()) {
+                continue;
+            }
+            if let Some(&us) = clean.get(&c.name) {
+                pairs.push((format!("`{}`", c.name), us, c.micros_per_call()));
+            }
+        }
+        if pairs.is_empty() {
+            return String::new();
+        }
+        let list = pairs
+            .iter()
+            .map(|(name, clean, recorded)| {
+                format!(
+                    "{name} {clean:.2} µs a call without the log, {recorded:.2} with it ({:.2}x)",
+                    recorded / clean.max(1e-9)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        format!("The log's own cost, per call: {list}.\n")
+    }
+
     /// The server's time over every caller, µs.
     pub fn micros(&self) -> u64 {
         self.callers.iter().map(|c| c.micros).sum()
@@ -465,6 +516,21 @@ mod tests {
         assert!(anatomy.callers.iter().all(|c| c.name != "slowlog"));
         assert_eq!(anatomy.micros(), 21);
         assert_eq!(anatomy.callers[0].name, "script compact_rewrite");
+        let clean = [("evalsha".to_owned(), 6.0), ("hmget".to_owned(), 2.0)]
+            .into_iter()
+            .collect();
+        let against = anatomy.against(&clean);
+        // The scripts' mean: (9 + 5) / 2; HMGET: 7 / 2.
+        assert!(
+            against.contains(
+                "scripts (`evalsha`) 6.00 µs a call without the log, 7.00 with it (1.17x)"
+            ),
+            "{against}"
+        );
+        assert!(
+            against.contains("`hmget` 2.00 µs a call without the log, 3.50 with it (1.75x)"),
+            "{against}"
+        );
         let table = anatomy.table(2, "request", 100);
         assert!(table.contains("| script compact_rewrite | 0.500 | 9.00 | 2.00: hget 1.00, hset 1.00 | 3.00 | 6.00 | 4.50 | 43% |"), "{table}");
     }
