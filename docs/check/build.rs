@@ -57,7 +57,7 @@ fn main() {
             fs::write(&source, &block.code).expect("the block's file");
             writeln!(
                 modules,
-                "#[allow(dead_code, unused_imports)]\nmod {name} {{\n    include!({source:?});\n    pub(super) fn run_block() -> std::process::ExitCode {{\n        std::process::Termination::report(main())\n    }}\n}}"
+                "#[allow(dead_code, unused_imports)]\nmod {name} {{\n    include!({source:?});\n    #[allow(clippy::unit_arg)] // a block's `main` may return nothing\n    pub(super) fn run_block() -> std::process::ExitCode {{\n        std::process::Termination::report(main())\n    }}\n}}"
             )
             .unwrap();
             writeln!(

@@ -251,7 +251,8 @@ pub struct Anatomy {
     pub unattributed: u64,
     /// Whether the server logged a script's commands as the script's (no
     /// client address); where it did not, they are counted as commands
-    /// of their own, and scripts' rows show none sent.
+    /// of their own (and in the script's time), and scripts' rows show
+    /// none sent.
     pub scripts_commands_told_apart: bool,
 }
 
@@ -329,12 +330,12 @@ impl Anatomy {
         let mut notes = String::new();
         if self.lost > 0 || self.unattributed > 0 {
             notes.push_str(&format!(
-                "The log dropped {} entries before they were read, and {} commands logged as a script's were followed by no script: the rows undercount by as many.\n",
+                "\nThe log dropped {} entries before they were read, and {} commands logged as a script's were followed by no script: the rows undercount by as many.\n",
                 self.lost, self.unattributed
             ));
         }
         if !self.scripts_commands_told_apart {
-            notes.push_str("This server logs the commands a script sends under the script's caller, as if the caller had sent them: they are rows of their own here, and the scripts' rows show none sent.\n");
+            notes.push_str("\nThis server logs the commands a script sends under the script's caller, as if the caller had sent them: they are rows of their own here, counted in the script's time too, and the scripts' rows show none sent.\n");
         }
         notes
     }
@@ -387,7 +388,7 @@ impl Anatomy {
             })
             .collect::<Vec<_>>()
             .join("; ");
-        format!("The log's own cost, per call: {list}.\n")
+        format!("\nThe log's own cost, per call: {list}.\n")
     }
 
     /// The server's time over every caller, µs.
