@@ -214,8 +214,10 @@ pub async fn run(
     // The anatomy: more of the traffic, every command recorded.
     let (anatomy, anatomy_counts) = if plan.anatomy_requests > 0 {
         let recorder = Recorder::start(conn).await?;
-        let (_, counts, _) = drive(&store, shards, &plan, Phase::Anatomy).await?;
+        let driven = drive(&store, shards, &plan, Phase::Anatomy).await;
+        // The server's log settings go back whatever the requests did.
         let anatomy = recorder.finish().await?;
+        let (_, counts, _) = driven?;
         (Some((counts.requests, anatomy)), counts)
     } else {
         drop(shards);

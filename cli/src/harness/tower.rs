@@ -469,17 +469,23 @@ where
         true => Some(Recorder::start(conn).await?),
         false => None,
     };
-    let stats = CommandStats::read(conn).await?;
-    let cpu = server_cpu_secs(conn).await?;
-    let started = Instant::now();
-    let out = work().await?;
-    let secs = started.elapsed().as_secs_f64();
-    let cpu_secs = server_cpu_secs(conn).await? - cpu;
-    let commands = CommandStats::read(conn).await?.since(&stats);
+    let measured = async {
+        let stats = CommandStats::read(conn).await?;
+        let cpu = server_cpu_secs(conn).await?;
+        let started = Instant::now();
+        let out = work().await?;
+        let secs = started.elapsed().as_secs_f64();
+        let cpu_secs = server_cpu_secs(conn).await? - cpu;
+        let commands = CommandStats::read(conn).await?.since(&stats);
+        Ok::<_, Error>((out, secs, cpu_secs, commands))
+    }
+    .await;
+    // The server's log settings go back whatever the work did.
     let anatomy = match recorder {
         Some(recorder) => Some(recorder.finish().await?),
         None => None,
     };
+    let (out, secs, cpu_secs, commands) = measured?;
     Ok((
         Sample {
             calls,
