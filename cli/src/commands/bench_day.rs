@@ -307,15 +307,12 @@ fn write_report(
             let clean = r
                 .commands
                 .iter()
-                .map(|c| (c.command.clone(), c.usec_per_call))
-                .collect();
+                .map(|c| (c.command.clone(), c.usec_per_call));
             let _ = writeln!(
                 md,
-                "\n### {}\n\n{}{}{}",
+                "\n### {}\n\n{}",
                 r.store,
-                anatomy.table(*requests, "request", 1000),
-                anatomy.against(&clean),
-                anatomy.notes()
+                anatomy.section(*requests, "request", 1000, clean)
             );
         }
     }

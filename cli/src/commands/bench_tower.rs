@@ -467,15 +467,12 @@ pub(super) fn anatomies<'a>(
             let clean = op
                 .commands
                 .iter()
-                .map(|c| (c.command.clone(), c.usec_per_call))
-                .collect();
+                .map(|c| (c.command.clone(), c.usec_per_call));
             let _ = writeln!(
                 md,
-                "\n### {profile}, {store}: {}\n\n{}{}{}",
+                "\n### {profile}, {store}: {}\n\n{}",
                 op.op,
-                anatomy.table(*calls, "call", 100),
-                anatomy.against(&clean),
-                anatomy.notes()
+                anatomy.section(*calls, "call", 100, clean)
             );
         }
     }

@@ -340,6 +340,25 @@ impl Anatomy {
         notes
     }
 
+    /// [`Anatomy::table`], then [`Anatomy::against`] the callers' time
+    /// without the log (`clean`: command, µs per call) and
+    /// [`Anatomy::notes`]: a report's section.
+    pub fn section(
+        &self,
+        per: u64,
+        unit: &str,
+        floor: u64,
+        clean: impl IntoIterator<Item = (String, f64)>,
+    ) -> String {
+        let clean = clean.into_iter().collect();
+        format!(
+            "{}{}{}",
+            self.table(per, unit, floor),
+            self.against(&clean),
+            self.notes()
+        )
+    }
+
     /// A sentence setting the recorded time per call beside what the same
     /// callers took without the log (`clean`: µs per call by command, as
     /// `INFO commandstats` counted them over unrecorded work): the
