@@ -36,6 +36,8 @@ use sessionpack::error::{Error, Result};
 const RECORDER: &str = "sessionpack-anatomy";
 /// How often the log is drained.
 const POLL: Duration = Duration::from_millis(50);
+/// How long the recorder's commands may take to answer.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Entries the log keeps between two drains.
 const LOG_LEN: u64 = 1_000_000;
 /// The script [`Recorder::start`] sends to see how the server logs the
@@ -110,6 +112,9 @@ impl Recorder {
     /// Turns the log on for every command and starts draining it.
     pub async fn start(conn: &redis::aio::MultiplexedConnection) -> Result<Self> {
         let mut conn = conn.clone();
+        // A drain's reply holds every command since the last one: on a
+        // busy machine, more than the client's default half second.
+        conn.set_response_timeout(DRAIN_TIMEOUT);
         let get = |name: &'static str| redis::cmd("CONFIG").arg("GET").arg(name).clone();
         let (threshold, len): (Vec<String>, Vec<String>) = redis::pipe()
             .add_command(get("slowlog-log-slower-than"))

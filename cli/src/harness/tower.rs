@@ -465,34 +465,38 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let recorder = match record {
-        true => Some(Recorder::start(conn).await?),
-        false => None,
-    };
-    let measured = async {
-        let stats = CommandStats::read(conn).await?;
-        let cpu = server_cpu_secs(conn).await?;
+    if record {
+        // Nothing else is read meanwhile: the log's drains share the
+        // connection, and a recorded round gives no figures.
+        let recorder = Recorder::start(conn).await?;
         let started = Instant::now();
-        let out = work().await?;
+        let out = work().await;
         let secs = started.elapsed().as_secs_f64();
-        let cpu_secs = server_cpu_secs(conn).await? - cpu;
-        let commands = CommandStats::read(conn).await?.since(&stats);
-        Ok::<_, Error>((out, secs, cpu_secs, commands))
+        // The server's log settings go back whatever the work did.
+        let anatomy = recorder.finish().await?;
+        let sample = Sample {
+            calls,
+            secs,
+            cpu_secs: 0.0,
+            commands: Vec::new(),
+            anatomy: Some(anatomy),
+        };
+        return Ok((sample, out?));
     }
-    .await;
-    // The server's log settings go back whatever the work did.
-    let anatomy = match recorder {
-        Some(recorder) => Some(recorder.finish().await?),
-        None => None,
-    };
-    let (out, secs, cpu_secs, commands) = measured?;
+    let stats = CommandStats::read(conn).await?;
+    let cpu = server_cpu_secs(conn).await?;
+    let started = Instant::now();
+    let out = work().await?;
+    let secs = started.elapsed().as_secs_f64();
+    let cpu_secs = server_cpu_secs(conn).await? - cpu;
+    let commands = CommandStats::read(conn).await?.since(&stats);
     Ok((
         Sample {
             calls,
             secs,
             cpu_secs,
             commands,
-            anatomy,
+            anatomy: None,
         },
         out,
     ))
