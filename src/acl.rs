@@ -41,6 +41,11 @@ pub enum Role {
     /// the store makes. Apart because servers before Redis 7.4 refuse a
     /// rule that names `HEXPIREAT`.
     ServerExpiry,
+    /// What a store adds on a server that has `HSETEX` (Redis 8.0 and
+    /// Valkey 9.0 and later), where it saves a session it read with one
+    /// `HSETEX FXX`; without it, those saves go by a script. Apart because
+    /// older servers refuse a rule that names `HSETEX`.
+    FieldWrites,
     /// `sessionpack migrate`: it opens the store as the app does and copies
     /// the old store's keys in: `SCAN`, a script reading each key
     /// (`TYPE`, `GET`, `PEXPIRETIME`), the copies, and with
@@ -59,11 +64,12 @@ pub enum Role {
 
 impl Role {
     /// Every role.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Store,
         Self::Sweeper,
         Self::Users,
         Self::ServerExpiry,
+        Self::FieldWrites,
         Self::Migrate,
         Self::Takeover,
     ];
@@ -75,6 +81,7 @@ impl Role {
             Self::Sweeper => "sweeper",
             Self::Users => "users",
             Self::ServerExpiry => "server-expiry",
+            Self::FieldWrites => "field-writes",
             Self::Migrate => "migrate",
             Self::Takeover => "takeover",
         }
@@ -97,6 +104,7 @@ impl Role {
             Self::Sweeper => SWEEPER,
             Self::Users => USERS,
             Self::ServerExpiry => SERVER_EXPIRY,
+            Self::FieldWrites => FIELD_WRITES,
             Self::Migrate => MIGRATE,
             Self::Takeover => TAKEOVER,
         }
@@ -132,9 +140,11 @@ const CLUSTER: [&str; 3] = ["cluster|slots", "cluster|nodes", "asking"];
 /// The app: every compact-store script an app path runs, the reads
 /// (`HGET`, `HMGET` of a value and its pieces, `HGETALL`), the user
 /// index's direct writes, and a growing store's splits (`HLEN`, `HKEYS`,
-/// `HSCAN`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`, `ZREM`). No transaction
-/// commands: what must happen in one step is a script.
+/// `HSCAN`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`, `ZREM`), and `COMMAND
+/// INFO`, which tells whether the server has `HSETEX`. No transaction
+/// commands: what must happen in one step is a script or one command.
 const STORE: &[&str] = &[
+    "command|info",
     "get",
     "set",
     "del",
@@ -194,6 +204,9 @@ const USERS: &[&str] = &[
     "get", "set", "del", "exists", "expireat", "hget", "hmget", "hgetall", "hset", "hsetnx",
     "hdel", "hexists", "hlen", "zadd",
 ];
+
+/// Saves of sessions the store read, on a server that has `HSETEX`.
+const FIELD_WRITES: &[&str] = &["hsetex"];
 
 /// Field TTLs, and the check of how the server keeps them.
 const SERVER_EXPIRY: &[&str] = &["hexpireat", "object|encoding"];
@@ -318,6 +331,8 @@ mod tests {
             "compact_common.lua",
             "compact_add.lua",
             "compact_rewrite.lua",
+            "compact_resave.lua",
+            "compact_unset.lua",
             "compact_drop.lua",
             "compact_delete.lua",
             "shape_common.lua",

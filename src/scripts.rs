@@ -118,6 +118,14 @@ pub(crate) const SLOW: i64 = -9;
 /// helpers, for fixed and growing buckets alike; only for stores the
 /// sweeper reclaims.
 pub(crate) static COMPACT_REWRITE: LazyLock<Script> = script!("compact_rewrite.lua");
+/// A save of a session this process read, named as it read it, where its
+/// field is still there: two commands, for a server without `HSETEX`
+/// (`plain.rs`).
+pub(crate) static COMPACT_RESAVE: LazyLock<Script> = script!("compact_resave.lua");
+/// The common case of [`COMPACT_DELETE`]: a session whose field is there,
+/// removed with what its value names, in two commands; for stores that
+/// keep no viewed items.
+pub(crate) static COMPACT_UNSET: LazyLock<Script> = script!("compact_unset.lua");
 /// The common case of [`COMPACT_INSERT`]: a record kept in its bucket,
 /// its expiry decided by the caller, with no helpers. A growing store's
 /// form is the swept one: it checks the route and replies with the
@@ -287,12 +295,14 @@ pub(crate) static LOCK_EXTEND: LazyLock<Script> = script!("lock_extend.lua");
 /// is. A form whose text is another's (`compact_add`'s growing form is
 /// its swept one) is listed once, under the first name.
 pub fn catalog() -> Vec<(String, &'static str)> {
-    let plain: [(&str, &'static Script); 25] = [
+    let plain: [(&str, &'static Script); 27] = [
         ("bucket_insert", &*BUCKET_INSERT),
         ("bucket_touch", &*BUCKET_TOUCH),
         ("bucket_replace", &*BUCKET_REPLACE),
         ("bucket_remove", &*BUCKET_REMOVE),
         ("compact_rewrite", &*COMPACT_REWRITE),
+        ("compact_resave", &*COMPACT_RESAVE),
+        ("compact_unset", &*COMPACT_UNSET),
         ("compact_split", &*COMPACT_SPLIT),
         ("compact_merge", &*COMPACT_MERGE),
         ("compact_claim", &*COMPACT_CLAIM),

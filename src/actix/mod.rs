@@ -60,16 +60,20 @@
 //! - `save` (a new session): `MULTI`, `HSETNX`, `ZADD LT`, `EXEC`; a key
 //!   already taken draws another.
 //! - `load`: one `HGET` (`HMGET` for a record in pieces).
-//! - `update`: one script that writes only while the session is live by
-//!   the server's clock. A session that is gone (deleted, expired, or
+//! - `update`: one `HSETEX FXX` where this process read the session and
+//!   its record keeps the form it read (a two-command script on servers
+//!   before Redis 8.0 and Valkey 9.0), else one script that writes only
+//!   while the session is live by the server's clock (the guide's plain
+//!   writes). A session that is gone (deleted, expired and swept, or
 //!   revoked by "log out everywhere") **stays gone**: the update writes
 //!   nothing and returns the same key, whose next load finds no session.
 //!   actix-session's own Redis store instead saves the state under a new
 //!   key, which would bring a revoked login back.
 //! - `update_ttl`: one touch script, or nothing where the expiry moves by
 //!   less than the write threshold ([`ActixStore::with_write_threshold`]).
-//! - `delete`: `HDEL` of the session's field (and its pieces), and a
-//!   `DEL` of an out-of-line record.
+//! - `delete`: `HDEL` of the session's field where this process read its
+//!   record whole; else a script of two commands that reads the value and
+//!   removes the field, its pieces and an out-of-line record's key.
 //!
 //! **Users.** With a user index ([`crate::CompactConfig::with_user_index`]),
 //! the store reads each session's owner from the id actix-identity keeps

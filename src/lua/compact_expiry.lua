@@ -51,8 +51,7 @@ local function write_pieces(key, field, form, payload, expiry, old, short)
   end
   local count = #rest
   if old then
-    local _, _, was_short = pieces_in(old)
-    drop_pieces(key, field, old, was_short == short and count + 1 or 1)
+    replace_pieces(key, field, old, count, short, not SERVER_EXPIRY)
   end
   if count > 0 then
     local args = {}

@@ -4,8 +4,9 @@
 -- The parent's index entry is the earlier of the children's.
 -- ARGV[3]: merge only children holding at most this many fields together
 -- Returns {1, epoch} when merged (epoch the new shape's), {0, epoch} when
--- not: the children are not both buckets of the current shape, or they
--- hold more.
+-- not: the children are not both buckets of the current shape, they hold
+-- more, or two of their sessions would share short piece names
+-- (merged_pairs).
 
 -- Merges children `c0` and `c1` into `parent` below a byte's last bit
 -- (`place` 0 to 6), the mirror of compact_split.lua's move_half: child 0's
@@ -46,7 +47,11 @@ end
 check_free(KEYS[2])
 local place = tonumber(ARGV[2])
 if place == 7 or not merge_half(KEYS[2], KEYS[3], KEYS[4], place) then
-  fill(KEYS[2], merged_pairs(KEYS[3], KEYS[4], place, true))
+  local merged = merged_pairs(KEYS[3], KEYS[4], place, true)
+  if not merged then
+    return {0, epoch}
+  end
+  fill(KEYS[2], merged)
   redis.call('DEL', KEYS[3], KEYS[4])
 end
 local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)

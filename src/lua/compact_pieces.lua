@@ -61,6 +61,38 @@ local function drop_pieces(key, field, value, from)
   end
 end
 
+-- What a live session that gives up its short piece names (its record
+-- shrinks to one value, or takes long names or goes out of line) leaves
+-- under the first of them: a hold, so that no other session takes them
+-- while this one lives. From record format 10 a process may write a
+-- session it read moments before with plain commands that name its
+-- pieces as it read them (src/session/layout/compact/plain.rs); a hold
+-- makes those names its own still, or no one's. The sweeper keeps a
+-- first short piece while a live session of the bucket has its prefix,
+-- a split or merge moves it with that session, and a merge that would
+-- give two sessions one prefix is not made (shape_common.lua).
+local HOLD = '\192'
+
+-- Removes the pieces of `old`, a live session's value, that the record
+-- written now (`count` pieces, named `short` or long) does not reuse:
+-- beyond the new ones where named alike, else all, but where short names
+-- are given up, the first becomes a hold (HOLD above) if `hold` (not in a
+-- store whose fields the server expires, which no plain write reaches).
+local function replace_pieces(key, field, old, count, short, hold)
+  local n, _, was_short = pieces_in(old)
+  if not n or n == 0 then
+    return
+  end
+  if was_short == short then
+    drop_pieces(key, field, old, count + 1)
+  elseif was_short and hold then
+    drop_pieces(key, field, old, 2)
+    redis.call('HSET', key, short_prefix(field) .. '\1', HOLD)
+  else
+    drop_pieces(key, field, old, 1)
+  end
+end
+
 -- Whether the pieces of a record written now under `field` of bucket
 -- `key` may take short names: the value it replaces (`old`, or nil) has
 -- pieces under them, which are its own, or no session's first piece is

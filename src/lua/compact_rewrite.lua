@@ -110,8 +110,14 @@ else
   redis.call('HSET', KEYS[1], ARGV[1], new)
 end
 -- A save's pieces the new record does not reuse go: beyond its own where
--- named alike, else all.
+-- named alike, else all, but where short names are given up the first
+-- stays as a hold (compact_pieces.lua's HOLD), so no other session takes
+-- them while this one lives.
 local from = stem == had_stem and pieces + 1 or 1
+if ARGV[3] ~= '' and had > 0 and from == 1 and had_stem == prefix then
+  redis.call('HSET', KEYS[1], prefix .. '\1', '\192')
+  from = 2
+end
 if ARGV[3] ~= '' and had >= from then
   local gone = {}
   for i = from, had do

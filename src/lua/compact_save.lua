@@ -62,8 +62,7 @@ if count > 0 then
   short = may == true and short_is_free(KEYS[1], ARGV[1], value)
   new = with_names(new, short)
 end
-local _, _, was_short = pieces_in(value)
-drop_pieces(KEYS[1], ARGV[1], value, was_short == short and count + 1 or 1)
+replace_pieces(KEYS[1], ARGV[1], value, count, short, not SERVER_EXPIRY)
 if count > 0 then
   local args = {ARGV[1], new}
   local names = piece_fields(ARGV[1], count, 1, short)

@@ -9,6 +9,8 @@
 -- ARGV[1 + n + i]: the length of a session's field in bucket i (a
 --                  piece's is one more, or four where its name is short,
 --                  and ends in a byte 1..15: compact_pieces.lua)
+-- A first short piece no live record names stays while a live session has
+-- its prefix (a hold: compact_pieces.lua).
 -- A growing store's buckets hold a marker field '' (src/session/shape.rs),
 -- which is no session: a bucket left with only its marker keeps its key,
 -- and merges fold it into its sibling.
@@ -37,7 +39,7 @@ for i = 1, n do
     -- with. Only a bucket keeping live sessions sorts its pieces out after
     -- the pass (those of no live session's record go); an emptied one's
     -- key goes whole.
-    local loose, live_pieces = {}, {}
+    local loose, live_pieces, live = {}, {}, {}
     for j = 1, #pairs, 2 do
       local field, value = pairs[j], pairs[j + 1]
       local len = #field
@@ -56,6 +58,7 @@ for i = 1, n do
             oldest = expiry
           end
         else
+          live[#live + 1] = field
           if count and count > 0 then
             live_pieces[short and short_prefix(field) or field] = count
           end
@@ -66,10 +69,27 @@ for i = 1, n do
       end
     end
     if earliest ~= nil then
+      -- The short prefixes of the live sessions, made only where a first
+      -- short piece that no live record names may be one's hold
+      -- (compact_pieces.lua's HOLD): it stays while a session of its
+      -- prefix lives.
+      local prefixes
       for _, field in ipairs(loose) do
         local count = live_pieces[string.sub(field, 1, -2)]
         if count == nil or string.byte(field, -1) > count then
-          gone_pieces[#gone_pieces + 1] = field
+          local held = false
+          if count == nil and #field == 4 and string.byte(field, 4) == 1 then
+            if not prefixes then
+              prefixes = {}
+              for _, owner in ipairs(live) do
+                prefixes[short_prefix(owner)] = true
+              end
+            end
+            held = prefixes[string.sub(field, 1, 3)] == true
+          end
+          if not held then
+            gone_pieces[#gone_pieces + 1] = field
+          end
         end
       end
     end

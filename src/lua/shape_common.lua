@@ -125,42 +125,59 @@ local function session_field_len(names, step)
   return len
 end
 
--- The sessions of a bucket's HGETALL reply `pairs` whose pieces have
--- short names, as a list of {what the names begin with, the field}.
-local function short_owners(pairs)
+-- What the short piece names (compact_pieces.lua) of a bucket's HGETALL
+-- reply `pairs` begin with: the field of the session whose value names
+-- them (owner_of), and the sessions of each prefix (holders), with whom a
+-- first short piece no value names stays (a hold, compact_pieces.lua).
+local function short_names(pairs)
   local len = session_field_len(pairs, 2)
-  local owners = {}
+  local owner_of, holders = {}, {}
   for i = 1, #pairs, 2 do
     local field = pairs[i]
     if #field == len then
+      local prefix = short_prefix(field)
       local n, _, short = pieces_in(pairs[i + 1])
       if short and n > 0 then
-        owners[#owners + 1] = {short_prefix(field), field}
+        owner_of[prefix] = field
+      end
+      local of = holders[prefix]
+      if of then
+        of[#of + 1] = field
+      else
+        holders[prefix] = {field}
       end
     end
   end
-  return owners
+  return owner_of, holders
 end
 
 local function is_short_piece(field)
   return #field == 4 and string.byte(field, 4) <= 15
 end
 
+-- The sessions a hold `field` stays with (none for a short piece that is
+-- no hold, or whose prefix no session has).
+local function holders_of(field, holders)
+  if string.byte(field, 4) ~= 1 then
+    return {}
+  end
+  return holders[string.sub(field, 1, 3)] or {}
+end
+
 -- Splits the fields of `key` (but the marker) into the two children's,
 -- rewritten for their level by the bit at `place`: {child 0's pairs,
 -- child 1's pairs}. `bucket` is whether `key` is a bucket, whose short
--- piece names are made anew at place 7 (a viewed chunk holds none); a
--- short piece no session names is dropped.
+-- piece names are made anew at place 7 (a viewed chunk holds none): a
+-- hold once for each session of its prefix, and a short piece no session
+-- names is dropped. (At place 7 a child's fields all begin with one byte,
+-- the bit split by, so names made anew from different prefixes differ.)
 local function split_pairs(key, place, bucket)
   local bit = 2 ^ (7 - place)
   local halves = {{}, {}}
   local pairs = redis.call('HGETALL', key)
-  -- What each short piece name begins with -> its owner's field.
-  local owner_of = {}
+  local owner_of, holders = {}, {}
   if place == 7 and bucket then
-    for _, owner in ipairs(short_owners(pairs)) do
-      owner_of[owner[1]] = owner[2]
-    end
+    owner_of, holders = short_names(pairs)
   end
   for i = 1, #pairs, 2 do
     local field = pairs[i]
@@ -171,9 +188,17 @@ local function split_pairs(key, place, bucket)
         field = string.char(first % bit) .. string.sub(field, 2)
       elseif bucket and is_short_piece(field) then
         local owner = owner_of[string.sub(field, 1, 3)]
-        -- The owner's field loses its first byte: its second begins the
-        -- names now.
-        field = owner and string.sub(owner, 2, 2) .. string.sub(field, 2)
+        if owner then
+          -- The owner's field loses its first byte: its second begins the
+          -- names now.
+          field = string.sub(owner, 2, 2) .. string.sub(field, 2)
+        else
+          for _, holder in ipairs(holders_of(field, holders)) do
+            half[#half + 1] = string.sub(holder, 2, 2) .. string.sub(field, 2)
+            half[#half + 1] = pairs[i + 1]
+          end
+          field = nil
+        end
       else
         field = string.sub(field, 2)
       end
@@ -187,28 +212,36 @@ local function split_pairs(key, place, bucket)
 end
 
 -- The fields of the children's `c0` and `c1` (but their markers),
--- rewritten for the parent's level by the bit at `place`. At place 7 each
--- child's fields gain a first byte, its number, the same for them all:
--- two sessions of a child whose short names began with different bytes
--- would then share them, so the first keeps them and the others' pieces
--- take long names (their values' SHORT cleared); a short piece no
--- session names is dropped. `bucket` as for split_pairs.
+-- rewritten for the parent's level by the bit at `place`; nil where the
+-- merge would give two sessions the same short names. At place 7 each
+-- child's fields gain a first byte, its number, the same for them all,
+-- and short names begin with it in place of the byte they began with:
+-- two sessions of a child that both hold short names (pieces or a hold)
+-- beginning with different bytes would then share them. No session gives
+-- up its short names while it lives (a process may write them with plain
+-- commands, compact_pieces.lua's HOLD), so such children are not merged;
+-- a short piece no session names is dropped. `bucket` as for split_pairs.
 local function merged_pairs(c0, c1, place, bucket)
   local bit = 2 ^ (7 - place)
   local merged = {}
-  -- New short name beginnings taken.
-  local taken = {}
   for child, key in ipairs({c0, c1}) do
     local pairs = redis.call('HGETALL', key)
     local byte = string.char(child - 1)
-    -- What each short piece name begins with -> {the owner's field, whether
-    -- it keeps short names}.
-    local owner_of = {}
+    local owner_of, holders = {}, {}
     if place == 7 and bucket then
-      for _, owner in ipairs(short_owners(pairs)) do
-        local new = byte .. string.sub(owner[1], 2)
-        owner_of[owner[1]] = {owner[2], not taken[new]}
-        taken[new] = true
+      owner_of, holders = short_names(pairs)
+      -- The short names each prefix held takes in the parent.
+      local taken = {}
+      for i = 1, #pairs, 2 do
+        local field = pairs[i]
+        if is_short_piece(field) and string.byte(field, 4) == 1
+            and (owner_of[string.sub(field, 1, 3)] or #holders_of(field, holders) > 0) then
+          local new = byte .. string.sub(field, 2, 3)
+          if taken[new] then
+            return nil
+          end
+          taken[new] = true
+        end
       end
     end
     for i = 1, #pairs, 2 do
@@ -217,19 +250,13 @@ local function merged_pairs(c0, c1, place, bucket)
         if place ~= 7 then
           field = string.char(string.byte(field, 1) + (child - 1) * bit) .. string.sub(field, 2)
         elseif bucket and is_short_piece(field) then
-          local owner = owner_of[string.sub(field, 1, 3)]
-          if not owner then
-            field = nil
-          elseif owner[2] then
+          local prefix = string.sub(field, 1, 3)
+          if owner_of[prefix] or #holders_of(field, holders) > 0 then
             field = byte .. string.sub(field, 2)
           else
-            field = byte .. owner[1] .. string.sub(field, 4)
+            field = nil
           end
         else
-          local owner = bucket and place == 7 and owner_of[short_prefix(field)]
-          if owner and owner[1] == field and not owner[2] then
-            value = with_names(value, false)
-          end
           field = byte .. field
         end
         if field then

@@ -171,7 +171,7 @@ where
         at: u64,
         data: &HashMap<String, Value>,
     ) -> Result<()> {
-        self.memo.put(id, bytes, head, at);
+        self.memo.put(id, bytes, head, at, None);
         if let Some(owner) = self.head(bytes, head)
             && let Some(label) = self.label(data)
         {

@@ -7,6 +7,7 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::clock::unix_now;
 use crate::session::layout::Seen;
+use crate::session::layout::compact::{Kept, Read};
 
 /// What this process last loaded or wrote for recent sessions: a keyed
 /// digest of the record, its length and its expiry. Two generations: when
@@ -25,6 +26,20 @@ pub(super) struct Memory {
     /// A digest of the record's owner head (see [`MapStore`]).
     pub(super) head: u64,
     pub(super) seen: Seen,
+    /// How the record was kept, where this process knows: what a plain
+    /// write of the session names.
+    pub(super) kept: Option<Kept>,
+}
+
+impl Memory {
+    /// What a plain write of the session needs of this memory, if it
+    /// knows how the record is kept.
+    pub(super) fn read(&self) -> Option<Read> {
+        Some(Read {
+            expires_at: self.seen.expires_at,
+            kept: self.kept?,
+        })
+    }
 }
 
 impl Memo {
@@ -40,7 +55,14 @@ impl Memo {
         self.hasher.hash_one(bytes)
     }
 
-    pub(super) fn put(&self, id: i128, bytes: &[u8], head: usize, expires_at: u64) {
+    pub(super) fn put(
+        &self,
+        id: i128,
+        bytes: &[u8],
+        head: usize,
+        expires_at: u64,
+        kept: Option<Kept>,
+    ) {
         if self.capacity == 0 {
             return;
         }
@@ -51,6 +73,7 @@ impl Memo {
                 expires_at,
                 record_len: bytes.len(),
             },
+            kept,
         };
         let mut g = self
             .generations
@@ -127,7 +150,7 @@ mod tests {
     fn the_memo_skips_only_unchanged_data_and_short_moves() {
         let memo = Memo::new(DEFAULT_MEMO_CAPACITY);
         let now = unix_now();
-        memo.put(1, b"abc", 0, now + 1000);
+        memo.put(1, b"abc", 0, now + 1000, None);
         assert!(unchanged(&memo, 1, b"abc", now + 1050, 0.1));
         assert!(
             !unchanged(&memo, 1, b"abc", now + 1200, 0.1),
@@ -141,7 +164,7 @@ mod tests {
         assert!(!unchanged(&memo, 2, b"abc", now + 1010, 0.1), "never seen");
         memo.take(1);
         assert!(!unchanged(&memo, 1, b"abc", now + 1010, 0.1));
-        memo.put(3, b"abc", 0, now - 1);
+        memo.put(3, b"abc", 0, now - 1, None);
         assert!(
             !unchanged(&memo, 3, b"abc", now + 10, 1.0),
             "stored one expired"
@@ -152,7 +175,7 @@ mod tests {
     fn the_memo_keeps_the_most_recent_sessions() {
         let memo = Memo::new(4);
         for id in 1..=5 {
-            memo.put(id, b"x", 0, 100 + id as u64);
+            memo.put(id, b"x", 0, 100 + id as u64, None);
         }
         // Generations of two: {1, 2} were dropped when 5 came.
         assert!(memo.get(1).is_none() && memo.get(2).is_none());
@@ -160,13 +183,13 @@ mod tests {
             assert_eq!(memo.get(id).unwrap().seen.expires_at, 100 + id as u64);
         }
         // A session put again lives in the newer generation only.
-        memo.put(3, b"xy", 0, 200);
+        memo.put(3, b"xy", 0, 200, None);
         assert_eq!(memo.get(3).unwrap().seen.record_len, 2);
         assert_eq!(memo.take(3).unwrap().seen.record_len, 2);
         assert!(memo.get(3).is_none());
 
         let none = Memo::new(0);
-        none.put(1, b"x", 0, 100);
+        none.put(1, b"x", 0, 100, None);
         assert!(none.get(1).is_none(), "capacity 0 remembers nothing");
     }
 }

@@ -26,19 +26,27 @@
 //!   trait asks.
 //! - `load`: one `HGET`, or for records in pieces one `HMGET` of the
 //!   value and its pieces.
-//! - `save`: one short script that reads the stored expiry (`HGET`) and
-//!   writes record and expiry (`HSET`) only while the session is live by
-//!   the server's clock, so a save never revives a session that was
-//!   deleted or expired, and a session a load returned as live can be
-//!   extended to its last second. With
+//! - `save`: of a session this process read, whose record keeps the form
+//!   the read found (whole, or as many pieces under the same names), one
+//!   `HSETEX FXX` of the value and pieces on Redis 8.0 and Valkey 9.0 and
+//!   later (a script of `HEXISTS` and `HSET` before them): it writes only
+//!   where the session's field is, so a session deleted, revoked or swept
+//!   since the read is never brought back, and only while both expiries
+//!   are beyond the clock estimate's reach of now (record format 10,
+//!   [`crate::session::layout::compact::HELD_NAMES_FORMAT`]; the guide's
+//!   plain writes). Any other save is one short script that reads the
+//!   stored expiry (`HGET`) and writes record and expiry (`HSET`) only
+//!   while the session is live by the server's clock, so it never revives
+//!   a session that was deleted or expired, and a session a load returned
+//!   as live can be extended to its last second. With
 //!   [`MapStore::with_write_threshold`],
 //!   a save whose data is unchanged since this process loaded it and whose
 //!   expiry moves by less than that fraction of the session's lifetime
 //!   sends nothing.
-//! - `delete`: `HDEL` of the session's field and the pieces this process
-//!   saw its record in; for a session it has not read, with its first
-//!   piece (and then the others, where that was there) and a `DEL` of an
-//!   out-of-line record's key ([`crate::Compact::delete`]).
+//! - `delete`: `HDEL` of the session's field where this process read its
+//!   record whole; else a script of two commands that reads the value and
+//!   removes the field, the pieces it names and an out-of-line record's
+//!   key (`compact_unset.lua`; [`crate::Compact::delete`]).
 //! - `delete_expired`: one sweeper pass ([`crate::session::sweep::Sweeper::pass`]).
 //!
 //! With a user index ([`crate::CompactConfig::with_user_index`]), the
@@ -501,12 +509,17 @@ where
             self.memo.take(id);
             return Ok(Saved::Gone);
         }
-        match self.layout.save(&session_id(id), &bytes, at).await? {
-            Written::Done => {
-                self.memo.put(id, &bytes, head, at);
+        let read = memory.and_then(|m| m.read());
+        match self
+            .layout
+            .save_read(&session_id(id), &bytes, at, read)
+            .await?
+        {
+            (Written::Done, kept) => {
+                self.memo.put(id, &bytes, head, at, kept);
                 Ok(Saved::Written)
             }
-            Written::Missing | Written::Conflict => {
+            (Written::Missing | Written::Conflict, _) => {
                 self.memo.take(id);
                 Ok(Saved::Gone)
             }
@@ -540,11 +553,12 @@ where
         if self.absolute.is_some() && self.capped(id, u64::MAX) <= unix_now() {
             return Ok(None);
         }
-        let Some(stored) = self.layout.load(&sid).await? else {
+        let Some((stored, kept)) = self.layout.load_read(&sid).await? else {
             return Ok(None);
         };
         let (data, head) = self.decode_stored(&sid, &stored.record).await?;
-        self.memo.put(id, &stored.record, head, stored.expires_at);
+        self.memo
+            .put(id, &stored.record, head, stored.expires_at, Some(kept));
         Ok(Some((data, stored.expires_at as i64)))
     }
 

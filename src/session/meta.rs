@@ -30,9 +30,12 @@ use crate::scripts::META_CLAIM;
 /// UUIDs out of packed records too
 /// ([`crate::session::dictionary::UUID_FORMAT`]); 9 keeps base64 that
 /// decodes to text (a JSON Web Token's claims) decoded in packed records
-/// ([`crate::session::dictionary::ENCODED_TEXT_FORMAT`]). A growing store
-/// records this format too.
-pub const FORMAT_VERSION: u32 = 9;
+/// ([`crate::session::dictionary::ENCODED_TEXT_FORMAT`]); 10 keeps a
+/// session's short piece names its own while it lives, so a session a
+/// process read is written back with plain commands
+/// ([`crate::session::layout::compact::HELD_NAMES_FORMAT`]). A growing
+/// store records this format too.
+pub const FORMAT_VERSION: u32 = 10;
 /// The record format of a store whose buckets split and merge
 /// ([`crate::session::shape`]): keys named by group and trie node, fields
 /// as long as each bucket's level leaves them, out-of-line records named

@@ -128,8 +128,9 @@ async fn a_take_returns_a_pieced_entry_whole() {
 /// miss asks for the bucket's marker, in a script. Where pieces may have
 /// short names, which another session may take once this one is gone, a
 /// delete of a session it has not read (or read in pieces) is one script
-/// that reads the value, and a miss is that same script. Pieces go with
-/// the session either way.
+/// of two commands that reads the value (`compact_unset.lua`), and a miss
+/// is that and the script that also reads the bucket's marker. Pieces go
+/// with the session either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unseen_delete_in_a_growing_store_takes_its_pieces_in_one_call() {
     let server = common::server();
@@ -159,9 +160,10 @@ async fn an_unseen_delete_in_a_growing_store_takes_its_pieces_in_one_call() {
         let scripts = if format < SHORT_PIECES_FORMAT { 0 } else { 20 };
         assert_eq!(common::calls(&mut raw, "evalsha").await - before, scripts);
         assert!(!layout.delete(&none, None).await.unwrap());
+        let miss = if format < SHORT_PIECES_FORMAT { 1 } else { 2 };
         assert_eq!(
             common::calls(&mut raw, "evalsha").await - before,
-            scripts + 1
+            scripts + miss
         );
         for id in &ids {
             assert!(layout.load(id).await.unwrap().is_none());
@@ -258,7 +260,10 @@ async fn saves_of_records_in_pieces_take_the_short_script() {
                 sessionpack::session::layout::Written::Done
             );
         }
-        assert_eq!(census(&mut raw, &layout).await, Census::default());
+        assert_eq!(
+            census(&mut raw, &layout).await.but_holds(),
+            Census::default()
+        );
     }
 }
 

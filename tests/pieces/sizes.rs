@@ -72,7 +72,7 @@ async fn every_size_round_trips_through_every_write() {
         assert!(layout.load(&id).await.unwrap().is_none());
     }
     let left = census(&mut raw, &layout).await;
-    assert_eq!(left, Census::default(), "nothing left behind");
+    assert_eq!(left.but_holds(), Census::default(), "nothing left behind");
     let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
     assert!(side.is_empty(), "{side:?}");
 }

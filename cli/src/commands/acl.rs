@@ -16,14 +16,17 @@ pub struct AclArgs {
     /// repeat for a process that plays several (an app whose store sweeps
     /// in the background, as stores do unless opened `without_sweeper()`:
     /// `--role store --role sweeper`). Add
-    /// `server-expiry` for a store whose fields the server expires. During
+    /// `server-expiry` for a store whose fields the server expires, and
+    /// `field-writes` on Redis 8.0 or Valkey 9.0 and later, where a store
+    /// saves a session it read with one `HSETEX` (older servers refuse a
+    /// rule that names it). During
     /// a switch from another store: `migrate` for `sessionpack migrate`,
     /// and `takeover` added to the app's roles while its store takes the
     /// old one over; both also name the old store's keys (`--from`).
     #[arg(
         long,
         required = true,
-        value_parser = ["store", "sweeper", "users", "server-expiry", "migrate", "takeover"]
+        value_parser = ["store", "sweeper", "users", "server-expiry", "field-writes", "migrate", "takeover"]
     )]
     role: Vec<String>,
     /// For `migrate` and `takeover`: the store the sessions come from.

@@ -8,7 +8,7 @@
 use super::value::{piece_field, pieces_of_len};
 use super::{Compact, Keys, MAX_PIECED_RECORD, MAX_PIECES, REROUTES};
 use crate::error::Result;
-use crate::scripts::{self, COMPACT_DELETE, COMPACT_DROP};
+use crate::scripts::{self, COMPACT_DELETE, COMPACT_DROP, COMPACT_UNSET};
 use crate::session::id::{InvalidIdExt, SessionId};
 
 impl<C> Compact<C>
@@ -137,11 +137,28 @@ where
     }
 
     /// [`Compact::delete_at`] of a session whose record may be in pieces,
-    /// in a namespace whose pieces may have short names: one script
-    /// (`compact_delete.lua`) reads the value and removes the field, the
-    /// pieces it names, its out-of-line record's key and its viewed items,
-    /// with the bucket's marker read in the same step.
+    /// in a namespace whose pieces may have short names: a script reads
+    /// the value and removes the field, the pieces it names and its
+    /// out-of-line record's key: `compact_unset.lua`, two commands, where
+    /// the store keeps no viewed items and the field is there; else
+    /// `compact_delete.lua`, which removes its viewed items too and reads
+    /// the bucket's marker in the same step.
     pub(super) async fn drop_by_value(&self, id: &SessionId, k: &Keys) -> Result<Option<bool>> {
+        // The common case first, where the store keeps no viewed items: a
+        // field there, removed by a script of two commands.
+        if self.viewed_chunks() == 0 {
+            let mut inv = COMPACT_UNSET.prepare_invoke();
+            inv.key(&k.bucket)
+                .key(self.out_of_line_key(k))
+                .arg(&k.field);
+            let removed: i64 = inv
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(self.error(id))?;
+            if removed > 0 {
+                return Ok(Some(true));
+            }
+        }
         let mut inv = COMPACT_DELETE.prepare_invoke();
         inv.key(&k.bucket).key(self.out_of_line_key(k));
         for key in self.chunk_keys(k) {

@@ -1,6 +1,6 @@
 //! The [`Layout`] calls of the compact layout.
 
-use super::{Assembled, Compact, Keys, REROUTES, parse_value};
+use super::{Assembled, Compact, Keys, parse_value};
 use crate::error::{Error, Result};
 use crate::scripts::{
     COMPACT_INSERT, COMPACT_REMOVE, COMPACT_REPLACE, COMPACT_TOUCH, PIPELINE_CHUNK,
@@ -89,15 +89,7 @@ where
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<Stored>> {
-        for _ in 0..REROUTES {
-            let k = self.keys(id);
-            match self.load_at(id, &k).await {
-                Err(Error::Reshaped { .. }) if self.reroute(id, &k, false).await? => {}
-                Err(Error::Reshaped { .. }) => return Ok(None),
-                done => return done,
-            }
-        }
-        Err(self.reshaped(id))
+        Ok(self.load_read(id).await?.map(|(stored, _)| stored))
     }
 
     async fn touch(&self, id: &SessionId, ttl_secs: u64) -> Result<Option<u64>> {
@@ -252,7 +244,7 @@ where
                     continue;
                 }
                 match self.assemble(id, value, pieces, self.short_pieces())? {
-                    Assembled::Done(stored) => out.push(stored),
+                    Assembled::Done(stored, _) => out.push(stored),
                     Assembled::Pieces { want, .. } => {
                         more.push((n, want));
                         out.push(None);

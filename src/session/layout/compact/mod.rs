@@ -45,7 +45,8 @@
 //! Where each part lives: opening a store (`open`, `config`),
 //! key names (`keys`), a record's forms (`value`, `forms`), reads, writes
 //! and deletes of one session (`read`, `write`, `delete`), the `Layout`
-//! calls (`layout_trait`), how calls reach the server (`calls`), growing
+//! calls (`layout_trait`), plain writes of a session a process read and
+//! why they are safe (`plain`, `plain_save`), how calls reach the server (`calls`), growing
 //! buckets (`growth`), the user index (`user_index`, `users`), viewed
 //! items (`viewed`), read-and-remove (`take`) and health (`health`).
 
@@ -72,6 +73,13 @@ mod health;
 mod keys;
 mod layout_trait;
 mod open;
+mod plain;
+#[cfg(any(
+    feature = "tower-sessions",
+    feature = "tower-sessions-014",
+    feature = "actix-session"
+))]
+mod plain_save;
 mod read;
 mod take;
 pub(crate) mod user_index;
@@ -93,6 +101,14 @@ pub use growth::{Reshaping, SPLIT_FIELDS};
 pub use health::Health;
 pub use keys::GroupedBuckets;
 pub(crate) use keys::Keys;
+pub(crate) use plain::Kept;
+use plain::PlainWrites;
+#[cfg(any(
+    feature = "tower-sessions",
+    feature = "tower-sessions-014",
+    feature = "actix-session"
+))]
+pub(crate) use plain_save::Read;
 pub use users::NO_OWNER;
 
 /// Default bucket bits: 2^14 buckets, about 1.6M sessions at ~100 each.
@@ -136,6 +152,13 @@ const CHECKED: u8 = 0x80;
 pub const SHORT_PIECES_FORMAT: u32 = 7;
 /// Set in a pieced value's count byte when its pieces have short names.
 const SHORT: u8 = 0x40;
+/// The record format from which no live session gives up its short piece
+/// names (they stay as a hold, `compact_pieces.lua`) and no merge gives
+/// two sessions the same ones, so a process may write or delete a session
+/// it read with plain commands that name its pieces as it read them
+/// (`plain.rs`). Earlier versions, which give them up, refuse such a
+/// namespace; in a namespace of an earlier format every write is a script.
+pub const HELD_NAMES_FORMAT: u32 = 10;
 /// Bytes of the check a pieced payload begins with.
 pub const CHECK_BYTES: usize = 4;
 /// Bytes a pieced value holds before the record: the expiry, the marker
@@ -205,6 +228,9 @@ pub struct Compact<C> {
     /// The namespace's metadata as recorded when the store opened (none
     /// for a layout made without [`Compact::new`]).
     recorded: Option<Arc<StoreMeta>>,
+    /// How a session this process read is written back (`plain.rs`); none
+    /// where every write is a script.
+    plain: Option<Arc<PlainWrites>>,
 }
 
 impl<C> std::fmt::Debug for Compact<C> {
@@ -271,8 +297,8 @@ type ValueRead = (Option<Vec<u8>>, Vec<Option<Vec<u8>>>);
 
 /// What a value read back still needs.
 enum Assembled {
-    /// Nothing: the session, or none.
-    Done(Option<Stored>),
+    /// Nothing: the session, or none, and how its record was kept.
+    Done(Option<Stored>, Kept),
     /// Its out-of-line record.
     OutOfLine,
     /// Its pieces, this many, under short names or long.

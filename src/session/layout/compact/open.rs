@@ -132,6 +132,7 @@ where
         // other processes unpack.
         layout.packer = Arc::new(Packer::new(layout.buckets().namespace(), recorded.format));
         layout.recorded = Some(Arc::new(recorded));
+        layout.plain = layout.plain_writes().await?;
         if let Some(learning) = config.learn_dictionary {
             layout = layout.learning_dictionary(learning).await?;
         }
@@ -338,6 +339,7 @@ where
             packer,
             growth: None,
             recorded: None,
+            plain: None,
         }
     }
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::value::{Value, check_of, parse_value, piece_field};
-use super::{Assembled, Compact, Keys, MARKER, MAX_PIECES, ValueRead};
+use super::{Assembled, Compact, Kept, Keys, MARKER, MAX_PIECES, ValueRead};
 use crate::clock::{Verdict, query_reads};
 use crate::error::{Error, Result};
 use crate::scripts::Reads;
@@ -82,9 +82,10 @@ where
         Ok((bytes, pieces))
     }
 
-    /// [`Layout::load`] from the bucket `k` names; in a growing store
-    /// `Err(Error::Reshaped)` where that bucket lacks its marker.
-    pub(super) async fn load_at(&self, id: &SessionId, k: &Keys) -> Result<Option<Stored>> {
+    /// [`Layout::load`] from the bucket `k` names, with how the record was
+    /// kept; in a growing store `Err(Error::Reshaped)` where that bucket
+    /// lacks its marker.
+    pub(super) async fn load_at(&self, id: &SessionId, k: &Keys) -> Result<Option<(Stored, Kept)>> {
         let guess = self.pieces_to_ask();
         let mut pipe = redis::pipe();
         self.ask_value(&mut pipe, k, guess);
@@ -93,7 +94,7 @@ where
             .map_err(self.error(id))?;
         let reply = replies.pop().unwrap_or(redis::Value::Nil);
         let (bytes, pieces) = self.value_read(id, k, reply, guess)?;
-        self.live_with(id, k, bytes, pieces, None).await
+        self.live_with_kept(id, k, bytes, pieces, None).await
     }
 
     /// The session a value read for `id` holds, if it is live at `now`
@@ -119,6 +120,19 @@ where
         pieces: Vec<Option<Vec<u8>>>,
         now: Option<u64>,
     ) -> Result<Option<Stored>> {
+        let kept = self.live_with_kept(id, k, bytes, pieces, now).await?;
+        Ok(kept.map(|(stored, _)| stored))
+    }
+
+    /// [`Compact::live_with`], with how the record was kept.
+    pub(super) async fn live_with_kept(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        bytes: Option<Vec<u8>>,
+        pieces: Vec<Option<Vec<u8>>>,
+        now: Option<u64>,
+    ) -> Result<Option<(Stored, Kept)>> {
         let Some(bytes) = bytes else {
             return Ok(None);
         };
@@ -136,7 +150,7 @@ where
             return Ok(None);
         }
         let need = self.assemble(id, value, pieces, self.short_pieces())?;
-        self.read_rest(id, k, need).await
+        self.read_rest_kept(id, k, need).await
     }
 
     /// The session a parsed value and the pieces read with it (in order,
@@ -151,7 +165,7 @@ where
     ) -> Result<Assembled> {
         Ok(match value {
             Value::Here { expires_at, record } => {
-                Assembled::Done(Some(Stored { record, expires_at }))
+                Assembled::Done(Some(Stored { record, expires_at }), Kept::Whole)
             }
             Value::OutOfLine { .. } => Assembled::OutOfLine,
             Value::Pieced {
@@ -178,10 +192,16 @@ where
                     })?;
                     head.extend_from_slice(&piece);
                 }
-                Assembled::Done(Some(Stored {
-                    record: self.checked_record(id, check, head)?,
-                    expires_at,
-                }))
+                Assembled::Done(
+                    Some(Stored {
+                        record: self.checked_record(id, check, head)?,
+                        expires_at,
+                    }),
+                    Kept::Pieces {
+                        count: pieces,
+                        short: named_short && pieces > 0,
+                    },
+                )
             }
         })
     }
@@ -220,14 +240,25 @@ where
         &self,
         id: &SessionId,
         k: &Keys,
-        mut need: Assembled,
+        need: Assembled,
     ) -> Result<Option<Stored>> {
+        let kept = self.read_rest_kept(id, k, need).await?;
+        Ok(kept.map(|(stored, _)| stored))
+    }
+
+    /// [`Compact::read_rest`], with how the record was kept.
+    pub(super) async fn read_rest_kept(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        mut need: Assembled,
+    ) -> Result<Option<(Stored, Kept)>> {
         let routed = k.route.is_some();
         // The names the pieces read last were asked under.
         let mut named_short = false;
         for attempt in 0..3 {
             let (bytes, pieces) = match need {
-                Assembled::Done(stored) => return Ok(stored),
+                Assembled::Done(stored, kept) => return Ok(stored.map(|s| (s, kept))),
                 Assembled::OutOfLine => {
                     let reads = Reads::default()
                         .hget(&k.bucket, &k.field)
@@ -246,7 +277,9 @@ where
                         };
                     };
                     if let Some(Value::OutOfLine { expires_at }) = parse_value(&bytes) {
-                        return Ok(side.map(|record| Stored { record, expires_at }));
+                        return Ok(
+                            side.map(|record| (Stored { record, expires_at }, Kept::Elsewhere))
+                        );
                     }
                     (bytes, Vec::new())
                 }
