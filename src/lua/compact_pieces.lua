@@ -67,8 +67,8 @@ end
 -- while this one lives. From record format 10 a process may write a
 -- session it read moments before with plain commands that name its
 -- pieces as it read them (src/session/layout/compact/plain.rs); a hold
--- makes those names its own still, or no one's. The sweeper keeps a
--- first short piece while a live session of the bucket has its prefix,
+-- makes those names its own still, or no one's. The sweeper and the cap
+-- keep a first short piece while a session of the bucket has its prefix,
 -- a split or merge moves it with that session, and a merge that would
 -- give two sessions one prefix is not made (shape_common.lua).
 local HOLD = '\192'

@@ -36,9 +36,9 @@ local function settle(key, member, gone, earliest, viewed, pieces)
 end
 
 -- The pieces among a bucket's HGETALL reply `pairs`, as a set of fields:
--- those its values name (true), which go with their sessions, and those
--- none names (false), left by a delete that raced a write adding pieces,
--- which go now. `field_len` is the length of a session's field; a piece's
+-- those its values name, and holds of its sessions' short names (true),
+-- which go with their sessions, and those none names (false), left by a
+-- delete that raced a write adding pieces, which go now. `field_len` is the length of a session's field; a piece's
 -- is one more, or four where its name is short, ending in a byte 1..15.
 local function pieces_among(pairs, field_len)
   local pieces = {}
@@ -50,12 +50,28 @@ local function pieces_among(pairs, field_len)
       end
     end
   end
+  -- The short prefixes of the bucket's sessions, made only where a first
+  -- short piece no value names may be one's hold (compact_pieces.lua's
+  -- HOLD), which stays, as a named piece does, while its session lives.
+  local prefixes
   for j = 1, #pairs, 2 do
     local field = pairs[j]
     local len = #field
     if (len == field_len + 1 or len == 4) and pieces[field] == nil
         and string.byte(field, -1) <= 15 then
-      pieces[field] = false
+      local held = false
+      if len == 4 and string.byte(field, 4) == 1 then
+        if not prefixes then
+          prefixes = {}
+          for k = 1, #pairs, 2 do
+            if #pairs[k] == field_len then
+              prefixes[short_prefix(pairs[k])] = true
+            end
+          end
+        end
+        held = prefixes[string.sub(field, 1, 3)] == true
+      end
+      pieces[field] = held
     end
   end
   return pieces

@@ -278,3 +278,44 @@ async fn splits_and_merges_at_a_bytes_last_bit_keep_short_names_their_owners() {
     let c = census(&mut raw, &roomy).await;
     assert_eq!((c.holds, c.orphans, c.missing), (1, 0, 0), "{c:?}");
 }
+
+/// The session cap, which removes pieces no value names with the sessions
+/// it evicts, keeps a hold while its session lives: a session that shrank
+/// to one value keeps its first short name through an eviction of others
+/// in its bucket, so no session of the same prefix takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_keeps_a_live_sessions_hold() {
+    let server = common::server();
+    let layout = compact(&server, 2).await;
+    let mut raw = common::raw(&server).await;
+    let kept = layout.new_id().await.unwrap();
+    layout
+        .insert(&kept, &record_of(150, 1), in_600())
+        .await
+        .unwrap();
+    let at = layout.load(&kept).await.unwrap().unwrap().expires_at;
+    layout.save(&kept, &record_of(20, 2), at).await.unwrap();
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.holds, c.orphans), (1, 1, 0), "{c:?}");
+    // Two sessions of its bucket that end sooner, which the cap evicts.
+    for at in [8, 9] {
+        let other = sibling(&kept, at);
+        layout
+            .insert(
+                &other,
+                &record_of(20, at as u8),
+                sessionpack::ttl::Deadline::In(300),
+            )
+            .await
+            .unwrap();
+    }
+    let sweeper = Sweeper::new(layout.clone(), SweepConfig::default().with_max_sessions(1));
+    let report = sweeper.enforce_cap().await.unwrap();
+    assert_eq!(report.evicted, 2, "{report:?}");
+    let c = census(&mut raw, &layout).await;
+    assert_eq!((c.sessions, c.holds, c.orphans), (1, 1, 0), "{c:?}");
+    assert_eq!(
+        layout.load(&kept).await.unwrap().unwrap().record,
+        record_of(20, 2)
+    );
+}

@@ -94,7 +94,7 @@ where
             .map_err(self.error(id))?;
         let reply = replies.pop().unwrap_or(redis::Value::Nil);
         let (bytes, pieces) = self.value_read(id, k, reply, guess)?;
-        self.live_with_kept(id, k, bytes, pieces, None).await
+        self.live_with(id, k, bytes, pieces, None).await
     }
 
     /// The session a value read for `id` holds, if it is live at `now`
@@ -106,26 +106,14 @@ where
         now: Option<u64>,
     ) -> Result<Option<Stored>> {
         let k = self.keys(id);
-        self.live_with(id, &k, bytes, Vec::new(), now).await
+        let kept = self.live_with(id, &k, bytes, Vec::new(), now).await?;
+        Ok(kept.map(|(stored, _)| stored))
     }
 
     /// As [`Compact::live`], with the pieces read beside the value (the
     /// first ones it may have, in order; those it has but were not read
-    /// are read then).
+    /// are read then), and how the record was kept.
     pub(super) async fn live_with(
-        &self,
-        id: &SessionId,
-        k: &Keys,
-        bytes: Option<Vec<u8>>,
-        pieces: Vec<Option<Vec<u8>>>,
-        now: Option<u64>,
-    ) -> Result<Option<Stored>> {
-        let kept = self.live_with_kept(id, k, bytes, pieces, now).await?;
-        Ok(kept.map(|(stored, _)| stored))
-    }
-
-    /// [`Compact::live_with`], with how the record was kept.
-    pub(super) async fn live_with_kept(
         &self,
         id: &SessionId,
         k: &Keys,
