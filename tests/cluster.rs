@@ -184,6 +184,9 @@ async fn the_tower_sessions_store_works_on_a_cluster() {
     let store = sessionpack::tower::TowerStore::new(conn(&c).await, CompactConfig::new(6))
         .await
         .unwrap();
+    // A pipeline's commands follow a slot migration one by one: creates
+    // stay one script on a cluster.
+    assert_eq!(store.layout().plain_creates(), None);
     let mut records = Vec::new();
     for n in 0..200u64 {
         let mut data = std::collections::HashMap::new();

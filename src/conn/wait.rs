@@ -102,6 +102,7 @@ fn writes(cmd: &Cmd) -> bool {
         b"MEMORY",
         b"SCRIPT",
         b"CLUSTER",
+        b"HELLO",
         b"WAIT",
     ];
     let mut args = cmd.args_iter();

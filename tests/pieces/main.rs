@@ -179,4 +179,5 @@ mod calls;
 mod damage;
 mod names;
 mod plain;
+mod plain_creates;
 mod sizes;

@@ -17,7 +17,10 @@ async fn two_stores(server: &LocalServer) -> (MapStore<Conn>, MapStore<Conn>) {
 }
 
 /// [`two_stores`] in `namespace`.
-async fn stores_in(server: &LocalServer, namespace: &str) -> (MapStore<Conn>, MapStore<Conn>) {
+pub(super) async fn stores_in(
+    server: &LocalServer,
+    namespace: &str,
+) -> (MapStore<Conn>, MapStore<Conn>) {
     let open = async || {
         let config = CompactConfig::new(2).with_namespace(namespace);
         MapStore::new(common::manager(server).await, config)
@@ -30,14 +33,14 @@ async fn stores_in(server: &LocalServer, namespace: &str) -> (MapStore<Conn>, Ma
 
 /// A session's data whose record takes `text` characters and a few bytes:
 /// one value up to about 50, one piece up to about 110, two up to 170.
-fn data(text: usize, seed: u64) -> HashMap<String, Value> {
+pub(super) fn data(text: usize, seed: u64) -> HashMap<String, Value> {
     let text: String = (0..text)
         .map(|i| char::from(b'a' + ((seed * 7 + i as u64 * 13) % 26) as u8))
         .collect();
     HashMap::from([("t".to_owned(), Value::String(text))])
 }
 
-fn in_10_min() -> i64 {
+pub(super) fn in_10_min() -> i64 {
     (std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -48,12 +51,12 @@ fn in_10_min() -> i64 {
 /// `id` with its ninth byte changed: a session of the same bucket whose
 /// short piece names begin alike (they take the field's first byte and
 /// two of its last six).
-fn sibling(id: i128) -> i128 {
+pub(super) fn sibling(id: i128) -> i128 {
     id ^ (0x55 << (8 * 7))
 }
 
 /// Whether the server has `HSETEX`, as `COMMAND INFO` tells.
-async fn has_hsetex(raw: &mut redis::aio::MultiplexedConnection) -> bool {
+pub(super) async fn has_hsetex(raw: &mut redis::aio::MultiplexedConnection) -> bool {
     let info: Vec<redis::Value> = redis::cmd("COMMAND")
         .arg("INFO")
         .arg("HSETEX")

@@ -46,7 +46,7 @@
 //! key names (`keys`), a record's forms (`value`, `forms`), reads, writes
 //! and deletes of one session (`read`, `write`, `delete`), the `Layout`
 //! calls (`layout_trait`), plain writes of a session a process read and
-//! why they are safe (`plain`, `plain_save`), how calls reach the server (`calls`), growing
+//! why they are safe (`plain`, `plain_save`, `plain_create`), how calls reach the server (`calls`), growing
 //! buckets (`growth`), the user index (`user_index`, `users`), viewed
 //! items (`viewed`), read-and-remove (`take`) and health (`health`).
 
@@ -74,6 +74,7 @@ mod keys;
 mod layout_trait;
 mod open;
 mod plain;
+mod plain_create;
 #[cfg(any(
     feature = "tower-sessions",
     feature = "tower-sessions-014",

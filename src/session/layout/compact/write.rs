@@ -28,7 +28,9 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
     /// An insert of a record kept in its bucket (whole in its value, or in
-    /// pieces), with the expiry decided: one short script
+    /// pieces), with the expiry decided: plain commands where
+    /// `plain_create.rs` makes them, else (and where they wrote nothing) one
+    /// short script
     /// (`compact_add.lua`; in a growing store after the route's check;
     /// in a store with a user index, `entry` says where the session's
     /// entry is: written at a time, and the script refuses a late session
@@ -65,6 +67,12 @@ where
         };
         let value = form.value(&payload, at);
         let pieces = form.pieces(&payload);
+        if matches!(entry, IndexEntry::None) {
+            let short = matches!(form, Form::Pieced { short: true, .. });
+            if let Some(true) = self.create_plain(id, &value, &pieces, short, at).await? {
+                return Ok(Inserted::Created { expires_at: at });
+            }
+        }
         let code: i64 = self
             .call(id, |k| {
                 let mut inv = self.short_invocation(self.script(&COMPACT_ADD), k);
