@@ -43,7 +43,8 @@ pub enum Role {
     ServerExpiry,
     /// What a store adds on a server that has `HSETEX` (Redis 8.0 and
     /// Valkey 9.0 and later), where it saves a session it read with one
-    /// `HSETEX FXX`; without it, those saves go by a script. Apart because
+    /// `HSETEX FXX` and creates one with `HSETEX FNX`; without it, those
+    /// go by scripts. Apart because
     /// older servers refuse a rule that names `HSETEX`.
     FieldWrites,
     /// `sessionpack migrate`: it opens the store as the app does and copies
@@ -140,8 +141,9 @@ const CLUSTER: [&str; 3] = ["cluster|slots", "cluster|nodes", "asking"];
 /// The app: every compact-store script an app path runs, the reads
 /// (`HGET`, `HMGET` of a value and its pieces, `HGETALL`), the user
 /// index's direct writes, and a growing store's splits (`HLEN`, `HKEYS`,
-/// `HSCAN`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`, `ZREM`), and `COMMAND
-/// INFO`, which tells whether the server has `HSETEX`. No transaction
+/// `HSCAN`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`, `ZREM`; `EXPIRE` and
+/// `TYPE` for the marks they leave and find), and `COMMAND INFO`, which
+/// tells whether the server has `HSETEX`. No transaction
 /// commands: what must happen in one step is a script or one command.
 const STORE: &[&str] = &[
     "command|info",
@@ -149,6 +151,8 @@ const STORE: &[&str] = &[
     "set",
     "del",
     "exists",
+    "type",
+    "expire",
     "expireat",
     "hget",
     "hmget",
@@ -171,12 +175,15 @@ const STORE: &[&str] = &[
 /// expiry order, its segment leases (`SET NX PX`, `PEXPIRE`, `PTTL`), the
 /// metadata claim a store makes when opened on an empty namespace, and a
 /// growing store's merges and the splits writes left to it (`HEXISTS`,
-/// `HKEYS`, `HSCAN`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`).
+/// `HKEYS`, `HSCAN`, `RENAME`, `OBJECT ENCODING`, `ZSCORE`; `EXPIRE` and
+/// `TYPE` for marks).
 const SWEEPER: &[&str] = &[
     "get",
     "set",
     "del",
     "exists",
+    "type",
+    "expire",
     "pexpire",
     "pttl",
     "hget",

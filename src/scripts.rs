@@ -126,6 +126,9 @@ pub(crate) static COMPACT_RESAVE: LazyLock<Script> = script!("compact_resave.lua
 /// removed with what its value names, in two commands; for stores that
 /// keep no viewed items.
 pub(crate) static COMPACT_UNSET: LazyLock<Script> = script!("compact_unset.lua");
+/// Takes back what a plain create wrote where no bucket of the current
+/// shape is (`plain_create.rs`).
+pub(crate) static COMPACT_WITHDRAW: LazyLock<Script> = script!("compact_withdraw.lua");
 /// The common case of [`COMPACT_INSERT`]: a record kept in its bucket,
 /// its expiry decided by the caller, with no helpers. A growing store's
 /// form is the swept one: it checks the route and replies with the
@@ -295,7 +298,7 @@ pub(crate) static LOCK_EXTEND: LazyLock<Script> = script!("lock_extend.lua");
 /// is. A form whose text is another's (`compact_add`'s growing form is
 /// its swept one) is listed once, under the first name.
 pub fn catalog() -> Vec<(String, &'static str)> {
-    let plain: [(&str, &'static Script); 27] = [
+    let plain: [(&str, &'static Script); 28] = [
         ("bucket_insert", &*BUCKET_INSERT),
         ("bucket_touch", &*BUCKET_TOUCH),
         ("bucket_replace", &*BUCKET_REPLACE),
@@ -303,6 +306,7 @@ pub fn catalog() -> Vec<(String, &'static str)> {
         ("compact_rewrite", &*COMPACT_REWRITE),
         ("compact_resave", &*COMPACT_RESAVE),
         ("compact_unset", &*COMPACT_UNSET),
+        ("compact_withdraw", &*COMPACT_WITHDRAW),
         ("compact_split", &*COMPACT_SPLIT),
         ("compact_merge", &*COMPACT_MERGE),
         ("compact_claim", &*COMPACT_CLAIM),
@@ -443,13 +447,6 @@ fn is_redirection(e: &redis::RedisError) -> bool {
 /// A script flag argument.
 pub(crate) fn flag(on: bool) -> &'static str {
     if on { "1" } else { "0" }
-}
-
-/// The argument telling a short script (`compact_add.lua`,
-/// `compact_rewrite.lua`) that its bucket is a growing store's, whose
-/// route it checks.
-pub(crate) fn routed(growing: bool) -> &'static str {
-    if growing { "routed" } else { "" }
 }
 
 /// The position of the first command of a pipeline that failed.

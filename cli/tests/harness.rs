@@ -227,9 +227,21 @@ async fn measured_memory_matches_the_model_and_reports_are_written() {
     );
     // A UUID identity-only record is a string in its bucket, not the
     // integer an integer identity's is: it costs more, as the model said.
+    // The sessions alone: the client buffers deep pipelines leave move by
+    // a few bytes a session from run to run.
+    let sessions_only = |i: usize| {
+        let p = runs[i].last().unwrap();
+        let clients = p.sample.mem_clients_normal as f64 - runs[i].empty.mem_clients_normal as f64;
+        p.bytes_per_session - clients / sessions as f64
+    };
     assert_eq!(runs[6].label, "compact 2^8 uuid identities");
-    assert!(per_session(6) > per_session(4) + 10.0);
-    assert!(per_session(7) > per_session(6));
+    assert!(
+        sessions_only(6) > sessions_only(4) + 10.0,
+        "{} against {}",
+        sessions_only(6),
+        sessions_only(4)
+    );
+    assert!(sessions_only(7) > sessions_only(6));
     // Converted buckets cost far more than the packed layout's keys.
     assert!(runs[2].last().unwrap().bytes_per_session > runs[0].last().unwrap().bytes_per_session);
     assert!(
@@ -684,6 +696,7 @@ async fn creates_count_the_splits_of_each_round() {
         .await
         .unwrap();
     let mut contenders = Vec::new();
+    let mut plain = String::new();
     for (label, config) in [
         ("fixed", CompactConfig::new(6).with_namespace("f")),
         ("growing", CompactConfig::default().with_namespace("g")),
@@ -692,6 +705,14 @@ async fn creates_count_the_splits_of_each_round() {
             .await
             .unwrap()
             .without_sweeper();
+        plain = store
+            .layout()
+            .plain_creates()
+            .expect("a store on one server creates plainly")
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_lowercase();
         let unseen = TowerStore::from_layout(store.layout().clone())
             .unwrap()
             .without_sweeper();
@@ -718,14 +739,14 @@ async fn creates_count_the_splits_of_each_round() {
             assert!(*calls > 0 && anatomy.micros() > 0, "{op:?}");
         }
     }
-    // A growing store's create goes by its short script.
+    // A growing store's create of a record kept whole is a plain command
+    // (`HSETEX FNX`, or `HSETNX` on a server without it), once its
+    // process has read the group's shape; the script makes the first
+    // buckets.
     let (_, creates) = runs[1].op("create").unwrap().anatomy.as_ref().unwrap();
     assert!(
-        creates
-            .callers
-            .iter()
-            .any(|c| c.name == "script compact_add"),
-        "{creates:?}"
+        creates.callers.iter().any(|c| c.name == plain),
+        "{plain}: {creates:?}"
     );
     let growing = splits(1);
     assert_eq!(growing.len(), 2);

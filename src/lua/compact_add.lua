@@ -34,7 +34,9 @@
 -- KEYS[3], if named: the user index bucket the session's entry goes to
 -- ARGV[1]: the field; ARGV[2]: the bucket's member in the index
 -- ARGV[3]: the value; ARGV[4]: its expiry, unix seconds
--- ARGV[5]: 'routed' for a growing store's bucket, else ''
+-- ARGV[5]: 'routed' for a growing store's bucket, 'marked' for one with
+--          marks (record format 11: the marker is read, not the count),
+--          else ''
 -- ARGV[6], ARGV[7]: with KEYS[3], the entry's field and value; else
 --          when the session's index entry was written (unix seconds, by
 --          the caller's estimate of the server's time) and the grace,
@@ -47,10 +49,16 @@
 -- the stale pieces overwritten: the split script counts again before it
 -- splits).
 local expiry = tonumber(ARGV[4])
-local routed = ARGV[5] == 'routed'
+local routed = ARGV[5] == 'routed' or ARGV[5] == 'marked'
 local held = 0
 if routed then
-  held = redis.call('HLEN', KEYS[1])
+  -- A mark (record format 11, shape_common.lua) holds fields but no
+  -- marker.
+  if ARGV[5] == 'marked' and redis.call('HEXISTS', KEYS[1], '') == 0 then
+    held = 0
+  else
+    held = redis.call('HLEN', KEYS[1])
+  end
   if held == 0 then
     return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
   end

@@ -15,7 +15,9 @@
 --          fields (a growing store's buckets have fields of several lengths:
 --          src/session/sweep/compact.rs)
 -- A growing store's bucket holds a marker field '' (src/session/shape.rs),
--- which is no session and stays.
+-- which is no session and stays. A key a split or merge replaced stays a
+-- while as a mark (the field '\255', record format 11, shape_common.lua):
+-- an entry naming one is removed, the mark left to its own expiry.
 -- A bucket of another type, or holding a value in neither form, is skipped
 -- and reported as compact_sweep.lua reports it.
 -- Returns {expired removed, live removed, m, then m pairs of (member,
@@ -29,8 +31,15 @@ for i = 1, n do
   local key, member = KEYS[1 + i], ARGV[3 * i - 1]
   local field_len, cutoff_field = tonumber(ARGV[3 * i]), ARGV[3 * i + 1]
   local ok, pairs = pcall(redis.call, 'HGETALL', key)
-  local corrupt, pieces = false, {}
+  local corrupt, pieces, mark = false, {}, false
   if ok then
+    for j = 1, #pairs, 2 do
+      mark = mark or pairs[j] == '\255'
+    end
+  end
+  if mark then
+    redis.call('ZREM', KEYS[1], member)
+  elseif ok then
     pieces = pieces_among(pairs, field_len)
     for j = 1, #pairs, 2 do
       if pairs[j] ~= '' and pieces[pairs[j]] == nil and expiry_of(pairs[j + 1]) == nil then
@@ -39,7 +48,9 @@ for i = 1, n do
       end
     end
   end
-  if not ok then
+  if mark then
+    -- Nothing of a session's.
+  elseif not ok then
     bad[#bad + 1] = member
   elseif corrupt then
     bad[#bad + 1] = -(tonumber(member) + 1)

@@ -1,6 +1,7 @@
 -- Merges two sibling buckets of a growing store back into their parent
 -- (shape_common.lua gives KEYS and ARGV): the reverse of compact_split.lua,
--- viewed chunks and all.
+-- viewed chunks and all. The children's keys go (from record format 11
+-- they stay a while as marks, shape_common.lua).
 -- The parent's index entry is the earlier of the children's.
 -- ARGV[3]: merge only children holding at most this many fields together
 -- Returns {1, epoch} when merged (epoch the new shape's), {0, epoch} when
@@ -54,6 +55,8 @@ if place == 7 or not merge_half(KEYS[2], KEYS[3], KEYS[4], place) then
   fill(KEYS[2], merged)
   redis.call('DEL', KEYS[3], KEYS[4])
 end
+mark_moved(KEYS[3])
+mark_moved(KEYS[4])
 local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)
 for c = 1, #chunks do
   hset_all(chunks[c], merged_pairs(c0_chunks[c], c1_chunks[c], place, false))

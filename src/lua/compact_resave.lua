@@ -5,10 +5,22 @@
 -- (compact_pieces.lua's HOLD), so where the field is, names that were its
 -- own are its own still, or no one's. Two commands, no helpers.
 -- KEYS[1]: the bucket's HASH
--- ARGV[1], ARGV[2]: the session's field and its new value
+-- ARGV[1], ARGV[2]: the session's field and its new value, or in a
+--                   growing store with marks '' and '1' (the marker, as
+--                   it is), then those
 -- ARGV[3..]: each piece's field and value
 -- Returns 1 if written, 0 if the field is not there.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+-- In a growing store with marks (record format 11) the bucket's marker
+-- comes first, '' and '1', so a bucket split or merged away, which may
+-- hold a create's field a moment (compact_add.lua), takes nothing.
+local field = 1
+if ARGV[1] == '' then
+  if redis.call('HEXISTS', KEYS[1], '') == 0 then
+    return 0
+  end
+  field = 3
+end
+if redis.call('HEXISTS', KEYS[1], ARGV[field]) == 0 then
   return 0
 end
 redis.call('HSET', KEYS[1], unpack(ARGV))

@@ -17,7 +17,8 @@
 -- ARGV[3]: the new value, or '' to keep the record and move the expiry
 -- ARGV[4]: the new expiry, unix seconds
 -- ARGV[5]: the latest the server's time can be by the caller's estimate
--- ARGV[6]: 'routed' for a growing store's bucket, else ''
+-- ARGV[6]: 'routed' for a growing store's bucket, 'marked' for one with
+--          marks (record format 11), else ''
 -- ARGV[7..]: the new record's pieces, when the new value is PIECED
 -- Returns the new expiry if written, 0 if there is no session, SLOW (-9)
 -- for the full script: an expiry within the estimate's reach of now (the
@@ -28,12 +29,18 @@ local SLOW = -9
 if #KEYS > 2 then
   return SLOW
 end
--- A bucket that holds the field is current (no bucket outlives the split or
--- merge that replaced it), so only a miss reads the marker.
-local routed = ARGV[6] == 'routed'
+-- Before record format 11 a bucket that holds the field is current (no
+-- bucket outlived the split or merge that replaced it), so only a miss
+-- reads the marker ('routed'). From it a replaced bucket stays a while as
+-- a mark (shape_common.lua), which a plain create may write its field
+-- into for a moment, so the marker is read first ('marked').
+local mode = ARGV[6]
+if mode == 'marked' and redis.call('HEXISTS', KEYS[1], '') == 0 then
+  return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
+end
 local value = redis.call('HGET', KEYS[1], ARGV[1])
 if not value then
-  if routed and redis.call('HEXISTS', KEYS[1], '') == 0 then
+  if mode == 'routed' and redis.call('HEXISTS', KEYS[1], '') == 0 then
     return redis.error_reply('RESHAPED the bucket is not in the shape the caller routed by')
   end
   return 0
@@ -86,7 +93,7 @@ if new == '' then
   end
   redis.call('HSET', KEYS[1], ARGV[1], new)
 elseif pieces > 0 then
-  if routed and pieces > had then
+  if mode ~= '' and pieces > had then
     return SLOW
   end
   -- Short names where the new value allows them (SHORT in its count

@@ -4,7 +4,8 @@
 -- see move_half below), and so does each field of its viewed chunks; the
 -- bucket's index entry, a lower bound of its earliest expiry, becomes each
 -- child's; the bucket's key goes, marker and all, so a caller routing by
--- the old shape finds no marker there.
+-- the old shape finds no marker there (from record format 11 it stays a
+-- while as a mark, shape_common.lua).
 -- ARGV[3]: split only a bucket holding more fields than this (0: any),
 --          so callers that all saw the bucket full split it once
 -- Returns {1, epoch} when split (epoch the new shape's), {0, epoch} when
@@ -97,6 +98,7 @@ if place == 7 or not move_half(KEYS[2], KEYS[3], KEYS[4], place) then
   fill(KEYS[4], halves[2])
   redis.call('DEL', KEYS[2])
 end
+mark_moved(KEYS[2])
 local chunks, c0_chunks, c1_chunks = chunks_of(0), chunks_of(1), chunks_of(2)
 for c = 1, #chunks do
   local chunk = split_pairs(chunks[c], place, false)

@@ -13,7 +13,10 @@
 -- its prefix (a hold: compact_pieces.lua).
 -- A growing store's buckets hold a marker field '' (src/session/shape.rs),
 -- which is no session: a bucket left with only its marker keeps its key,
--- and merges fold it into its sibling.
+-- and merges fold it into its sibling. A key a split or merge replaced
+-- stays a while as a mark, holding the field '\255' (record format 11,
+-- shape_common.lua): an entry naming one is removed, the mark left to
+-- its own expiry.
 -- Out-of-line records carry their session's expiry as EXAT on their own key,
 -- so Redis reclaims an expired one itself.
 -- A bucket key of another type, or a bucket holding a value in neither form
@@ -40,10 +43,14 @@ for i = 1, n do
     -- the pass (those of no live session's record go); an emptied one's
     -- key goes whole.
     local loose, live_pieces, live = {}, {}, {}
+    local mark = false
     for j = 1, #pairs, 2 do
       local field, value = pairs[j], pairs[j + 1]
       local len = #field
-      if (len == field_len + 1 or len == 4) and string.byte(field, len) <= 15 then
+      if len == 1 and field == '\255' then
+        mark = true
+        break
+      elseif (len == field_len + 1 or len == 4) and string.byte(field, len) <= 15 then
         loose[#loose + 1] = field
       elseif len > 0 then
         -- (The marker '' of a growing store's bucket is no session.)
@@ -93,7 +100,9 @@ for i = 1, n do
         end
       end
     end
-    if corrupt then
+    if mark then
+      redis.call('ZREM', KEYS[1], member)
+    elseif corrupt then
       reply[#reply + 1] = -(tonumber(member) + 1)
     else
       reply[3] = reply[3] + 1

@@ -9,7 +9,13 @@
 -- as a hold (compact_pieces.lua's HOLD) is left to the sweeper.
 -- KEYS[1]: the bucket's HASH; KEYS[2]: the session's out-of-line record key
 -- ARGV[1]: the session's field
+-- ARGV[2]: 'marked' in a growing store with marks (record format 11): a
+--          bucket without its marker is a mark, whose fields are no
+--          session's (shape_common.lua), and nothing is removed
 -- Returns 1 if the field was removed, 0 if it was not there.
+if ARGV[2] == 'marked' and redis.call('HEXISTS', KEYS[1], '') == 0 then
+  return 0
+end
 local value = redis.call('HGET', KEYS[1], ARGV[1])
 if not value then
   return 0

@@ -19,6 +19,12 @@
 --          parent's, KEYS[8 + m..7 + 2m] and KEYS[8 + 2m..7 + 3m] its
 --          children's. A chunk's fields are its bucket's session fields,
 --          rewritten as they are.
+-- ARGV[8]: s, seconds a bucket key the script replaces stays as a mark
+--          (record format 11: a HASH of the one field MOVED, expiring),
+--          0 where it goes at once. A plain create routed by a shape
+--          some seconds old may write into a replaced bucket; the mark is
+--          there to take it (it finds no marker and takes it back), and
+--          goes with it if the writer never does.
 -- Each script checks the nodes against the shape it finds (not the epoch
 -- the caller read): a split of another bucket of the group meanwhile
 -- changes nothing for these.
@@ -27,6 +33,9 @@
 -- the marker '' is each bucket's own. Values move as they are.
 
 local MARKER = ''
+-- The field of a mark: no session's, no piece's (a piece's name ends in a
+-- byte up to 15), and a byte no value begins with in the sweeper's reading.
+local MOVED = '\255'
 
 -- The shape's epoch and trie.
 local function current_shape()
@@ -275,10 +284,31 @@ local function fields_in(key)
 end
 
 -- Refuses to write where a key already is: no script writes a bucket of
--- another shape, so one there is not the store's. One EXISTS for all.
+-- another shape, so one there is not the store's; but for a HASH without
+-- the marker where there are marks (ARGV[8]): a mark of an earlier shape,
+-- or what a plain create wrote where one was, which goes. One EXISTS for
+-- all.
 local function check_free(...)
-  if redis.call('EXISTS', ...) > 0 then
-    error({err = 'CORRUPT a key is already where a split or merge writes a bucket: '
-      .. table.concat({...}, ' or ')})
+  if redis.call('EXISTS', ...) == 0 then
+    return
+  end
+  for _, key in ipairs({...}) do
+    if tonumber(ARGV[8]) > 0 and redis.call('TYPE', key)['ok'] == 'hash'
+        and redis.call('HEXISTS', key, MARKER) == 0 then
+      redis.call('DEL', key)
+    elseif redis.call('EXISTS', key) == 1 then
+      error({err = 'CORRUPT a key is already where a split or merge writes a bucket: '
+        .. table.concat({...}, ' or ')})
+    end
+  end
+end
+
+-- Leaves `key`, a bucket this script replaced and emptied, as a mark for
+-- ARGV[8] seconds, where there are marks.
+local function mark_moved(key)
+  local secs = tonumber(ARGV[8])
+  if secs > 0 then
+    redis.call('HSET', key, MOVED, '1')
+    redis.call('EXPIRE', key, secs)
   end
 end

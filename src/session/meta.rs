@@ -33,9 +33,12 @@ use crate::scripts::META_CLAIM;
 /// ([`crate::session::dictionary::ENCODED_TEXT_FORMAT`]); 10 keeps a
 /// session's short piece names its own while it lives, so a session a
 /// process read is written back with plain commands
-/// ([`crate::session::layout::compact::HELD_NAMES_FORMAT`]). A growing
+/// ([`crate::session::layout::compact::HELD_NAMES_FORMAT`]); 11 leaves
+/// each bucket key a growing store's split or merge replaces as a mark for
+/// a while, so its creates are plain commands too
+/// ([`crate::session::layout::compact::MOVED_MARKS_FORMAT`]). A growing
 /// store records this format too.
-pub const FORMAT_VERSION: u32 = 10;
+pub const FORMAT_VERSION: u32 = 11;
 /// The record format of a store whose buckets split and merge
 /// ([`crate::session::shape`]): keys named by group and trie node, fields
 /// as long as each bucket's level leaves them, out-of-line records named

@@ -45,6 +45,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::session::buckets::{Buckets, MAX_BUCKET_BITS, id_from};
 use crate::session::id::SessionId;
@@ -359,10 +360,11 @@ impl Shape {
     }
 }
 
-/// A process's copies of its groups' shapes.
+/// A process's copies of its groups' shapes, each with when the read
+/// that brought it was sent.
 #[derive(Debug, Default)]
 pub struct ShapeCache {
-    shapes: RwLock<HashMap<u32, Arc<GroupShape>>>,
+    shapes: RwLock<HashMap<u32, (Arc<GroupShape>, Instant)>>,
     unsplit: Arc<GroupShape>,
 }
 
@@ -373,16 +375,35 @@ impl ShapeCache {
         let shapes = self.shapes.read().unwrap_or_else(|e| e.into_inner());
         shapes
             .get(&group)
-            .cloned()
+            .map(|(shape, _)| shape.clone())
             .unwrap_or_else(|| self.unsplit.clone())
     }
 
-    /// Keeps `shape`, read from the server, for `group`. Returns it.
-    pub fn set(&self, group: u32, shape: GroupShape) -> Arc<GroupShape> {
+    /// The shape this process has of `group` if the read that brought it
+    /// was sent less than `age` ago: whatever replaced a bucket it names
+    /// did so since then.
+    pub fn fresh(&self, group: u32, age: Duration) -> Option<Arc<GroupShape>> {
+        let shapes = self.shapes.read().unwrap_or_else(|e| e.into_inner());
+        shapes
+            .get(&group)
+            .filter(|(_, sent)| sent.elapsed() < age)
+            .map(|(shape, _)| shape.clone())
+    }
+
+    /// Keeps `shape`, read from the server by a read sent at `sent`, for
+    /// `group`, unless the copy kept came from a read sent later (replies
+    /// to reads on several connections come in any order). Returns the
+    /// copy kept.
+    pub fn set(&self, group: u32, shape: GroupShape, sent: Instant) -> Arc<GroupShape> {
         let shape = Arc::new(shape);
         let mut shapes = self.shapes.write().unwrap_or_else(|e| e.into_inner());
-        shapes.insert(group, shape.clone());
-        shape
+        match shapes.get(&group) {
+            Some((kept, at)) if *at > sent => kept.clone(),
+            _ => {
+                shapes.insert(group, (shape.clone(), sent));
+                shape
+            }
+        }
     }
 }
 
@@ -539,7 +560,7 @@ mod tests {
     fn the_cache_keeps_what_it_was_given() {
         let cache = ShapeCache::default();
         assert_eq!(cache.get(9).epoch(), 0);
-        cache.set(9, GroupShape::new(3, vec![0x40]));
+        cache.set(9, GroupShape::new(3, vec![0x40]), Instant::now());
         assert_eq!(cache.get(9).epoch(), 3);
         assert!(cache.get(9).is_split(1));
         assert_eq!(cache.get(8).epoch(), 0);

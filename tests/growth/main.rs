@@ -94,6 +94,19 @@ struct Layouted {
     unindexed: u64,
     /// Index entries of no current bucket: never swept away.
     stale_entries: Vec<String>,
+    /// Keys a split or merge replaced, left as marks (record format 11):
+    /// the one field 0xff, expiring.
+    marks: u64,
+}
+
+/// Whether `key` is a mark a split or merge left: the one field 0xff, and
+/// an expiry.
+async fn is_mark(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    let Ok(pairs) = raw.hgetall::<_, HashMap<Vec<u8>, Vec<u8>>>(key).await else {
+        return false;
+    };
+    let ttl: i64 = raw.ttl(key).await.unwrap();
+    pairs.len() == 1 && pairs.contains_key(&[0xffu8][..]) && ttl > 0
 }
 
 async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Conn>) -> Layouted {
@@ -111,6 +124,7 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
         strays: Vec::new(),
         unindexed: 0,
         stale_entries: Vec::new(),
+        marks: 0,
     };
     for node in &out.buckets {
         let key = shape.bucket_key(*node);
@@ -161,7 +175,9 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
                 && !key.contains(":o:")
                 && !names.contains(&key)
         };
-        if stray {
+        if stray && !chunk && is_mark(raw, &key).await {
+            out.marks += 1;
+        } else if stray {
             out.strays.push(key);
         }
     }
@@ -187,4 +203,5 @@ fn two_groups() -> CompactConfig {
 mod faults;
 mod features;
 mod moves;
+mod plain;
 mod splits;

@@ -6,7 +6,7 @@
 //! reads it.
 
 use super::value::{piece_field, pieces_of_len};
-use super::{Compact, Keys, MAX_PIECED_RECORD, MAX_PIECES, REROUTES};
+use super::{Compact, Keys, MARKER, MAX_PIECED_RECORD, MAX_PIECES, REROUTES};
 use crate::error::Result;
 use crate::scripts::{self, COMPACT_DELETE, COMPACT_DROP, COMPACT_UNSET};
 use crate::session::id::{InvalidIdExt, SessionId};
@@ -91,8 +91,8 @@ where
     ) -> Result<(i64, bool)> {
         let viewed = self.chunk_keys(k);
         if viewed.is_empty() {
-            let removed = self.hdel_plain(id, k, fields, record_key).await?;
-            if removed > 0 || k.route.is_none() {
+            let (removed, marked) = self.hdel_plain(id, k, fields, record_key).await?;
+            if k.route.is_none() || (removed > 0 && marked) {
                 return Ok((removed, true));
             }
         }
@@ -112,28 +112,48 @@ where
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
+        if !marked && self.marks() {
+            // A mark's fields are a create's for a moment, no session's.
+            return Ok((0, false));
+        }
         Ok((removed, marked || k.route.is_none()))
     }
 
     /// `HDEL` of `fields` from `k`'s bucket and, if `record_key`, the `DEL`
     /// of the session's out-of-line record's key, as plain commands in one
-    /// round trip: the fields removed.
+    /// round trip: the fields removed, and whether the bucket holds its
+    /// marker after. Only where there are marks is the marker asked for
+    /// (fields a bucket without it held were a create's for a moment, and
+    /// a caller that removed some goes on as if it removed none); else it
+    /// says true. (Read after the `HDEL`, the marker could tell wrong only
+    /// where a merge wrote the bucket anew in between, and the mark held
+    /// the field of a session created twice under one id.)
     pub(super) async fn hdel_plain(
         &self,
         id: &SessionId,
         k: &Keys,
         fields: &[Vec<u8>],
         record_key: bool,
-    ) -> Result<i64> {
+    ) -> Result<(i64, bool)> {
         let mut pipe = redis::pipe();
         pipe.hdel(&k.bucket, fields);
+        let ask = k.route.is_some() && self.marks();
+        if ask {
+            pipe.hexists(&k.bucket, MARKER);
+        }
         if record_key {
             pipe.del(self.out_of_line_key(k)).ignore();
         }
-        pipe.query_async::<(i64,)>(&mut self.conn.clone())
-            .await
-            .map(|(n,)| n)
-            .map_err(self.error(id))
+        if ask {
+            pipe.query_async::<(i64, bool)>(&mut self.conn.clone())
+                .await
+                .map_err(self.error(id))
+        } else {
+            pipe.query_async::<(i64,)>(&mut self.conn.clone())
+                .await
+                .map(|(n,)| (n, true))
+                .map_err(self.error(id))
+        }
     }
 
     /// [`Compact::delete_at`] of a session whose record may be in pieces,
@@ -150,7 +170,8 @@ where
             let mut inv = COMPACT_UNSET.prepare_invoke();
             inv.key(&k.bucket)
                 .key(self.out_of_line_key(k))
-                .arg(&k.field);
+                .arg(&k.field)
+                .arg(self.route_mode(k));
             let removed: i64 = inv
                 .invoke_async(&mut self.conn.clone())
                 .await
@@ -169,6 +190,10 @@ where
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
+        if !marked && self.marks() {
+            // A mark's fields are a create's for a moment, no session's.
+            return Ok(None);
+        }
         let marked = marked || k.route.is_none();
         Ok((removed > 0 || marked).then_some(removed > 0))
     }

@@ -91,9 +91,22 @@ impl Growth {
     /// The names a call on `id` needs, routed by this process's copy of
     /// its group's shape.
     pub(crate) fn keys(&self, id: &SessionId) -> Keys {
+        self.keys_by(id, &self.cache.get(self.shape.group_of(id)))
+    }
+
+    /// [`Growth::keys`] by a copy of the group's shape whose read was sent
+    /// less than `age` ago, and split at least once (an unsplit group's
+    /// root has no key until a write claims it); `None` where this process
+    /// has none.
+    pub(crate) fn fresh_keys(&self, id: &SessionId, age: std::time::Duration) -> Option<Keys> {
+        let shape = self.cache.fresh(self.shape.group_of(id), age)?;
+        (shape.epoch() > 0).then(|| self.keys_by(id, &shape))
+    }
+
+    /// The names a call on `id` needs, routed by `shape`, its group's.
+    fn keys_by(&self, id: &SessionId, shape: &GroupShape) -> Keys {
         let group = self.shape.group_of(id);
-        let shape = self.cache.get(group);
-        let node = self.shape.leaf(&shape, id);
+        let node = self.shape.leaf(shape, id);
         Keys {
             bucket: self.shape.bucket_key(node),
             index: self.shape.index_of(node),
@@ -209,6 +222,7 @@ where
     pub async fn fetch_shapes(&self, groups: &[u32]) -> Result<Vec<Arc<GroupShape>>> {
         let growth = self.growing()?;
         let keys: Vec<String> = groups.iter().map(|&g| growth.shape.shape_key(g)).collect();
+        let sent = std::time::Instant::now();
         let mut pipe = redis::pipe();
         for key in &keys {
             pipe.cmd("HMGET").arg(key).arg("epoch").arg("trie");
@@ -235,7 +249,7 @@ where
                         })?,
                 };
                 let shape = GroupShape::new(epoch, trie.unwrap_or_default());
-                Ok(growth.cache.set(group, shape))
+                Ok(growth.cache.set(group, shape, sent))
             })
             .collect()
     }
@@ -442,7 +456,12 @@ where
             .arg(parent.index_member())
             .arg(c0.index_member())
             .arg(c1.index_member())
-            .arg(chunks);
+            .arg(chunks)
+            .arg(if self.marks() {
+                super::MOVED_MARK_SECS
+            } else {
+                0
+            });
         Ok(inv)
     }
 

@@ -160,6 +160,25 @@ const SHORT: u8 = 0x40;
 /// (`plain.rs`). Earlier versions, which give them up, refuse such a
 /// namespace; in a namespace of an earlier format every write is a script.
 pub const HELD_NAMES_FORMAT: u32 = 10;
+/// The record format from which a growing store's split or merge leaves
+/// each bucket key it replaces as a mark for [`MOVED_MARK_SECS`]: a HASH
+/// of the one field `0xff`, without the bucket's marker, expiring
+/// (`shape_common.lua`). A plain create routed by a shape read a few
+/// seconds before may write into a replaced bucket; the mark takes it, the
+/// create sees no marker there and takes it back, and what it never takes
+/// back goes with the mark (`plain_create.rs`). Reads, writes and deletes
+/// take no session from a bucket without its marker. Earlier versions,
+/// which read a bucket holding a session's field as current, refuse such
+/// a namespace; in one of an earlier format a growing store's creates
+/// stay scripts.
+pub const MOVED_MARKS_FORMAT: u32 = 11;
+/// How long a mark stays, in seconds: four times the oldest a shape may be
+/// when a plain create routes by it ([`PLAIN_ROUTE_AGE`]).
+pub const MOVED_MARK_SECS: u64 = 120;
+/// The oldest a process's copy of a group's shape may be when a plain
+/// create routes by it: a bucket it names that was replaced since was
+/// replaced less than this long ago, so its mark is there.
+const PLAIN_ROUTE_AGE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Bytes of the check a pieced payload begins with.
 pub const CHECK_BYTES: usize = 4;
 /// Bytes a pieced value holds before the record: the expiry, the marker
@@ -185,6 +204,25 @@ pub struct Seen {
     pub expires_at: u64,
     /// Its record's length then, in bytes.
     pub record_len: usize,
+}
+
+impl<C> Compact<C> {
+    /// Whether this store's splits and merges leave marks
+    /// ([`MOVED_MARKS_FORMAT`]).
+    pub(super) fn marks(&self) -> bool {
+        self.growth.is_some() && self.format >= MOVED_MARKS_FORMAT
+    }
+
+    /// How a short script on `k`'s bucket checks the route: not at all in
+    /// a fixed store; by the marker where the field is missing
+    /// (`routed`), or always (`marked`, where there are marks).
+    pub(super) fn route_mode(&self, k: &Keys) -> &'static str {
+        match k.route {
+            None => "",
+            Some(_) if self.marks() => "marked",
+            Some(_) => "routed",
+        }
+    }
 }
 
 /// Whether a growing store's script found its bucket split or merged away

@@ -55,8 +55,8 @@ pub(super) struct PlainWrites {
     /// Whether saves are `HSETEX FXX` (the server has it, and the store's
     /// user may run it) rather than `compact_resave.lua`.
     pub(super) hsetex: AtomicBool,
-    /// Whether creates are plain commands too (`plain_create.rs`): a fixed
-    /// store on one server, with no user index.
+    /// Whether creates are plain commands too (`plain_create.rs`): a store
+    /// on one server with no user index, fixed or growing with marks.
     pub(super) creates: bool,
 }
 
@@ -68,8 +68,9 @@ where
     /// makes: none where the namespace's format is older than
     /// [`HELD_NAMES_FORMAT`], the server expires its fields or it keeps
     /// viewed items (their writes touch more than the bucket); `HSETEX`
-    /// where `COMMAND INFO` says the server has it; creates too in a fixed
-    /// store on one server with no user index.
+    /// where `COMMAND INFO` says the server has it; creates too on one
+    /// server, with no user index, in a fixed store or a growing one with
+    /// marks.
     pub(super) async fn plain_writes(&self) -> Result<Option<Arc<PlainWrites>>> {
         if self.format < HELD_NAMES_FORMAT || self.server_expiry || self.viewed_chunks() > 0 {
             return Ok(None);
@@ -92,7 +93,7 @@ where
             Err(e) => return Err(Error::from_redis(e, || "COMMAND INFO HSETEX".into())),
         };
         let creates = self.users.is_none()
-            && self.growth.is_none()
+            && (self.growth.is_none() || self.marks())
             && super::plain_create::on_one_server(&self.conn).await?;
         Ok(Some(Arc::new(PlainWrites {
             hsetex: AtomicBool::new(hsetex),

@@ -13,17 +13,35 @@
 //! to check. The `ZADD LT` goes first: an entry lowered for an id that
 //! turns out taken only brings the sweeper to the bucket early.
 //!
-//! Where it is not used: a growing store (a bucket may be split or merged
-//! away under a plain write, which would recreate it), a store with a user
-//! index (the entry and its grace are checked in the script), and a Redis
-//! Cluster: there a pipeline's commands follow a slot migration one by one,
-//! and a client that sends a redirected pipeline again writes the index
-//! entry on both nodes, which stops the migration.
+//! A growing store's bucket may be split or merged away under a plain
+//! write, which no plain command can check first. From record format 11
+//! ([`super::MOVED_MARKS_FORMAT`]) each bucket key a split or merge
+//! replaces stays as a mark for two minutes (a HASH without the marker,
+//! expiring), and a create routes by a copy of its group's shape read less
+//! than [`super::PLAIN_ROUTE_AGE`] ago (read again first where older), so
+//! the key it writes is a current bucket or a mark, never a key of no one.
+//! The same round trip reads the bucket's marker and the session's field
+//! back, with its field count (for a split) and its index entry: a write
+//! that landed in a mark, or whose field a split or merge moved meanwhile,
+//! is taken back where the key still lacks its marker
+//! (`compact_withdraw.lua`) and the script decides, after the shape. What
+//! a mark holds for a moment is no session to anyone: loads, saves and
+//! deletes take nothing from a bucket without its marker; and what a
+//! writer that stopped never took back goes with the mark. The index
+//! entry is lowered only where it is missing or later (most creates find
+//! it earlier already), after the fields are there.
+//!
+//! Where it is not used: a store with a user index (the entry and its
+//! grace are checked in the script), a growing store of an earlier format,
+//! and a Redis Cluster: there a pipeline's commands follow a slot
+//! migration one by one, and a client that sends a redirected pipeline
+//! again writes the index entry on both nodes, which stops the migration.
 
 use std::sync::atomic::Ordering;
 
-use super::Compact;
+use super::{Compact, Keys, MARKER, PLAIN_ROUTE_AGE};
 use crate::error::{Error, Result};
+use crate::scripts::COMPACT_WITHDRAW;
 use crate::session::id::SessionId;
 
 impl<C> Compact<C>
@@ -63,31 +81,30 @@ where
         if !hsetex && !pieces.is_empty() {
             return Ok(None);
         }
-        let k = self.keys(id);
-        let mut fields: Vec<(Vec<u8>, &[u8])> = Vec::with_capacity(1 + pieces.len());
-        fields.push((k.field.clone(), value));
-        for (i, piece) in pieces.iter().enumerate() {
-            fields.push((super::piece_field(&k.field, i + 1, short), piece));
+        if let Some(growth) = self.growth() {
+            let k = match growth.fresh_keys(id, PLAIN_ROUTE_AGE) {
+                Some(k) => k,
+                None => {
+                    self.fetch_shape(growth.shape.group_of(id)).await?;
+                    match growth.fresh_keys(id, PLAIN_ROUTE_AGE) {
+                        Some(k) => k,
+                        None => return Ok(None),
+                    }
+                }
+            };
+            return self
+                .create_routed(id, &k, value, pieces, short, at, hsetex)
+                .await;
         }
+        let k = self.keys(id);
+        let fields = session_fields(&k, value, pieces, short);
         let mut pipe = redis::pipe();
         pipe.cmd("ZADD")
             .arg(&k.index)
             .arg("LT")
             .arg(at)
             .arg(k.member);
-        if hsetex {
-            let cmd = pipe
-                .cmd("HSETEX")
-                .arg(&k.bucket)
-                .arg("FNX")
-                .arg("FIELDS")
-                .arg(fields.len());
-            for (field, value) in &fields {
-                cmd.arg(field).arg(*value);
-            }
-        } else {
-            pipe.cmd("HSETNX").arg(&k.bucket).arg(&k.field).arg(value);
-        }
+        write_fields(&mut pipe, &k, &fields, hsetex);
         // Each reply on its own: the fields may be written though the
         // index refused its entry, and are then taken back.
         let mut replies: Vec<redis::Value> = pipe
@@ -100,22 +117,11 @@ where
         let made = match made {
             Some(Ok(redis::Value::Int(made))) => made == 1,
             Some(Err(e)) if e.code() == Some("NOPERM") && hsetex => {
-                tracing::warn!(
-                    "HSETEX is refused: creates go by a script from now on; grant hsetex \
-                     (sessionpack::acl, role field-writes)"
-                );
-                plain.hsetex.store(false, Ordering::Relaxed);
+                self.hsetex_refused();
                 false
             }
             Some(Err(e)) => return Err(self.error(id)(e)),
-            other => {
-                let e = redis::RedisError::from((
-                    redis::ErrorKind::UnexpectedReturnType,
-                    "a plain create's reply is not a count",
-                    format!("{other:?}"),
-                ));
-                return Err(self.error(id)(e));
-            }
+            other => return Err(self.error(id)(not_a_count(&other))),
         };
         if let Some(Err(e)) = indexed {
             // No session stands where no sweep would find it.
@@ -132,6 +138,150 @@ where
         }
         Ok(Some(made))
     }
+
+    /// A growing store's plain create at `k`, routed by a fresh copy of
+    /// the shape (the module's docs).
+    #[allow(clippy::too_many_arguments)]
+    async fn create_routed(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        value: &[u8],
+        pieces: &[&[u8]],
+        short: bool,
+        at: u64,
+        hsetex: bool,
+    ) -> Result<Option<bool>> {
+        let fields = session_fields(k, value, pieces, short);
+        let mut pipe = redis::pipe();
+        write_fields(&mut pipe, k, &fields, hsetex);
+        pipe.cmd("HMGET").arg(&k.bucket).arg(MARKER).arg(&k.field);
+        pipe.cmd("HLEN").arg(&k.bucket);
+        pipe.cmd("ZSCORE").arg(&k.index).arg(k.member);
+        let replies: Vec<redis::Value> = pipe
+            .ignore_errors()
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(self.error(id))?;
+        let mut replies = replies.into_iter().map(redis::Value::extract_error);
+        let made = match replies.next() {
+            Some(Ok(redis::Value::Int(made))) => made == 1,
+            Some(Err(e)) if e.code() == Some("NOPERM") && hsetex => {
+                self.hsetex_refused();
+                return Ok(None);
+            }
+            Some(Err(e)) => return Err(self.error(id)(e)),
+            other => return Err(self.error(id)(not_a_count(&other))),
+        };
+        let (marker, field): (Option<Vec<u8>>, Option<Vec<u8>>) = self.reply(id, replies.next())?;
+        let held: u64 = self.reply(id, replies.next())?;
+        let entry: Option<f64> = self.reply(id, replies.next())?;
+        if !made {
+            return Ok(Some(false));
+        }
+        if marker.is_none() || field.as_deref() != Some(value) {
+            // A mark, or a bucket a split or merge moved the field out of.
+            let names: Vec<&[u8]> = fields.iter().map(|(f, _)| f.as_slice()).collect();
+            let _: i64 = COMPACT_WITHDRAW
+                .key(&k.bucket)
+                .arg(names)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(self.error(id))?;
+            return Ok(Some(false));
+        }
+        if entry.is_none_or(|score| score > at as f64) {
+            let lowered: redis::RedisResult<i64> = redis::cmd("ZADD")
+                .arg(&k.index)
+                .arg("LT")
+                .arg(at)
+                .arg(k.member)
+                .query_async(&mut self.conn.clone())
+                .await;
+            if let Err(e) = lowered {
+                // No session stands where no sweep would find it.
+                let names: Vec<&[u8]> = fields.iter().map(|(f, _)| f.as_slice()).collect();
+                let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+                    .arg(&k.bucket)
+                    .arg(names)
+                    .query_async(&mut self.conn.clone())
+                    .await;
+                return Err(self.error(id)(e));
+            }
+        }
+        self.split_if_full(k, held).await;
+        Ok(Some(true))
+    }
+
+    /// One reply of a plain create's pipeline, as `T`.
+    fn reply<T: redis::FromRedisValue>(
+        &self,
+        id: &SessionId,
+        reply: Option<redis::RedisResult<redis::Value>>,
+    ) -> Result<T> {
+        let value = match reply {
+            Some(Ok(value)) => value,
+            Some(Err(e)) => return Err(self.error(id)(e)),
+            None => return Err(self.error(id)(not_a_count(&None))),
+        };
+        redis::from_redis_value(value).map_err(|e| self.error(id)(e.into()))
+    }
+
+    /// After the server refused `HSETEX` to this store's user: saves and
+    /// creates go by scripts from now on.
+    fn hsetex_refused(&self) {
+        if let Some(plain) = &self.plain {
+            tracing::warn!(
+                "HSETEX is refused: creates and saves go by scripts from now on; grant \
+                 hsetex (sessionpack::acl, role field-writes)"
+            );
+            plain.hsetex.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The fields a create writes: the session's, then its pieces' (short
+/// names where `short`).
+fn session_fields<'a>(
+    k: &Keys,
+    value: &'a [u8],
+    pieces: &[&'a [u8]],
+    short: bool,
+) -> Vec<(Vec<u8>, &'a [u8])> {
+    let mut fields: Vec<(Vec<u8>, &[u8])> = Vec::with_capacity(1 + pieces.len());
+    fields.push((k.field.clone(), value));
+    for (i, piece) in pieces.iter().enumerate() {
+        fields.push((super::piece_field(&k.field, i + 1, short), piece));
+    }
+    fields
+}
+
+/// Adds the write of `fields` to `pipe`: `HSETEX FNX` of them all, or
+/// `HSETNX` of the one.
+fn write_fields(pipe: &mut redis::Pipeline, k: &Keys, fields: &[(Vec<u8>, &[u8])], hsetex: bool) {
+    if hsetex {
+        let cmd = pipe
+            .cmd("HSETEX")
+            .arg(&k.bucket)
+            .arg("FNX")
+            .arg("FIELDS")
+            .arg(fields.len());
+        for (field, value) in fields {
+            cmd.arg(field).arg(*value);
+        }
+    } else {
+        let (field, value) = &fields[0];
+        pipe.cmd("HSETNX").arg(&k.bucket).arg(field).arg(*value);
+    }
+}
+
+/// The error of a reply that is not what a plain create's command sends.
+fn not_a_count(reply: &Option<redis::RedisResult<redis::Value>>) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "a plain create's reply is not what its command sends",
+        format!("{reply:?}"),
+    ))
 }
 
 /// Whether a store opened on this server may create with plain commands:

@@ -5,9 +5,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Compact;
 use super::plain::{Kept, PlainWrites};
 use super::value::{Form, piece_field};
+use super::{Compact, MARKER};
 use crate::clock::MARGIN;
 use crate::error::Result;
 use crate::scripts::COMPACT_RESAVE;
@@ -86,7 +86,13 @@ where
         }
         let value = form.value(&payload, expires_at);
         let k = self.keys(id);
-        let mut pairs: Vec<(Vec<u8>, &[u8])> = Vec::with_capacity(1 + count);
+        let mut pairs: Vec<(Vec<u8>, &[u8])> = Vec::with_capacity(2 + count);
+        if k.route.is_some() && self.marks() {
+            // The marker too, as it is: a mark (a bucket replaced since the
+            // read) may hold the field of a create for a moment, and `FXX`
+            // of the marker writes nothing there.
+            pairs.push((MARKER.as_bytes().to_vec(), b"1"));
+        }
         pairs.push((k.field.clone(), &value));
         for (i, piece) in pieces.iter().enumerate() {
             pairs.push((piece_field(&k.field, i + 1, short), piece));

@@ -50,7 +50,8 @@ where
     /// The value and pieces a read [`Compact::ask_value`] added returned.
     /// A value of one record makes later reads ask for no pieces.
     /// In a growing store, a miss in a bucket without its marker is
-    /// `Err(Error::Reshaped)`: the caller reads the shape.
+    /// `Err(Error::Reshaped)`: the caller reads the shape; where there are
+    /// marks ([`super::MOVED_MARKS_FORMAT`]), a hit there too.
     pub(super) fn value_read(
         &self,
         id: &SessionId,
@@ -66,8 +67,10 @@ where
                 return Err(self.corrupt(id));
             }
             if k.route.is_some() {
+                // Where there are marks, a field in a bucket without its
+                // marker is a create's for a moment, no session.
                 let marked = read.pop().flatten().is_some();
-                if !marked && read.first().is_some_and(Option::is_none) {
+                if !marked && (self.marks() || read.first().is_some_and(Option::is_none)) {
                     return Err(self.reshaped(id));
                 }
             }
@@ -257,6 +260,9 @@ where
                         .invoke_async(&mut self.conn.clone())
                         .await
                         .map_err(self.error(id))?;
+                    if routed && !marked && self.marks() {
+                        return Err(self.reshaped(id));
+                    }
                     let Some(bytes) = bytes else {
                         return if routed && !marked {
                             Err(self.reshaped(id))
@@ -289,6 +295,9 @@ where
                         .await
                         .map_err(self.error(id))?;
                     let marked = !routed || replies.pop().flatten().is_some();
+                    if !marked && self.marks() {
+                        return Err(self.reshaped(id));
+                    }
                     let Some(bytes) = replies.first_mut().and_then(Option::take) else {
                         return if marked {
                             Ok(None)

@@ -81,7 +81,7 @@ where
                 }
                 inv.arg(&value)
                     .arg(at)
-                    .arg(scripts::routed(k.route.is_some()))
+                    .arg(self.route_mode(k))
                     .arg(&arg6)
                     .arg(&arg7);
                 for piece in &pieces {
@@ -236,7 +236,7 @@ where
             let k = self.keys(id);
             let mut inv = self.short_invocation(&COMPACT_REWRITE, &k);
             inv.arg(value).arg(expires_at).arg(latest);
-            inv.arg(scripts::routed(k.route.is_some()));
+            inv.arg(self.route_mode(&k));
             for piece in pieces {
                 inv.arg(*piece);
             }
