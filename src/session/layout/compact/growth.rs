@@ -94,17 +94,8 @@ impl Growth {
         self.keys_by(id, &self.cache.get(self.shape.group_of(id)))
     }
 
-    /// [`Growth::keys`] by a copy of the group's shape whose read was sent
-    /// less than `age` ago, and split at least once (an unsplit group's
-    /// root has no key until a write claims it); `None` where this process
-    /// has none.
-    pub(crate) fn fresh_keys(&self, id: &SessionId, age: std::time::Duration) -> Option<Keys> {
-        let shape = self.cache.fresh(self.shape.group_of(id), age)?;
-        (shape.epoch() > 0).then(|| self.keys_by(id, &shape))
-    }
-
     /// The names a call on `id` needs, routed by `shape`, its group's.
-    fn keys_by(&self, id: &SessionId, shape: &GroupShape) -> Keys {
+    pub(crate) fn keys_by(&self, id: &SessionId, shape: &GroupShape) -> Keys {
         let group = self.shape.group_of(id);
         let node = self.shape.leaf(shape, id);
         Keys {

@@ -174,11 +174,11 @@ pub const HELD_NAMES_FORMAT: u32 = 10;
 pub const MOVED_MARKS_FORMAT: u32 = 11;
 /// How long a mark stays, in seconds: four times the oldest a shape may be
 /// when a plain create routes by it ([`PLAIN_ROUTE_AGE`]).
-pub const MOVED_MARK_SECS: u64 = 120;
+pub const MOVED_MARK_SECS: u64 = 60;
 /// The oldest a process's copy of a group's shape may be when a plain
 /// create routes by it: a bucket it names that was replaced since was
 /// replaced less than this long ago, so its mark is there.
-const PLAIN_ROUTE_AGE: std::time::Duration = std::time::Duration::from_secs(30);
+const PLAIN_ROUTE_AGE: std::time::Duration = std::time::Duration::from_secs(15);
 /// Bytes of the check a pieced payload begins with.
 pub const CHECK_BYTES: usize = 4;
 /// Bytes a pieced value holds before the record: the expiry, the marker

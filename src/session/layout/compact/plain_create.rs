@@ -16,7 +16,7 @@
 //! A growing store's bucket may be split or merged away under a plain
 //! write, which no plain command can check first. From record format 11
 //! ([`super::MOVED_MARKS_FORMAT`]) each bucket key a split or merge
-//! replaces stays as a mark for two minutes (a HASH without the marker,
+//! replaces stays as a mark for a minute (a HASH without the marker,
 //! expiring), and a create routes by a copy of its group's shape read less
 //! than [`super::PLAIN_ROUTE_AGE`] ago (read again first where older), so
 //! the key it writes is a current bucket or a mark, never a key of no one.
@@ -82,16 +82,18 @@ where
             return Ok(None);
         }
         if let Some(growth) = self.growth() {
-            let k = match growth.fresh_keys(id, PLAIN_ROUTE_AGE) {
-                Some(k) => k,
-                None => {
-                    self.fetch_shape(growth.shape.group_of(id)).await?;
-                    match growth.fresh_keys(id, PLAIN_ROUTE_AGE) {
-                        Some(k) => k,
-                        None => return Ok(None),
-                    }
-                }
+            // A copy of the shape read less than PLAIN_ROUTE_AGE ago, or
+            // read now; never split, the group's root has no key until a
+            // write claims it, which the script does.
+            let group = growth.shape.group_of(id);
+            let shape = match growth.cache.fresh(group, PLAIN_ROUTE_AGE) {
+                Some(shape) => shape,
+                None => self.fetch_shape(group).await?,
             };
+            if shape.epoch() == 0 {
+                return Ok(None);
+            }
+            let k = growth.keys_by(id, &shape);
             return self
                 .create_routed(id, &k, value, pieces, short, at, hsetex)
                 .await;
