@@ -173,7 +173,7 @@ pub const HELD_NAMES_FORMAT: u32 = 10;
 /// stay scripts.
 pub const MOVED_MARKS_FORMAT: u32 = 11;
 /// How long a mark stays, in seconds: four times the oldest a shape may be
-/// when a plain create routes by it ([`PLAIN_ROUTE_AGE`]).
+/// when a plain create routes by it (15 s).
 pub const MOVED_MARK_SECS: u64 = 60;
 /// The oldest a process's copy of a group's shape may be when a plain
 /// create routes by it: a bucket it names that was replaced since was
