@@ -8,9 +8,11 @@
 -- bucket key a growing store keeps holds its marker (a split or merge
 -- writes it with the bucket's first fields and removes the buckets it
 -- replaces whole, the sweeper keeps it), so a bucket with no field is one
--- split or merged away, or not claimed yet, and nothing is written. The
--- count also goes back with the reply, as compact_grown.lua sends it,
--- without counting again.
+-- split or merged away, or not claimed yet, and nothing is written. From
+-- record format 11 a replaced bucket stays a while as a mark, which holds
+-- a field but no marker (shape_common.lua), so the marker is read
+-- ('marked'). The count also goes back with the reply, as
+-- compact_grown.lua sends it, without counting again.
 -- The names the pieces take next (a read), then the index entry: a
 -- foreign key there fails the call before anything is written, and
 -- lowering it for an id that turns out taken only brings the sweeper to

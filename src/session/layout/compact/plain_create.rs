@@ -20,16 +20,16 @@
 //! expiring), and a create routes by a copy of its group's shape read less
 //! than [`super::PLAIN_ROUTE_AGE`] ago (read again first where older), so
 //! the key it writes is a current bucket or a mark, never a key of no one.
-//! The same round trip reads the bucket's marker and the session's field
-//! back, with its field count (for a split) and its index entry: a write
-//! that landed in a mark, or whose field a split or merge moved meanwhile,
-//! is taken back where the key still lacks its marker
-//! (`compact_withdraw.lua`) and the script decides, after the shape. What
-//! a mark holds for a moment is no session to anyone: loads, saves and
-//! deletes take nothing from a bucket without its marker; and what a
-//! writer that stopped never took back goes with the mark. The index
-//! entry is lowered only where it is missing or later (most creates find
-//! it earlier already), after the fields are there.
+//! The same round trip lowers the bucket's index entry first (a split or
+//! merge carries it to wherever the session ends up) and reads the
+//! bucket's marker and the session's field back, with its field count
+//! (for a split): a write that landed in a mark, or whose field a split or
+//! merge moved meanwhile, is taken back where the key still lacks its
+//! marker (`compact_withdraw.lua`) and the script decides, after the
+//! shape. What a mark holds for a moment is no session to anyone: loads,
+//! saves and deletes take nothing from a bucket without its marker; and
+//! what a writer that stopped never took back goes with the mark; an
+//! index entry naming a mark the sweeper drops.
 //!
 //! Where it is not used: a store with a user index (the entry and its
 //! grace are checked in the script), a growing store of an earlier format,
@@ -156,16 +156,25 @@ where
     ) -> Result<Option<bool>> {
         let fields = session_fields(k, value, pieces, short);
         let mut pipe = redis::pipe();
+        // The index entry first: a split or merge carries it to whichever
+        // bucket the session ends up in (the earlier of two), so no session
+        // is ever where no entry leads the sweeper. One naming a mark the
+        // sweeper drops.
+        pipe.cmd("ZADD")
+            .arg(&k.index)
+            .arg("LT")
+            .arg(at)
+            .arg(k.member);
         write_fields(&mut pipe, k, &fields, hsetex);
         pipe.cmd("HMGET").arg(&k.bucket).arg(MARKER).arg(&k.field);
         pipe.cmd("HLEN").arg(&k.bucket);
-        pipe.cmd("ZSCORE").arg(&k.index).arg(k.member);
         let replies: Vec<redis::Value> = pipe
             .ignore_errors()
             .query_async(&mut self.conn.clone())
             .await
             .map_err(self.error(id))?;
         let mut replies = replies.into_iter().map(redis::Value::extract_error);
+        let indexed = replies.next();
         let made = match replies.next() {
             Some(Ok(redis::Value::Int(made))) => made == 1,
             Some(Err(e)) if e.code() == Some("NOPERM") && hsetex => {
@@ -177,7 +186,19 @@ where
         };
         let (marker, field): (Option<Vec<u8>>, Option<Vec<u8>>) = self.reply(id, replies.next())?;
         let held: u64 = self.reply(id, replies.next())?;
-        let entry: Option<f64> = self.reply(id, replies.next())?;
+        if let Some(Err(e)) = indexed {
+            // No session stands where no sweep would find it.
+            if made {
+                let names: Vec<&[u8]> = fields.iter().map(|(f, _)| f.as_slice()).collect();
+                redis::cmd("HDEL")
+                    .arg(&k.bucket)
+                    .arg(names)
+                    .query_async::<i64>(&mut self.conn.clone())
+                    .await
+                    .map_err(self.error(id))?;
+            }
+            return Err(self.error(id)(e));
+        }
         if !made {
             return Ok(Some(false));
         }
@@ -191,25 +212,6 @@ where
                 .await
                 .map_err(self.error(id))?;
             return Ok(Some(false));
-        }
-        if entry.is_none_or(|score| score > at as f64) {
-            let lowered: redis::RedisResult<i64> = redis::cmd("ZADD")
-                .arg(&k.index)
-                .arg("LT")
-                .arg(at)
-                .arg(k.member)
-                .query_async(&mut self.conn.clone())
-                .await;
-            if let Err(e) = lowered {
-                // No session stands where no sweep would find it.
-                let names: Vec<&[u8]> = fields.iter().map(|(f, _)| f.as_slice()).collect();
-                let _: redis::RedisResult<i64> = redis::cmd("HDEL")
-                    .arg(&k.bucket)
-                    .arg(names)
-                    .query_async(&mut self.conn.clone())
-                    .await;
-                return Err(self.error(id)(e));
-            }
         }
         self.split_if_full(k, held).await;
         Ok(Some(true))
