@@ -28,11 +28,20 @@ async fn a_close_killed_part_way_counts_every_key_it_deleted() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Killed once its close has deleted some keys (or, on a machine fast
-    // enough to finish first, not at all: the count must hold either way).
+    // Killed once its close has deleted some keys (or, where it finished
+    // first, not at all: a machine fast enough, or a poll held up by a
+    // loaded one).
     loop {
-        if close.try_wait().unwrap().is_some() {
-            break;
+        if let Some(status) = close.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            assert_eq!(source_keys(&server).await, 0);
+            assert_in_store(&tower_store(&server).await, &records).await;
+            eprintln!(
+                "skipped: a close killed part way (it finished before a poll saw it \
+                 delete a key); a_close_stopped_before_it_closed_is_counted_by_the_run_that_closes \
+                 counts a pass stopped late"
+            );
+            return;
         }
         if source_keys(&server).await < 2000 {
             close.kill().unwrap();
