@@ -100,13 +100,7 @@ where
         }
         let k = self.keys(id);
         let fields = session_fields(&k, value, pieces, short);
-        let mut pipe = redis::pipe();
-        pipe.cmd("ZADD")
-            .arg(&k.index)
-            .arg("LT")
-            .arg(at)
-            .arg(k.member);
-        write_fields(&mut pipe, &k, &fields, hsetex);
+        let mut pipe = create_commands(&k, &fields, at, hsetex);
         // Each reply on its own: the fields may be written though the
         // index refused its entry, and are then taken back.
         let mut replies: Vec<redis::Value> = pipe
@@ -126,17 +120,7 @@ where
             other => return Err(self.error(id)(not_a_count(&other))),
         };
         if let Some(Err(e)) = indexed {
-            // No session stands where no sweep would find it.
-            if made {
-                let names: Vec<&[u8]> = fields.iter().map(|(f, _)| f.as_slice()).collect();
-                redis::cmd("HDEL")
-                    .arg(&k.bucket)
-                    .arg(names)
-                    .query_async::<i64>(&mut self.conn.clone())
-                    .await
-                    .map_err(self.error(id))?;
-            }
-            return Err(self.error(id)(e));
+            return Err(self.index_refused(id, &k, &fields, made, e).await);
         }
         Ok(Some(made))
     }
@@ -155,17 +139,11 @@ where
         hsetex: bool,
     ) -> Result<Option<bool>> {
         let fields = session_fields(k, value, pieces, short);
-        let mut pipe = redis::pipe();
         // The index entry first: a split or merge carries it to whichever
         // bucket the session ends up in (the earlier of two), so no session
         // is ever where no entry leads the sweeper. One naming a mark the
         // sweeper drops.
-        pipe.cmd("ZADD")
-            .arg(&k.index)
-            .arg("LT")
-            .arg(at)
-            .arg(k.member);
-        write_fields(&mut pipe, k, &fields, hsetex);
+        let mut pipe = create_commands(k, &fields, at, hsetex);
         pipe.cmd("HMGET").arg(&k.bucket).arg(MARKER).arg(&k.field);
         pipe.cmd("HLEN").arg(&k.bucket);
         let replies: Vec<redis::Value> = pipe
@@ -187,17 +165,7 @@ where
         let (marker, field): (Option<Vec<u8>>, Option<Vec<u8>>) = self.reply(id, replies.next())?;
         let held: u64 = self.reply(id, replies.next())?;
         if let Some(Err(e)) = indexed {
-            // No session stands where no sweep would find it.
-            if made {
-                let names: Vec<&[u8]> = fields.iter().map(|(f, _)| f.as_slice()).collect();
-                redis::cmd("HDEL")
-                    .arg(&k.bucket)
-                    .arg(names)
-                    .query_async::<i64>(&mut self.conn.clone())
-                    .await
-                    .map_err(self.error(id))?;
-            }
-            return Err(self.error(id)(e));
+            return Err(self.index_refused(id, k, &fields, made, e).await);
         }
         if !made {
             return Ok(Some(false));
@@ -215,6 +183,31 @@ where
         }
         self.split_if_full(k, held).await;
         Ok(Some(true))
+    }
+
+    /// The error of a plain create whose index entry was refused (a key of
+    /// another type under its name), after taking back the fields it
+    /// wrote (`made`), so no session stands where no sweep would find it.
+    async fn index_refused(
+        &self,
+        id: &SessionId,
+        k: &Keys,
+        fields: &[(Vec<u8>, &[u8])],
+        made: bool,
+        refused: redis::RedisError,
+    ) -> Error {
+        if made {
+            let names: Vec<&[u8]> = fields.iter().map(|(f, _)| f.as_slice()).collect();
+            let taken: redis::RedisResult<i64> = redis::cmd("HDEL")
+                .arg(&k.bucket)
+                .arg(names)
+                .query_async(&mut self.conn.clone())
+                .await;
+            if let Err(e) = taken {
+                return self.error(id)(e);
+            }
+        }
+        self.error(id)(refused)
     }
 
     /// One reply of a plain create's pipeline, as `T`.
@@ -260,9 +253,20 @@ fn session_fields<'a>(
     fields
 }
 
-/// Adds the write of `fields` to `pipe`: `HSETEX FNX` of them all, or
-/// `HSETNX` of the one.
-fn write_fields(pipe: &mut redis::Pipeline, k: &Keys, fields: &[(Vec<u8>, &[u8])], hsetex: bool) {
+/// A create's commands: the index entry's `ZADD LT`, then the write of
+/// `fields`, `HSETEX FNX` of them all or `HSETNX` of the one.
+fn create_commands(
+    k: &Keys,
+    fields: &[(Vec<u8>, &[u8])],
+    at: u64,
+    hsetex: bool,
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZADD")
+        .arg(&k.index)
+        .arg("LT")
+        .arg(at)
+        .arg(k.member);
     if hsetex {
         let cmd = pipe
             .cmd("HSETEX")
@@ -277,6 +281,7 @@ fn write_fields(pipe: &mut redis::Pipeline, k: &Keys, fields: &[(Vec<u8>, &[u8])
         let (field, value) = &fields[0];
         pipe.cmd("HSETNX").arg(&k.bucket).arg(field).arg(*value);
     }
+    pipe
 }
 
 /// The error of a reply that is not what a plain create's command sends.
