@@ -43,9 +43,9 @@ pub enum Role {
     ServerExpiry,
     /// What a store adds on a server that has `HSETEX` (Redis 8.0 and
     /// Valkey 9.0 and later), where it saves a session it read with one
-    /// `HSETEX FXX` and creates one with `HSETEX FNX`; without it, those
-    /// go by scripts. Apart because
-    /// older servers refuse a rule that names `HSETEX`.
+    /// `HSETEX FXX`, creates one with `HSETEX FNX` and deletes one with
+    /// `HGETDEL`; without it, those go by scripts. Apart because older
+    /// servers refuse a rule that names `HSETEX` or `HGETDEL`.
     FieldWrites,
     /// `sessionpack migrate`: it opens the store as the app does and copies
     /// the old store's keys in: `SCAN`, a script reading each key
@@ -212,8 +212,9 @@ const USERS: &[&str] = &[
     "hdel", "hexists", "hlen", "zadd",
 ];
 
-/// Saves of sessions the store read, on a server that has `HSETEX`.
-const FIELD_WRITES: &[&str] = &["hsetex"];
+/// Saves of sessions the store read and deletes, on a server that has
+/// `HSETEX` and `HGETDEL`.
+const FIELD_WRITES: &[&str] = &["hsetex", "hgetdel"];
 
 /// Field TTLs, and the check of how the server keeps them.
 const SERVER_EXPIRY: &[&str] = &["hexpireat", "object|encoding"];

@@ -409,17 +409,25 @@ async fn delete_removes_the_field_and_any_out_of_line_record() {
     let side: Vec<String> = raw.keys("sp:*:o:*").await.unwrap();
     assert!(side.is_empty(), "{side:?}");
 
-    // Seen inline: one HDEL, no transaction.
+    // Seen inline: one HDEL (one HGETDEL where the server has it), no
+    // transaction, no script.
     let mut r = record(axum_login(1, &[1; 32]), 600);
     other.create(&mut r).await.unwrap();
     this.load(&r.id).await.unwrap().unwrap();
-    let (hdel, multi) = (
-        common::calls(&mut raw, "hdel").await,
+    let removes = if this.layout().plain_deletes().is_some() {
+        "hgetdel"
+    } else {
+        "hdel"
+    };
+    let (removed, multi, scripts) = (
+        common::calls(&mut raw, removes).await,
         common::calls(&mut raw, "multi").await,
+        common::calls(&mut raw, "evalsha").await,
     );
     this.delete(&r.id).await.unwrap();
-    assert_eq!(common::calls(&mut raw, "hdel").await, hdel + 1);
+    assert_eq!(common::calls(&mut raw, removes).await, removed + 1);
     assert_eq!(common::calls(&mut raw, "multi").await, multi);
+    assert_eq!(common::calls(&mut raw, "evalsha").await, scripts);
     assert!(other.load(&r.id).await.unwrap().is_none());
     // Deleting what is gone is not an error.
     this.delete(&r.id).await.unwrap();

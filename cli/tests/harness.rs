@@ -527,7 +527,7 @@ async fn a_day_replays_the_same_requests_on_every_store() {
         .await
         .unwrap()
         .without_sweeper();
-        let run = day::run(&mut conn, namespace, std::sync::Arc::new(store), plan)
+        let run = day::run(&mut conn, namespace, std::sync::Arc::new(store), plan, 0.0)
             .await
             .unwrap();
         runs.push(run);
@@ -546,6 +546,11 @@ async fn a_day_replays_the_same_requests_on_every_store() {
             "{r:?}"
         );
         assert!(r.p50_ms > 0.0 && r.p50_ms <= r.p99_ms, "{r:?}");
+        // The cleanup's ledger: the users' sessions live at the end of the
+        // traffic and every visitor's, none ended (a lifetime no phase
+        // outlives).
+        assert!(r.reclaimed > r.live_sessions, "{r:?}");
+        assert_eq!(r.expired_before_cleanup, 0, "{r:?}");
         assert!(r.commands.iter().any(|c| c.command == "hmget"), "{r:?}");
         // The anatomy: the loads' HMGET, and scripts with the commands
         // they sent.
@@ -574,6 +579,23 @@ async fn a_day_replays_the_same_requests_on_every_store() {
     }
     let counts = |r: &day::DayRun| (r.logins, r.logouts, r.live_sessions);
     assert_eq!(counts(&runs[0]), counts(&runs[1]));
+}
+
+/// The idle server's CPU share is measured, and is a share of one core
+/// at most (the server's one thread).
+#[tokio::test]
+async fn the_idle_servers_cpu_is_a_share_of_a_core() {
+    let server = common::server();
+    let mut conn = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let idle =
+        sessionpack_cli::harness::day::idle_cpu(&mut conn, std::time::Duration::from_millis(500))
+            .await
+            .unwrap();
+    assert!((0.0..=1.0).contains(&idle), "{idle}");
 }
 
 /// A day small enough for a test: a lifetime no request outlives, so no
@@ -650,7 +672,7 @@ async fn a_day_replays_through_actix_session_stores() {
     let stores = std::iter::once(("ours", ours)).chain(peer.map(|p| ("peer", p)));
     let mut runs = Vec::new();
     for (label, store) in stores {
-        let run = day::run(&mut conn, label, store, plan).await.unwrap();
+        let run = day::run(&mut conn, label, store, plan, 0.0).await.unwrap();
         assert_eq!(run.requests, plan.requests, "{run:?}");
         assert_eq!(run.found_gone, 0, "a live session was found gone: {run:?}");
         assert!(

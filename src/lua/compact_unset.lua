@@ -13,10 +13,17 @@
 --          bucket without its marker is a mark, whose fields are no
 --          session's (shape_common.lua), and nothing is removed
 -- Returns 1 if the field was removed, 0 if it was not there.
-if ARGV[2] == 'marked' and redis.call('HEXISTS', KEYS[1], '') == 0 then
-  return 0
+local value
+if ARGV[2] == 'marked' then
+  -- The marker and the value in one read: two commands in all.
+  local got = redis.call('HMGET', KEYS[1], '', ARGV[1])
+  if not got[1] then
+    return 0
+  end
+  value = got[2]
+else
+  value = redis.call('HGET', KEYS[1], ARGV[1])
 end
-local value = redis.call('HGET', KEYS[1], ARGV[1])
 if not value then
   return 0
 end

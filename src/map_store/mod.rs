@@ -591,8 +591,14 @@ where
             if let Some((_, old)) = self.takeover_of(id, key).await? {
                 self.delete_in_takeover(&old, id).await?;
             }
-            let seen = self.memo.take(id).map(|m| m.seen.record_len);
-            self.layout.delete(&session_id(id), seen).await?;
+            let seen = self.memo.take(id);
+            self.layout
+                .delete_seen(
+                    &session_id(id),
+                    seen.map(|m| m.seen.record_len),
+                    seen.and_then(|m| m.kept),
+                )
+                .await?;
             Ok(())
         })
         .await

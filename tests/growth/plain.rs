@@ -90,6 +90,49 @@ async fn a_create_in_a_grown_store_is_one_plain_command() {
     assert_eq!(survey.sessions, 1500 + chosen.len() as u64);
 }
 
+/// A delete in a grown store by a process that has not read the session
+/// sends two commands at most: on a server with `HGETDEL`, no script (the
+/// value taken, then the pieces it names); elsewhere one script of two
+/// (`compact_unset.lua` reads the marker and the value in one `HMGET`,
+/// then one `HDEL`).
+#[tokio::test]
+async fn a_delete_in_a_grown_store_is_two_commands_at_most() {
+    let server = server();
+    let writer = open(&server).await;
+    let ids = insert_all(&writer, 1500).await;
+    let deleter = open(&server).await;
+    read_shapes(&deleter).await;
+    let mut raw = common::raw(&server).await;
+    // The script loaded, where it is one (a first call is counted twice).
+    assert!(deleter.delete(&ids[0], None).await.unwrap());
+    let names = ["hgetdel", "evalsha", "hmget", "hget", "hexists", "hdel"];
+    let mut before = Vec::new();
+    for name in names {
+        before.push(common::calls(&mut raw, name).await);
+    }
+    for id in &ids[1..21] {
+        assert!(deleter.delete(id, None).await.unwrap());
+    }
+    let mut sent = HashMap::new();
+    for (name, was) in names.into_iter().zip(before) {
+        sent.insert(name, common::calls(&mut raw, name).await - was);
+    }
+    if deleter.plain_deletes().is_some() {
+        assert_eq!(sent["evalsha"], 0, "{sent:?}");
+        assert!((20..=40).contains(&sent["hgetdel"]), "{sent:?}");
+    } else {
+        let script = (sent["evalsha"], sent["hmget"], sent["hdel"]);
+        assert_eq!(script, (20, 20, 20), "{sent:?}");
+        assert_eq!(sent["hexists"] + sent["hget"], 0, "{sent:?}");
+    }
+    for id in &ids[..21] {
+        assert!(deleter.load(id).await.unwrap().is_none());
+    }
+    let survey = survey(&mut raw, &deleter).await;
+    assert!(survey.strays.is_empty(), "{:?}", survey.strays);
+    assert_eq!(survey.sessions, 1500 - 21);
+}
+
 /// A process whose copy of the shape is some seconds old creates among
 /// splits: many of its creates go to buckets replaced since, land in their
 /// marks, are taken back and land where the shape says. Every session

@@ -143,6 +143,36 @@ fn piece_name(field: &[u8], i: u8, short: bool) -> Vec<u8> {
     }
 }
 
+/// Deletes `id` (a fixed store's session, whose record has `pieces`
+/// short-named pieces now) as a process that saw it `seen_len` bytes long
+/// does, and leaves its pieces as a delete by script on a server without
+/// `HGETDEL` does there (`compact_unset.lua` removes only what the length
+/// it was told names): on a server with it, the delete takes the value and
+/// then every piece it names, so the pieces are written back here.
+async fn delete_leaving_pieces(
+    raw: &mut redis::aio::MultiplexedConnection,
+    layout: &Compact<Conn>,
+    id: &sessionpack::SessionId,
+    seen_len: usize,
+    pieces: u8,
+) {
+    let bucket = layout.scheme().bucket_key(layout.buckets().bucket_of(id));
+    let field = layout.buckets().field(id);
+    let names: Vec<Vec<u8>> = (1..=pieces).map(|i| piece_name(&field, i, true)).collect();
+    let values: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+        .arg(&bucket)
+        .arg(&names)
+        .query_async(raw)
+        .await
+        .unwrap();
+    assert!(layout.delete(id, Some(seen_len)).await.unwrap());
+    if layout.plain_deletes().is_some() {
+        for (name, value) in names.iter().zip(values) {
+            let _: () = raw.hset(&bucket, name, value.unwrap()).await.unwrap();
+        }
+    }
+}
+
 /// A record of `len` bytes whose bytes say which write made it.
 fn record_of(len: usize, seed: u8) -> Vec<u8> {
     // An integer identity (one byte), then MessagePack-like bytes.

@@ -183,7 +183,7 @@ async fn pieces_a_stale_delete_left_are_swept() {
         // Another process grows it to four pieces.
         layout.save(&id, &record_of(300, 2), at).await.unwrap();
         // This one deletes it as it saw it: 30 bytes, one value.
-        assert!(layout.delete(&id, Some(30)).await.unwrap());
+        delete_leaving_pieces(&mut raw, &layout, &id, 30, 4).await;
         ids.push(id);
     }
     assert_eq!(census(&mut raw, &layout).await.orphans, 80);
@@ -299,7 +299,7 @@ async fn a_create_under_a_drawn_id_never_mixes_with_what_is_there() {
     layout.insert(&id, &record_of(30, 1), in_600).await.unwrap();
     let at = layout.load(&id).await.unwrap().unwrap().expires_at;
     layout.save(&id, &record_of(300, 2), at).await.unwrap();
-    assert!(layout.delete(&id, Some(30)).await.unwrap());
+    delete_leaving_pieces(&mut raw, &layout, &id, 30, 4).await;
     assert_eq!(census(&mut raw, &layout).await.orphans, 4);
 
     // Six pieces, under long names beside the four stale short ones,

@@ -18,8 +18,8 @@ pub struct AclArgs {
     /// `--role store --role sweeper`). Add
     /// `server-expiry` for a store whose fields the server expires, and
     /// `field-writes` on Redis 8.0 or Valkey 9.0 and later, where a store
-    /// saves a session it read with one `HSETEX` (older servers refuse a
-    /// rule that names it). During
+    /// saves a session it read with one `HSETEX` and deletes with one
+    /// `HGETDEL` (older servers refuse a rule that names them). During
     /// a switch from another store: `migrate` for `sessionpack migrate`,
     /// and `takeover` added to the app's roles while its store takes the
     /// old one over; both also name the old store's keys (`--from`).

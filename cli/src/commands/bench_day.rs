@@ -84,6 +84,10 @@ pub struct DayArgs {
 /// interval, and this much more for the pass itself.
 const CLEANUP_SLACK: Duration = Duration::from_secs(10);
 
+/// How long the idle server's own CPU is measured before each store's
+/// run: long enough to hold 150 of its cron's ticks at the default `hz`.
+const IDLE_WINDOW: Duration = Duration::from_secs(15);
+
 pub(super) async fn run(args: DayArgs) -> Result<()> {
     let [read, rolling, change, logout] = args.mix[..] else {
         return Err(Error::Config("--mix takes four weights".into()));
@@ -122,11 +126,14 @@ pub(super) async fn run(args: DayArgs) -> Result<()> {
     let mut runs: Vec<DayRun> = Vec::new();
     for contender in args.framework.contenders() {
         target.flush().await?;
+        // The idle server, before the store opens (its sweeper starts with
+        // it).
+        let idle = day::idle_cpu(&mut conn, IDLE_WINDOW).await?;
         let Some(store) = contender.open(&url).await? else {
             continue;
         };
         println!("{}: {} requests", contender.label(), plan.requests);
-        let run = day::run(&mut conn, contender.label(), store, plan).await?;
+        let run = day::run(&mut conn, contender.label(), store, plan, idle).await?;
         print_run(&run);
         runs.push(run);
     }
@@ -207,10 +214,13 @@ impl Contender {
 
 fn print_run(run: &DayRun) {
     println!(
-        "  {:.2} µs server CPU per request ({:.2} traffic + {:.2} cleanup), {:.0} requests per core-second, {:.1} B per live session, p50 {:.2} ms, p99 {:.2} ms",
+        "  {:.2} µs server CPU per request ({:.2} traffic + {:.2} cleanup; idle server {:.2}% of a core taken out), cleanup {:.2} µs per session removed ({} removed), {:.0} requests per core-second, {:.1} B per live session, p50 {:.2} ms, p99 {:.2} ms",
         run.cpu_us_per_request,
         run.traffic_cpu_us,
         run.cleanup_cpu_us,
+        run.idle_cpu_share * 100.0,
+        run.cleanup_us_per_reclaimed,
+        run.reclaimed,
         run.requests_per_core_sec,
         run.bytes_per_live_session,
         run.p50_ms,
@@ -237,8 +247,8 @@ fn write_report(
     let mut md = format!(
         "# A day of traffic, replayed\n\nProduced by `{command}` ({}). Each store alone on the emptied server, {through} (a growing store, records packed with a dictionary learned from its first sessions, write threshold {}, a sweeper in the background every {} s), the peer as its README sets it up.\n\n\
          The day: {} returning users signed in first ({} profile), then {} requests from {} concurrent callers. A request is a new visitor's sign-in (a share of {}; the visitor never returns, and the session expires) or a returning user's: a `load`, then by weight {read} read only / {rolling} saved unchanged under rolling expiry / {change} changed / {logout} logged out; a user whose session is gone signs in again. A sign-in is a `create` and the id rotation at login ({rotation}). Sessions live {} s after their last write. These shares are this benchmark's assumptions, not measurements of an app: most requests read, a rolling save on every request that saves at all, a few logouts, and visitors who leave sessions to expire; change them with `--mix` and `--visitors`.\n\n\
-         Server CPU is `INFO cpu` (user + system): over the traffic, per request; and over the cleanup after the traffic and the latency phase (one lifetime, one sweep interval and {} s more, nothing sent but `INFO`: the in-app sweeper's passes, Redis's own expiry of the peer's keys; every session expires and is removed), per request of the two. The cleanup removes the whole population at once where a real day removes only the sessions that end, so it weighs more here than in a day. Requests per Redis core are 1 / that CPU. Memory is `used_memory` less the clients' at the end of the traffic over the empty server's, per session live then (expired sessions not yet removed count against the live ones); after the cleanup, the keys and bytes the store keeps with no session. Latency: {} requests offered at {} per second after the traffic, each timed from when it was due.\n\n\
-         | store | µs server CPU per request (traffic + cleanup) | vs peer | requests per core-second | vs peer | B per live session | vs peer | keys / bytes left after the cleanup | p50 / p99 ms | vs peer (p99) | sign-ins / logouts / found gone |\n|---|---|---:|---:|---:|---:|---:|---|---|---:|---|\n",
+         Server CPU is `INFO cpu` (user + system) less the idle server's own (its cron: measured for {} s before each store's run with nothing sent but `INFO`, and taken out of each phase at that rate): over the traffic, per request; and over the cleanup after the traffic and the latency phase (one lifetime, one sweep interval and {} s more, nothing sent but `INFO`: the in-app sweeper's passes, Redis's own expiry of the peer's keys; every session expires and is removed), per request of the two, and per session it removed (every session written and not deleted, from the replay's ledger; `INFO stats` `expired_keys` agrees for the peer). The cleanup removes the whole population at once where a real day removes only the sessions that end, so it weighs more here than in a day. Requests per Redis core are 1 / that CPU. Memory is `used_memory` less the clients' at the end of the traffic over the empty server's, per session live then (expired sessions not yet removed count against the live ones); after the cleanup, the keys and bytes the store keeps with no session. Latency: {} requests offered at {} per second after the traffic, each timed from when it was due.\n\n\
+         | store | µs server CPU per request (traffic + cleanup) | vs peer | requests per core-second | vs peer | cleanup µs per session removed (sessions) | vs peer | idle server (% of a core) | B per live session | vs peer | keys / bytes left after the cleanup | p50 / p99 ms | vs peer (p99) | sign-ins / logouts / found gone |\n|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|---|---:|---|\n",
         server.name(),
         sessionpack::tower::DEFAULT_WRITE_THRESHOLD,
         sessionpack::session::sweep::SweepConfig::default()
@@ -250,6 +260,7 @@ fn write_report(
         plan.concurrency,
         plan.visitors,
         plan.idle.as_secs(),
+        IDLE_WINDOW.as_secs(),
         CLEANUP_SLACK.as_secs(),
         plan.latency_requests,
         plan.rate,
@@ -261,7 +272,7 @@ fn write_report(
     for r in runs {
         let _ = writeln!(
             md,
-            "| {} | {:.2} ({:.2} + {:.2}) | {} | {:.0} | {} | {:.1} | {} | {} / {} | {:.2} / {:.2} | {} | {} / {} / {} |",
+            "| {} | {:.2} ({:.2} + {:.2}) | {} | {:.0} | {} | {:.2} ({}) | {} | {:.2} | {:.1} | {} | {} / {} | {:.2} / {:.2} | {} | {} / {} / {} |",
             r.store,
             r.cpu_us_per_request,
             r.traffic_cpu_us,
@@ -269,6 +280,10 @@ fn write_report(
             ratio(r, &|r| r.cpu_us_per_request),
             r.requests_per_core_sec,
             ratio(r, &|r| r.requests_per_core_sec),
+            r.cleanup_us_per_reclaimed,
+            r.reclaimed,
+            ratio(r, &|r| r.cleanup_us_per_reclaimed),
+            r.idle_cpu_share * 100.0,
             r.bytes_per_live_session,
             ratio(r, &|r| r.bytes_per_live_session),
             r.keys_after_cleanup,
@@ -280,6 +295,22 @@ fn write_report(
             r.logouts,
             r.found_gone,
         );
+    }
+    for r in runs {
+        if r.expired_before_cleanup > 0 {
+            let _ = writeln!(
+                md,
+                "\n{}: {} of the {} sessions removed had ended before the cleanup began (the phases before it took longer than a lifetime); the store may have removed them earlier, so its cost per session removed reads low.",
+                r.store, r.expired_before_cleanup, r.reclaimed
+            );
+        }
+        if r.server_expired_keys > 0 {
+            let _ = writeln!(
+                md,
+                "\n{}: the server itself expired {} keys over the cleanup (`INFO stats` `expired_keys`), the ledger counts {} sessions removed (the peer keeps a key per session; sessionpack's keys the server expires are marks and records kept out of line).",
+                r.store, r.server_expired_keys, r.reclaimed
+            );
+        }
     }
     let _ = writeln!(
         md,

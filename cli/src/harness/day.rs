@@ -22,7 +22,11 @@
 //! the peer's keys). After the traffic, and requests at a fixed offered
 //! rate to time them, the run waits out one lifetime and one sweep
 //! interval (the cleanup: every session expires and is removed) and counts
-//! the server's CPU over it as part of the day's bill. Before the cleanup,
+//! the server's CPU over it as part of the day's bill, and per session it
+//! removed. The idle server's own CPU (its cron, measured before each
+//! store's run with nothing sent: [`idle_cpu`]) is taken out of both
+//! phases' figures, so what is left is what the store's work cost. Before
+//! the cleanup,
 //! more requests of the same traffic run with every command the server
 //! runs recorded ([`super::anatomy`]): which scripts and commands the
 //! requests cost, and what each script spends beyond the commands it
@@ -38,7 +42,7 @@ use time::OffsetDateTime;
 use tower_sessions_core_014::session::{Id, Record};
 
 use super::anatomy::{Anatomy, Recorder};
-use super::info::{CommandStats, bytes_less_clients, server_cpu_secs};
+use super::info::{CommandStats, bytes_less_clients, expired_keys, server_cpu_secs};
 use super::tower::{CommandShare, DynStore};
 use crate::profile::Profile;
 use sessionpack::error::{Error, Result};
@@ -107,11 +111,39 @@ pub struct DayRun {
     pub found_gone: u64,
     /// Seconds the traffic took.
     pub traffic_secs: f64,
-    /// Server CPU over the traffic, µs per request.
+    /// The idle server's own CPU, in seconds per second (a share of one
+    /// core), measured before the run: taken out of the figures below.
+    #[serde(default)]
+    pub idle_cpu_share: f64,
+    /// Server CPU over the traffic, µs per request, the idle server's
+    /// taken out.
     pub traffic_cpu_us: f64,
     /// Server CPU over the cleanup after the traffic and the latency
-    /// phase, µs per request of the two.
+    /// phase, µs per request of the two, the idle server's taken out.
     pub cleanup_cpu_us: f64,
+    /// The same over the cleanup, with the idle server's in.
+    #[serde(default)]
+    pub cleanup_gross_cpu_us: f64,
+    /// Sessions the cleanup removed: every session written and not
+    /// deleted (the client's ledger), all live when it began
+    /// ([`DayRun::expired_before_cleanup`] says otherwise).
+    #[serde(default)]
+    pub reclaimed: u64,
+    /// Of those, sessions whose lifetime had ended before the cleanup
+    /// began (the phases before it took longer than a lifetime), which
+    /// the store may have removed before it; 0 in a run whose per-session
+    /// cleanup figure holds exactly.
+    #[serde(default)]
+    pub expired_before_cleanup: u64,
+    /// Server CPU over the cleanup, the idle server's taken out, µs per
+    /// session it removed.
+    #[serde(default)]
+    pub cleanup_us_per_reclaimed: f64,
+    /// Keys the server itself expired over the cleanup (`INFO stats`
+    /// `expired_keys`): for a store of one key per session, the sessions
+    /// it removed, the ledger's check.
+    #[serde(default)]
+    pub server_expired_keys: u64,
     /// The two together: the day's bill per request.
     pub cpu_us_per_request: f64,
     /// Requests one Redis core would serve, from that bill.
@@ -167,14 +199,30 @@ struct Users {
     next_visitor: u64,
 }
 
+/// The server's CPU with nothing sent but `INFO` for `window`, in
+/// seconds per second: what the idle server spends on its own (its cron,
+/// active expiry's scan of nothing), to take out of a phase's figures.
+pub async fn idle_cpu(
+    conn: &mut redis::aio::MultiplexedConnection,
+    window: Duration,
+) -> Result<f64> {
+    let cpu = server_cpu_secs(conn).await?;
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let spent = server_cpu_secs(conn).await? - cpu;
+    Ok((spent / started.elapsed().as_secs_f64()).max(0.0))
+}
+
 /// Runs `plan` on `store` alone (the server should be empty; `conn`
 /// reads its figures): signs the users in, replays the traffic, measures
-/// latency at the offered rate, then waits for the cleanup.
+/// latency at the offered rate, then waits for the cleanup. `idle` is the
+/// idle server's CPU share ([`idle_cpu`]), taken out of each phase's.
 pub async fn run(
     conn: &mut redis::aio::MultiplexedConnection,
     label: &str,
     store: DynStore,
     plan: DayPlan,
+    idle: f64,
 ) -> Result<DayRun> {
     let empty = bytes_less_clients(conn).await?;
     let tasks = plan.concurrency.max(1);
@@ -212,16 +260,15 @@ pub async fn run(
     // session live).
     let (shards, latency_counts, latencies) = drive(&store, shards, &plan, Phase::Latency).await?;
     // The anatomy: more of the traffic, every command recorded.
-    let (anatomy, anatomy_counts) = if plan.anatomy_requests > 0 {
+    let (shards, anatomy, anatomy_counts) = if plan.anatomy_requests > 0 {
         let recorder = Recorder::start(conn).await?;
         let driven = drive(&store, shards, &plan, Phase::Anatomy).await;
         // The server's log settings go back whatever the requests did.
         let anatomy = recorder.finish().await?;
-        let (_, counts, _) = driven?;
-        (Some((counts.requests, anatomy)), counts)
+        let (shards, counts, _) = driven?;
+        (shards, Some((counts.requests, anatomy)), counts)
     } else {
-        drop(shards);
-        (None, Counts::default())
+        (shards, None, Counts::default())
     };
     let mut latencies = latencies;
     latencies.sort_by(f64::total_cmp);
@@ -232,9 +279,30 @@ pub async fn run(
             .unwrap_or(f64::NAN)
     };
 
+    // What the cleanup removes: every session written and not deleted.
+    let now = OffsetDateTime::now_utc();
+    let ends = shards.iter().flat_map(|s| {
+        s.sessions
+            .iter()
+            .flatten()
+            .map(|(_, expiry)| *expiry)
+            .chain(s.visitors.iter().copied())
+    });
+    let (reclaimed, expired_before_cleanup) = ends.fold((0, 0), |(all, ended), expiry| {
+        (all + 1, ended + u64::from(expiry <= now))
+    });
+    drop(shards);
+    let expired = expired_keys(conn).await?;
     let cpu = server_cpu_secs(conn).await?;
+    let cleanup_started = Instant::now();
     tokio::time::sleep(plan.cleanup).await;
-    let cleanup_cpu = server_cpu_secs(conn).await? - cpu;
+    let cleanup_gross = server_cpu_secs(conn).await? - cpu;
+    let cleanup_secs = cleanup_started.elapsed().as_secs_f64();
+    let server_expired_keys = expired_keys(conn).await?.saturating_sub(expired);
+    // The idle server's own CPU out (never below nothing: the idle
+    // share is a measurement too).
+    let cleanup_cpu = (cleanup_gross - idle * cleanup_secs).max(0.0);
+    let traffic_cpu = (traffic_cpu - idle * traffic_secs).max(0.0);
     let keys_after_cleanup: u64 = redis::cmd("DBSIZE").query_async(conn).await?;
     let bytes_after = bytes_less_clients(conn).await?.saturating_sub(empty);
 
@@ -243,6 +311,7 @@ pub async fn run(
     // The cleanup removes what every phase's requests left.
     let all = (counts.requests + latency_counts.requests + anatomy_counts.requests).max(1);
     let cleanup_cpu_us = cleanup_cpu * 1e6 / all as f64;
+    let cleanup_gross_cpu_us = cleanup_gross * 1e6 / all as f64;
     let cpu_us = per_request(traffic_cpu) + cleanup_cpu_us;
     Ok(DayRun {
         store: label.to_owned(),
@@ -251,8 +320,14 @@ pub async fn run(
         logouts: counts.logouts,
         found_gone: counts.found_gone,
         traffic_secs,
+        idle_cpu_share: idle,
         traffic_cpu_us: per_request(traffic_cpu),
         cleanup_cpu_us,
+        cleanup_gross_cpu_us,
+        reclaimed,
+        expired_before_cleanup,
+        cleanup_us_per_reclaimed: cleanup_cpu * 1e6 / reclaimed.max(1) as f64,
+        server_expired_keys,
         cpu_us_per_request: cpu_us,
         requests_per_core_sec: 1e6 / cpu_us,
         live_sessions,

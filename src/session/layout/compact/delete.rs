@@ -1,12 +1,13 @@
-//! Deleting a session: its field, its pieces and its out-of-line key,
-//! with plain commands where the process saw the record, a script where
-//! it did not. In a namespace whose pieces may have short names, which
-//! another session may take once this one is gone, only the value tells
-//! whose they are: a record in pieces, seen or not, goes by a script that
-//! reads it.
+//! Deleting a session: its field, its pieces and its out-of-line key.
+//! On a server with `HGETDEL`, plain commands that take the value and
+//! then what it names (`plain_delete.rs`). Elsewhere, plain commands
+//! where the process saw the record, a script where it did not; in a
+//! namespace whose pieces may have short names, which another session
+//! may take once this one is gone, only the value tells whose they are:
+//! a record in pieces, seen or not, goes by a script that reads it.
 
 use super::value::{piece_field, pieces_of_len};
-use super::{Compact, Keys, MARKER, MAX_PIECED_RECORD, MAX_PIECES, REROUTES};
+use super::{Compact, Kept, Keys, MARKER, MAX_PIECED_RECORD, MAX_PIECES, REROUTES};
 use crate::error::Result;
 use crate::scripts::{self, COMPACT_DELETE, COMPACT_DROP, COMPACT_UNSET};
 use crate::session::id::{InvalidIdExt, SessionId};
@@ -29,11 +30,25 @@ where
     /// session's. Where the store keeps viewed items, their `HDEL`s go in
     /// the same `MULTI`/`EXEC`. The index entry stays a lower bound; the
     /// sweeper rescores it. Returns whether there was a field to remove.
+    /// On a server with `HGETDEL`, a delete takes the value and then what
+    /// it names (`plain_delete.rs`), seen or not.
     pub async fn delete(&self, id: &SessionId, seen_len: Option<usize>) -> Result<bool> {
+        self.delete_seen(id, seen_len, None).await
+    }
+
+    /// [`Compact::delete`], told also how the record was kept when the
+    /// caller read it, if it knows: short piece names it saw go with the
+    /// value in one `HGETDEL`.
+    pub(crate) async fn delete_seen(
+        &self,
+        id: &SessionId,
+        seen_len: Option<usize>,
+        kept: Option<Kept>,
+    ) -> Result<bool> {
         id.check_width(self.buckets().id_width())?;
         for _ in 0..REROUTES {
             let k = self.keys(id);
-            match self.delete_at(id, &k, seen_len).await? {
+            match self.delete_at(id, &k, seen_len, kept).await? {
                 Some(removed) => return Ok(removed),
                 None if self.reroute(id, &k, false).await? => {}
                 None => return Ok(false),
@@ -50,7 +65,13 @@ where
         id: &SessionId,
         k: &Keys,
         seen_len: Option<usize>,
+        kept: Option<Kept>,
     ) -> Result<Option<bool>> {
+        if self.plain_deletes().is_some()
+            && let Ok(done) = self.delete_plain(id, k, kept).await?
+        {
+            return Ok(done);
+        }
         if self.short_pieces() {
             return match seen_len.filter(|&len| self.fits(len) && self.pieces_of(len) == 0) {
                 Some(_) => {

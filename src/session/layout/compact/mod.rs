@@ -75,6 +75,7 @@ mod layout_trait;
 mod open;
 mod plain;
 mod plain_create;
+mod plain_delete;
 #[cfg(any(
     feature = "tower-sessions",
     feature = "tower-sessions-014",

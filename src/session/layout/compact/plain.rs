@@ -55,6 +55,9 @@ pub(super) struct PlainWrites {
     /// Whether saves are `HSETEX FXX` (the server has it, and the store's
     /// user may run it) rather than `compact_resave.lua`.
     pub(super) hsetex: AtomicBool,
+    /// Whether deletes in a namespace whose pieces may have short names
+    /// are one `HGETDEL` (`plain_delete.rs`) rather than `compact_unset.lua`.
+    pub(super) hgetdel: AtomicBool,
     /// Whether creates are plain commands too (`plain_create.rs`): a store
     /// on one server with no user index, fixed or growing with marks.
     pub(super) creates: bool,
@@ -67,10 +70,10 @@ where
     /// Which plain writes a store opened on this namespace and server
     /// makes: none where the namespace's format is older than
     /// [`HELD_NAMES_FORMAT`], the server expires its fields or it keeps
-    /// viewed items (their writes touch more than the bucket); `HSETEX`
-    /// where `COMMAND INFO` says the server has it; creates too on one
-    /// server, with no user index, in a fixed store or a growing one with
-    /// marks.
+    /// viewed items (their writes touch more than the bucket); `HSETEX` and
+    /// `HGETDEL` where `COMMAND INFO` says the server has them; creates too
+    /// on one server, with no user index, in a fixed store or a growing one
+    /// with marks.
     pub(super) async fn plain_writes(&self) -> Result<Option<Arc<PlainWrites>>> {
         if self.format < HELD_NAMES_FORMAT || self.server_expiry || self.viewed_chunks() > 0 {
             return Ok(None);
@@ -78,27 +81,43 @@ where
         let info: redis::RedisResult<Vec<redis::Value>> = redis::cmd("COMMAND")
             .arg("INFO")
             .arg("HSETEX")
+            .arg("HGETDEL")
             .query_async(&mut self.conn.clone())
             .await;
-        let hsetex = match info {
-            Ok(info) => info.first().is_some_and(|v| *v != redis::Value::Nil),
+        let has =
+            |info: &[redis::Value], i: usize| info.get(i).is_some_and(|v| *v != redis::Value::Nil);
+        let (hsetex, hgetdel) = match info {
+            Ok(info) => (has(&info, 0), has(&info, 1)),
             Err(e) if e.code() == Some("NOPERM") => {
                 tracing::warn!(
-                    "COMMAND INFO is refused: saves of sessions this process read go by a \
-                     script; grant command|info and, on Redis 8.0 or Valkey 9.0 and later, \
-                     hsetex (sessionpack::acl, role field-writes)"
+                    "COMMAND INFO is refused: saves and deletes of sessions go by scripts; \
+                     grant command|info and, on Redis 8.0 or Valkey 9.0 and later, hsetex \
+                     and hgetdel (sessionpack::acl, role field-writes)"
                 );
-                false
+                (false, false)
             }
-            Err(e) => return Err(Error::from_redis(e, || "COMMAND INFO HSETEX".into())),
+            Err(e) => {
+                return Err(Error::from_redis(e, || {
+                    "COMMAND INFO HSETEX HGETDEL".into()
+                }));
+            }
         };
         let creates = self.users.is_none()
             && (self.growth.is_none() || self.marks())
             && super::plain_create::on_one_server(&self.conn).await?;
         Ok(Some(Arc::new(PlainWrites {
             hsetex: AtomicBool::new(hsetex),
+            hgetdel: AtomicBool::new(hgetdel),
             creates,
         })))
+    }
+
+    /// Whether deletes are one `HGETDEL` (else a script that reads the
+    /// value, or plain `HDEL`s in a namespace whose pieces all have long
+    /// names).
+    pub fn plain_deletes(&self) -> Option<&'static str> {
+        let plain = self.plain.as_ref()?;
+        (self.short_pieces() && plain.hgetdel.load(Ordering::Relaxed)).then_some("HGETDEL")
     }
 
     /// Whether saves of sessions this process read are one `HSETEX` (else

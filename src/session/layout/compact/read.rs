@@ -175,8 +175,11 @@ where
                 }
                 read.truncate(pieces);
                 for piece in read {
-                    // The pieces are written and removed with their value,
-                    // in one step: one missing is damage, not a race.
+                    // The pieces are written with their value in one step,
+                    // and removed with it or, by a plain delete, after it:
+                    // one missing is damage, or a plain delete's put-back
+                    // in flight (plain_delete.rs), never a live session's
+                    // state.
                     let piece = piece.ok_or_else(|| Error::CorruptRecord {
                         location: self.buckets().location(id),
                         reason: "a piece of the record is missing from its bucket".into(),
