@@ -13,14 +13,13 @@
 -- In a growing store with marks (record format 11) the bucket's marker
 -- comes first, '' and '1', so a bucket split or merged away, which may
 -- hold a create's field a moment (compact_add.lua), takes nothing.
-local field = 1
 if ARGV[1] == '' then
-  if redis.call('HEXISTS', KEYS[1], '') == 0 then
+  -- The marker and the field in one read: two commands in all.
+  local got = redis.call('HMGET', KEYS[1], '', ARGV[3])
+  if not got[1] or not got[2] then
     return 0
   end
-  field = 3
-end
-if redis.call('HEXISTS', KEYS[1], ARGV[field]) == 0 then
+elseif redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 redis.call('HSET', KEYS[1], unpack(ARGV))
