@@ -47,10 +47,11 @@ async fn check_whole(server: &LocalServer, acked: &[SessionId]) {
     let survey = survey(&mut raw, &reader).await;
     assert!(survey.strays.is_empty(), "{:?}", survey.strays);
     assert_eq!(survey.unindexed, 0);
-    assert!(
-        survey.stale_entries.is_empty(),
-        "{:?}",
-        survey.stale_entries
+    // A create stopped between its index entry and its fields' take-back
+    // leaves an entry naming a mark, which the sweeper drops; no other.
+    assert_eq!(
+        survey.stale_entries, survey.droppable_entries,
+        "entries no sweep removes"
     );
     assert_eq!(survey.converted, 0);
     assert!(survey.fullest <= ENTRIES);

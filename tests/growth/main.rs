@@ -94,6 +94,11 @@ struct Layouted {
     unindexed: u64,
     /// Index entries of no current bucket: never swept away.
     stale_entries: Vec<String>,
+    /// Of those, the ones naming a mark or no key, which the sweeper
+    /// drops when they are due: what a plain create whose `ZADD LT` went
+    /// through, routed to a replaced bucket, leaves where the server
+    /// stopped before it took its fields back.
+    droppable_entries: Vec<String>,
     /// Keys a split or merge replaced, left as marks (record format 11):
     /// the one field 0xff, expiring.
     marks: u64,
@@ -124,6 +129,7 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
         strays: Vec::new(),
         unindexed: 0,
         stale_entries: Vec::new(),
+        droppable_entries: Vec::new(),
         marks: 0,
     };
     for node in &out.buckets {
@@ -155,7 +161,17 @@ async fn survey(raw: &mut redis::aio::MultiplexedConnection, layout: &Compact<Co
             for m in members {
                 match Node::of_member(group, index, m) {
                     Some(node) if leaves.contains(&node) => {}
-                    _ => out.stale_entries.push(format!("{key} {m}")),
+                    node => {
+                        let entry = format!("{key} {m}");
+                        if let Some(node) = node {
+                            let bucket = shape.bucket_key(node);
+                            let exists: bool = raw.exists(&bucket).await.unwrap();
+                            if !exists || is_mark(raw, &bucket).await {
+                                out.droppable_entries.push(entry.clone());
+                            }
+                        }
+                        out.stale_entries.push(entry);
+                    }
                 }
             }
         }
