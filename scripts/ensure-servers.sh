@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the source-built test servers once and caches them outside the
-# repository: Redis 7.4.1 and 8.0.6, Valkey 8.0.1 and 9.1.2, from the
-# archives in ../shared/servers/ (checked against their sha256); with names
+# repository: Redis 7.4.1 and 8.0.6, Valkey 8.0.1 and 9.1.2, and Valkey
+# 9.1.2 without Lua (`valkey-9.1.2-nolua`, BUILD_LUA=no: no script runs on
+# it), from the archives in ../shared/servers/ (checked against their
+# sha256); with names
 # as arguments (e.g. `redis-8.0.6 valkey-9.1.2`), only those. Prints one
 # line per server, `name path-to-server-binary`. A cached build is reused
 # if it was built with TLS (the TLS tests need it; older caches had none).
@@ -18,6 +20,8 @@ wanted=("$@")
 
 build() {
   local name=$1 archive=$2 sha=$3 binary=$4
+  shift 4
+  local flags=("$@")
   local out="$cache/$name"
   if [ ${#wanted[@]} -gt 0 ] && [[ " ${wanted[*]} " != *" $name "* ]]; then
     return
@@ -37,7 +41,7 @@ build() {
   echo "building $name (a few minutes, once)" >&2
   # Bundled jemalloc, TLS built in (OpenSSL, as Debian's server has it), no
   # modules (Redis 8's need the internet).
-  make -C "$work"/*/ -j"$(nproc)" BUILD_TLS=yes BUILD_WITH_MODULES=no >"$work/build.log" 2>&1 || {
+  make -C "$work"/*/ -j"$(nproc)" BUILD_TLS=yes BUILD_WITH_MODULES=no "${flags[@]}" >"$work/build.log" 2>&1 || {
     tail -n 30 "$work/build.log" >&2
     return 1
   }
@@ -67,3 +71,5 @@ build redis-8.0.6 redis-8.0.6.tar.gz \
   763bf3005bcbf77c1d8145016a9627e45219665f99cf5a736bc73ec70faf0c8e redis-server
 build valkey-9.1.2 valkey-9.1.2.tar.gz \
   8e8557da7426a51b4e0fb514a65ef6241dc7c85cb408243af389070abf379cec valkey-server
+build valkey-9.1.2-nolua valkey-9.1.2.tar.gz \
+  8e8557da7426a51b4e0fb514a65ef6241dc7c85cb408243af389070abf379cec valkey-server BUILD_LUA=no

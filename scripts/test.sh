@@ -24,15 +24,21 @@ jobs=${SESSIONPACK_TEST_JOBS:-3}
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 
 declare -A binary=([redis-7.0]="$(command -v redis-server)")
-# The others are built from source once (only those asked for).
+# The others are built from source once (only those asked for). With
+# Valkey 9.1.2 comes its build without Lua, on which tests/no_scripts.rs
+# opens stores (SESSIONPACK_NO_LUA_SERVER).
 built=()
 for name in $wanted; do
   [ "$name" = redis-7.0 ] || built+=("$name")
+  [ "$name" = valkey-9.1.2 ] && built+=(valkey-9.1.2-nolua)
 done
 if [ ${#built[@]} -gt 0 ]; then
   while read -r name path; do
     binary[$name]=$path
   done < <(scripts/ensure-servers.sh "${built[@]}")
+fi
+if [ -n "${binary[valkey-9.1.2-nolua]:-}" ]; then
+  export SESSIONPACK_NO_LUA_SERVER=${binary[valkey-9.1.2-nolua]}
 fi
 for name in $wanted; do
   if [ -z "${binary[$name]:-}" ]; then

@@ -341,6 +341,7 @@ mod tests {
             "compact_rewrite.lua",
             "compact_resave.lua",
             "compact_unset.lua",
+            "compact_fnx.lua",
             "compact_drop.lua",
             "compact_delete.lua",
             "shape_common.lua",

@@ -275,6 +275,9 @@ impl Error {
         if let Some(why) = tls_refusal(&err) {
             return Self::Config(why);
         }
+        if let Some(why) = no_scripts(&err) {
+            return Self::Config(why);
+        }
         let transient = |code: &str| TRANSIENT_CODES.contains(&code);
         if err.is_io_error()
             || err.is_connection_refusal()
@@ -310,6 +313,29 @@ fn denied_by_acl(err: &redis::RedisError) -> bool {
                 .iter()
                 .any(|(_, e)| denied(e.code(), e.details().unwrap_or_default()))
         })
+}
+
+/// What to fix, where the server runs no Lua script: a Valkey built
+/// without Lua (`BUILD_LUA=no`) or started without its Lua module says it
+/// has no engine for them; a server whose `EVALSHA` is renamed away does
+/// not know the command. No retry can succeed. Every store records its
+/// namespace by a script when it opens, so this is the error of opening
+/// one.
+fn no_scripts(err: &redis::RedisError) -> Option<String> {
+    let text = err.to_string();
+    let no_engine = text.contains("Could not find scripting engine");
+    let unknown = text.contains("unknown command") && text.to_ascii_lowercase().contains("evalsha");
+    (no_engine || unknown).then(|| {
+        format!(
+            "this server runs no Lua scripts ({text}): a Valkey built without Lua \
+             (BUILD_LUA=no) or started without its Lua module, or EVALSHA renamed away. \
+             sessionpack needs scripts to record a store's namespace when it opens, for \
+             the writes plain commands cannot settle (a create whose names are taken, a \
+             save or renewal of a session this process did not read), for sweeping, a \
+             growing store's splits and merges, the user index, locks and rate limits: \
+             load the Lua module (loadmodule .../libvalkeylua.so) or use a server with Lua"
+        )
+    })
 }
 
 /// What to fix, where a TLS handshake failed over a certificate: the

@@ -129,6 +129,9 @@ pub(crate) static COMPACT_UNSET: LazyLock<Script> = script!("compact_unset.lua")
 /// Takes back what a plain create wrote where no bucket of the current
 /// shape is (`plain_create.rs`).
 pub(crate) static COMPACT_WITHDRAW: LazyLock<Script> = script!("compact_withdraw.lua");
+/// A plain create's write of a record in pieces on a server without
+/// `HSETEX`: `FNX`'s all or none, in two commands (`plain_create.rs`).
+pub(crate) static COMPACT_FNX: LazyLock<Script> = script!("compact_fnx.lua");
 /// The common case of [`COMPACT_INSERT`]: a record kept in its bucket,
 /// its expiry decided by the caller, with no helpers. A growing store's
 /// form is the swept one: it checks the route and replies with the
@@ -298,7 +301,7 @@ pub(crate) static LOCK_EXTEND: LazyLock<Script> = script!("lock_extend.lua");
 /// is. A form whose text is another's (`compact_add`'s growing form is
 /// its swept one) is listed once, under the first name.
 pub fn catalog() -> Vec<(String, &'static str)> {
-    let plain: [(&str, &'static Script); 28] = [
+    let plain: [(&str, &'static Script); 29] = [
         ("bucket_insert", &*BUCKET_INSERT),
         ("bucket_touch", &*BUCKET_TOUCH),
         ("bucket_replace", &*BUCKET_REPLACE),
@@ -307,6 +310,7 @@ pub fn catalog() -> Vec<(String, &'static str)> {
         ("compact_resave", &*COMPACT_RESAVE),
         ("compact_unset", &*COMPACT_UNSET),
         ("compact_withdraw", &*COMPACT_WITHDRAW),
+        ("compact_fnx", &*COMPACT_FNX),
         ("compact_split", &*COMPACT_SPLIT),
         ("compact_merge", &*COMPACT_MERGE),
         ("compact_claim", &*COMPACT_CLAIM),

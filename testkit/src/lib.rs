@@ -24,6 +24,11 @@ pub use error::{Error, Result};
 /// Environment variable naming the `redis-server` binary to run.
 pub const REDIS_SERVER_ENV: &str = "SESSIONPACK_REDIS_SERVER";
 
+/// Environment variable naming a server binary that runs no Lua script
+/// (Valkey built with `BUILD_LUA=no`), for the tests of what a store does
+/// there; `scripts/test.sh` sets it where it builds one.
+pub const NO_LUA_SERVER_ENV: &str = "SESSIONPACK_NO_LUA_SERVER";
+
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const PORT_ATTEMPTS: usize = 5;
 
@@ -35,6 +40,8 @@ pub struct LocalServer {
     args: Vec<String>,
     tls: Option<Tls>,
     dir: tempfile::TempDir,
+    /// The binary, where not the one [`REDIS_SERVER_ENV`] names.
+    binary: Option<PathBuf>,
 }
 
 /// How a TLS server is set up: its certificates, and whether it asks
@@ -64,7 +71,13 @@ impl LocalServer {
     /// Starts a server with extra `--name value` arguments, e.g.
     /// `["--hash-max-listpack-value", "32"]`.
     pub fn start_with(args: &[&str]) -> Result<Self> {
-        Self::start_inner(args, None)
+        Self::start_inner(args, None, None)
+    }
+
+    /// Starts `binary` (not the one [`REDIS_SERVER_ENV`] names) with
+    /// default settings.
+    pub fn start_binary(binary: PathBuf) -> Result<Self> {
+        Self::start_inner(&[], None, Some(binary))
     }
 
     /// Starts a server that speaks TLS only (`--port 0`, `--tls-port`),
@@ -77,10 +90,11 @@ impl LocalServer {
                 certs: certs.clone(),
                 client_certs,
             }),
+            None,
         )
     }
 
-    fn start_inner(args: &[&str], tls: Option<Tls>) -> Result<Self> {
+    fn start_inner(args: &[&str], tls: Option<Tls>, binary: Option<PathBuf>) -> Result<Self> {
         let dir = tempfile::tempdir()
             .map_err(|e| Error::Setup(format!("cannot make a temporary directory: {e}")))?;
         let mut server = Self {
@@ -89,6 +103,7 @@ impl LocalServer {
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             tls,
             dir,
+            binary,
         };
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
@@ -189,9 +204,11 @@ impl LocalServer {
     }
 
     fn spawn(&self) -> Result<()> {
-        let binary = std::env::var_os(REDIS_SERVER_ENV)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("redis-server"));
+        let binary = self.binary.clone().unwrap_or_else(|| {
+            std::env::var_os(REDIS_SERVER_ENV)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("redis-server"))
+        });
         let port = self.port.to_string();
         let dir = self.dir.path().to_string_lossy().into_owned();
         let log = self

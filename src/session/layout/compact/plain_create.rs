@@ -41,7 +41,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Compact, Keys, MARKER, PLAIN_ROUTE_AGE};
 use crate::error::{Error, Result};
-use crate::scripts::COMPACT_WITHDRAW;
+use crate::scripts::{COMPACT_FNX, COMPACT_WITHDRAW};
 use crate::session::id::SessionId;
 
 impl<C> Compact<C>
@@ -49,15 +49,16 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync,
 {
     /// Which plain command creates a session, if any: `HSETEX FNX` (any
-    /// record kept in its bucket), `HSETNX` (a record kept whole in its
-    /// value, on a server without `HSETEX`), or none (every create is a
-    /// script).
+    /// record kept in its bucket), `HSETNX / compact_fnx.lua` (on a server
+    /// without `HSETEX`: `HSETNX` of a record kept whole in its value, a
+    /// script of two commands for one in pieces), or none (every create is
+    /// the full script).
     pub fn plain_creates(&self) -> Option<&'static str> {
         let plain = self.plain.as_ref().filter(|p| p.creates)?;
         Some(if plain.hsetex.load(Ordering::Relaxed) {
             "HSETEX FNX"
         } else {
-            "HSETNX"
+            "HSETNX / compact_fnx.lua"
         })
     }
 
@@ -78,9 +79,6 @@ where
             return Ok(None);
         };
         let hsetex = plain.hsetex.load(Ordering::Relaxed);
-        if !hsetex && !pieces.is_empty() {
-            return Ok(None);
-        }
         if let Some(growth) = self.growth() {
             // A copy of the shape read less than PLAIN_ROUTE_AGE ago, or
             // read now; never split, the group's root has no key until a
@@ -110,15 +108,8 @@ where
             .map_err(self.error(id))?;
         let made = replies.pop().map(redis::Value::extract_error);
         let indexed = replies.pop().map(redis::Value::extract_error);
-        let made = match made {
-            Some(Ok(redis::Value::Int(made))) => made == 1,
-            Some(Err(e)) if e.code() == Some("NOPERM") && hsetex => {
-                self.hsetex_refused();
-                false
-            }
-            Some(Err(e)) => return Err(self.error(id)(e)),
-            other => return Err(self.error(id)(not_a_count(&other))),
-        };
+        // Not run (None): nothing written, the script decides.
+        let made = self.made(id, made, hsetex).await?.unwrap_or_default();
         if let Some(Err(e)) = indexed {
             return Err(self.index_refused(id, &k, &fields, made, e).await);
         }
@@ -153,14 +144,8 @@ where
             .map_err(self.error(id))?;
         let mut replies = replies.into_iter().map(redis::Value::extract_error);
         let indexed = replies.next();
-        let made = match replies.next() {
-            Some(Ok(redis::Value::Int(made))) => made == 1,
-            Some(Err(e)) if e.code() == Some("NOPERM") && hsetex => {
-                self.hsetex_refused();
-                return Ok(None);
-            }
-            Some(Err(e)) => return Err(self.error(id)(e)),
-            other => return Err(self.error(id)(not_a_count(&other))),
+        let Some(made) = self.made(id, replies.next(), hsetex).await? else {
+            return Ok(None);
         };
         let (marker, field): (Option<Vec<u8>>, Option<Vec<u8>>) = self.reply(id, replies.next())?;
         let held: u64 = self.reply(id, replies.next())?;
@@ -210,6 +195,35 @@ where
         self.error(id)(refused)
     }
 
+    /// Whether the plain write of a create's fields wrote them, from its
+    /// reply; `None` where it was not run: `HSETEX` refused to this
+    /// store's user (creates go by scripts from now on), or
+    /// `compact_fnx.lua` not loaded (after a restart or `SCRIPT FLUSH`; it
+    /// is loaded again for the next create). Either way the script decides.
+    async fn made(
+        &self,
+        id: &SessionId,
+        reply: Option<redis::RedisResult<redis::Value>>,
+        hsetex: bool,
+    ) -> Result<Option<bool>> {
+        match reply {
+            Some(Ok(redis::Value::Int(made))) => Ok(Some(made == 1)),
+            Some(Err(e)) if e.code() == Some("NOPERM") && hsetex => {
+                self.hsetex_refused();
+                Ok(None)
+            }
+            Some(Err(e)) if crate::scripts::is_noscript(&e) => {
+                COMPACT_FNX
+                    .load_async(&mut self.conn.clone())
+                    .await
+                    .map_err(self.error(id))?;
+                Ok(None)
+            }
+            Some(Err(e)) => Err(self.error(id)(e)),
+            other => Err(self.error(id)(not_a_count(&other))),
+        }
+    }
+
     /// One reply of a plain create's pipeline, as `T`.
     fn reply<T: redis::FromRedisValue>(
         &self,
@@ -254,7 +268,8 @@ fn session_fields<'a>(
 }
 
 /// A create's commands: the index entry's `ZADD LT`, then the write of
-/// `fields`, `HSETEX FNX` of them all or `HSETNX` of the one.
+/// `fields`: `HSETEX FNX` of them all, or on a server without it `HSETNX`
+/// of a record kept whole, `compact_fnx.lua` of one in pieces.
 fn create_commands(
     k: &Keys,
     fields: &[(Vec<u8>, &[u8])],
@@ -277,9 +292,17 @@ fn create_commands(
         for (field, value) in fields {
             cmd.arg(field).arg(*value);
         }
-    } else {
-        let (field, value) = &fields[0];
+    } else if let [(field, value)] = fields {
         pipe.cmd("HSETNX").arg(&k.bucket).arg(field).arg(*value);
+    } else {
+        let cmd = pipe
+            .cmd("EVALSHA")
+            .arg(COMPACT_FNX.get_hash())
+            .arg(1)
+            .arg(&k.bucket);
+        for (field, value) in fields {
+            cmd.arg(field).arg(*value);
+        }
     }
     pipe
 }
