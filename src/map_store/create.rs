@@ -10,6 +10,7 @@ use crate::clock::unix_now;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Op, Outcome};
 use crate::session::id::SessionId;
+use crate::session::layout::compact::Kept;
 use crate::session::layout::{Inserted, Layout};
 use crate::ttl::Deadline;
 
@@ -78,12 +79,12 @@ where
             };
             // tower-sessions draws a create's id at random (`Id::default`),
             // as this store draws its stamped ones: no one else knows it.
-            let inserted = if free {
+            let (inserted, kept) = if free {
                 self.layout
-                    .insert_new(&session_id(id), &bytes, Deadline::At(at))
+                    .insert_new_kept(&session_id(id), &bytes, Deadline::At(at))
                     .await?
             } else {
-                Inserted::IdTaken
+                (Inserted::IdTaken, None)
             };
             let inserted = match (inserted, &old) {
                 (Inserted::IdTaken, Some((_, old))) if free => {
@@ -104,7 +105,7 @@ where
                     at = self.capped(id, asked);
                 }
                 Inserted::Created { .. } => {
-                    self.created(id, &bytes, head, at, data).await?;
+                    self.created(id, &bytes, head, at, data, kept).await?;
                     return Ok((id, key));
                 }
                 // Stored and gone at once, as a key set with a past EXAT.
@@ -153,7 +154,7 @@ where
         }
         Ok(match inserted {
             Inserted::Created { .. } => {
-                self.created(id, &bytes, head, at, data).await?;
+                self.created(id, &bytes, head, at, data, None).await?;
                 Imported::Created
             }
             Inserted::IdTaken | Inserted::Late => Imported::Taken,
@@ -161,8 +162,10 @@ where
         })
     }
 
-    /// After a session is stored: remembers it, and gives its index entry
-    /// the label its data carries.
+    /// After a session is stored: remembers it (with how its record is
+    /// kept, where a plain create wrote it: a plain save or delete of it
+    /// then names the same fields), and gives its index entry the label
+    /// its data carries.
     async fn created(
         &self,
         id: i128,
@@ -170,8 +173,9 @@ where
         head: usize,
         at: u64,
         data: &HashMap<String, Value>,
+        kept: Option<Kept>,
     ) -> Result<()> {
-        self.memo.put(id, bytes, head, at, None);
+        self.memo.put(id, bytes, head, at, kept);
         if let Some(owner) = self.head(bytes, head)
             && let Some(label) = self.label(data)
         {

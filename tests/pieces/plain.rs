@@ -140,6 +140,92 @@ async fn a_save_of_a_session_read_is_one_plain_command() {
     );
 }
 
+/// A session this process created plainly is remembered as it was
+/// written, as one it read is: its save is the plain save (one `HSETEX
+/// FXX`, or `compact_resave.lua`'s `HEXISTS` and `HSET`), not the full
+/// script, and its delete one `HGETDEL` of its value and pieces where the
+/// server has it, not a second for the pieces its value names (a
+/// sign-in's id rotation deletes the session it created moments before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_created_here_saves_and_deletes_as_one_read_here() {
+    let server = common::server();
+    let mut raw = common::raw(&server).await;
+    let (store, _) = two_stores(&server).await;
+    let hsetex = has_hsetex(&mut raw).await;
+    let hgetdel = store.layout().plain_deletes().is_some();
+    if !hgetdel {
+        eprintln!("skipped: HGETDEL deletes (the server has none): compact_unset.lua instead");
+    }
+    let names = ["hsetex", "evalsha", "hexists", "hget", "hgetdel"];
+    let counts = async |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut counts = Vec::new();
+        for name in names {
+            counts.push(common::calls(raw, name).await);
+        }
+        counts
+    };
+    // Twice: the first time loads the scripts (a first call is counted
+    // twice), the second counts them. Kept whole, in one piece, in two.
+    for (n, text) in [20usize, 80, 150, 20, 80, 150].into_iter().enumerate() {
+        let id = store
+            .create_data(rand::random(), &data(text, 0), in_10_min(), || {
+                panic!("taken")
+            })
+            .await
+            .unwrap();
+        let before = counts(&mut raw).await;
+        assert!(
+            store
+                .save_data(id, &data(text, 1), in_10_min())
+                .await
+                .unwrap()
+        );
+        let saved: Vec<u64> = counts(&mut raw)
+            .await
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect();
+        let id2 = store
+            .create_data(rand::random(), &data(text, 2), in_10_min(), || {
+                panic!("taken")
+            })
+            .await
+            .unwrap();
+        let before = counts(&mut raw).await;
+        store.delete_data(id2).await.unwrap();
+        let deleted: Vec<u64> = counts(&mut raw)
+            .await
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect();
+        if n >= 3 {
+            // hsetex, evalsha, hexists, hget, hgetdel
+            let plain_save = if hsetex {
+                vec![1, 0, 0, 0, 0]
+            } else {
+                vec![0, 1, 1, 0, 0]
+            };
+            assert_eq!(saved, plain_save, "a save of {text} characters");
+            if hgetdel {
+                assert_eq!(
+                    deleted,
+                    vec![0, 0, 0, 0, 1],
+                    "a delete of {text} characters"
+                );
+            }
+        }
+        assert_eq!(store.load_data(id).await.unwrap().unwrap().0, data(text, 1));
+        assert!(store.load_data(id2).await.unwrap().is_none());
+        store.delete_data(id).await.unwrap();
+    }
+    assert_eq!(
+        census(&mut raw, store.layout()).await.but_holds(),
+        Census::default()
+    );
+}
+
 /// A plain save never brings back a session deleted since the process
 /// read it: its field is gone, so nothing is written; a delete of a
 /// record read in pieces is one `HGETDEL` of its value and pieces where

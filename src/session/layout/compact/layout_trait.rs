@@ -53,7 +53,7 @@ where
     }
 
     async fn insert(&self, id: &SessionId, record: &[u8], expiry: Deadline) -> Result<Inserted> {
-        let inserted = self.insert_checked(id, record, expiry).await?;
+        let (inserted, _) = self.insert_checked(id, record, expiry).await?;
         Ok(self.wrote_if_created(record, inserted))
     }
 
@@ -63,7 +63,7 @@ where
         record: &[u8],
         expiry: Deadline,
     ) -> Result<Inserted> {
-        let inserted = self.insert_checked(id, record, expiry).await?;
+        let (inserted, _) = self.insert_checked(id, record, expiry).await?;
         Ok(self.wrote_if_created(record, inserted))
     }
 

@@ -192,7 +192,7 @@ where
                 self.entries_apart.store(true, Ordering::Relaxed);
                 Ok(None)
             }
-            other => other,
+            other => other.map(|made| made.map(|(inserted, _)| inserted)),
         }
     }
 
@@ -244,8 +244,10 @@ where
         indexed_at: u64,
     ) -> Result<Inserted> {
         self.users()?;
-        self.insert_stored(id, record, expiry, Some(indexed_at))
-            .await
+        let (inserted, _) = self
+            .insert_stored(id, record, expiry, Some(indexed_at))
+            .await?;
+        Ok(inserted)
     }
 
     /// The index entries of a batch about to be inserted, in one pipeline;

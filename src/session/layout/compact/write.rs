@@ -2,7 +2,7 @@
 //! sessions only, rewrites into another form, and touches of the expiry.
 
 use super::value::Form;
-use super::{Compact, REROUTES, is_reshaped};
+use super::{Compact, Kept, REROUTES, is_reshaped};
 use crate::clock::MARGIN;
 use crate::error::Result;
 use crate::scripts::{self, COMPACT_ADD, COMPACT_REWRITE, COMPACT_SAVE, COMPACT_TOUCH};
@@ -50,7 +50,7 @@ where
         record: &[u8],
         at: u64,
         entry: IndexEntry<'_>,
-    ) -> Result<Inserted> {
+    ) -> Result<(Inserted, Option<Kept>)> {
         let payload = form.payload(record);
         let (entry_key, (arg6, arg7)) = match (&self.users, entry) {
             (Some(users), IndexEntry::WrittenAt(at)) => (
@@ -70,7 +70,15 @@ where
         if matches!(entry, IndexEntry::None) {
             let short = matches!(form, Form::Pieced { short: true, .. });
             if let Some(true) = self.create_plain(id, &value, &pieces, short, at).await? {
-                return Ok(Inserted::Created { expires_at: at });
+                // Named as written: what a plain save or delete of it names.
+                let kept = match form {
+                    Form::Pieced { .. } => Kept::Pieces {
+                        count: pieces.len(),
+                        short: short && !pieces.is_empty(),
+                    },
+                    _ => Kept::Whole,
+                };
+                return Ok((Inserted::Created { expires_at: at }, Some(kept)));
             }
         }
         let code: i64 = self
@@ -90,11 +98,13 @@ where
                 inv
             })
             .await?;
-        match code {
-            0 => self.again(id, record).await,
-            -2 => Ok(Inserted::Late),
-            _ => Ok(Inserted::Created { expires_at: at }),
-        }
+        // The script may have named the pieces otherwise: not known here.
+        let inserted = match code {
+            0 => self.again(id, record).await?,
+            -2 => Inserted::Late,
+            _ => Inserted::Created { expires_at: at },
+        };
+        Ok((inserted, None))
     }
 
     /// [`Layout::insert`] and [`Layout::insert_new`].
@@ -103,17 +113,30 @@ where
         id: &SessionId,
         record: &[u8],
         expiry: Deadline,
-    ) -> Result<Inserted> {
+    ) -> Result<(Inserted, Option<Kept>)> {
         let expiry = expiry.check()?;
         id.check_width(self.buckets().id_width())?;
         if let Some(users) = &self.users
             && let Some(head) = self.owner_head(id, record)?
         {
-            return self
+            let inserted = self
                 .insert_indexed(users, head, id, record, expiry, None)
-                .await;
+                .await?;
+            return Ok((inserted, None));
         }
         self.insert_stored(id, record, expiry, None).await
+    }
+
+    /// [`Layout::insert_new`], with how the record is kept where a plain
+    /// create wrote it (for a plain save or delete of it later).
+    pub(crate) async fn insert_new_kept(
+        &self,
+        id: &SessionId,
+        record: &[u8],
+        expiry: Deadline,
+    ) -> Result<(Inserted, Option<Kept>)> {
+        let (inserted, kept) = self.insert_checked(id, record, expiry).await?;
+        Ok((self.wrote_if_created(record, inserted), kept))
     }
 
     /// An insert once the expiry is checked (and, with a user index, once
@@ -126,7 +149,7 @@ where
         record: &[u8],
         expiry: Deadline,
         indexed_at: Option<u64>,
-    ) -> Result<Inserted> {
+    ) -> Result<(Inserted, Option<Kept>)> {
         let entry = indexed_at.map_or(IndexEntry::None, IndexEntry::WrittenAt);
         if let Some(inserted) = self.insert_short(id, record, expiry, entry).await? {
             return Ok(inserted);
@@ -136,7 +159,7 @@ where
                 self.insert_invocation(k, record, expiry, indexed_at)
             })
             .await?;
-        Ok(Inserted::from_code(code))
+        Ok((Inserted::from_code(code), None))
     }
 
     /// The short script's insert ([`Compact::insert_added`]) where it can
@@ -149,7 +172,7 @@ where
         record: &[u8],
         expiry: Deadline,
         entry: IndexEntry<'_>,
-    ) -> Result<Option<Inserted>> {
+    ) -> Result<Option<(Inserted, Option<Kept>)>> {
         let form = self.form_of(record);
         if form == Form::OutOfLine {
             return Ok(None);
@@ -159,7 +182,7 @@ where
                 .insert_added(id, form, record, at, entry)
                 .await
                 .map(Some),
-            Some(Err(())) => Ok(Some(Inserted::AlreadyExpired)),
+            Some(Err(())) => Ok(Some((Inserted::AlreadyExpired, None))),
             None => Ok(None),
         }
     }
