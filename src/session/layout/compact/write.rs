@@ -129,6 +129,11 @@ where
 
     /// [`Layout::insert_new`], with how the record is kept where a plain
     /// create wrote it (for a plain save or delete of it later).
+    #[cfg(any(
+        feature = "tower-sessions",
+        feature = "tower-sessions-014",
+        feature = "actix-session"
+    ))]
     pub(crate) async fn insert_new_kept(
         &self,
         id: &SessionId,
