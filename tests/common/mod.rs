@@ -80,6 +80,12 @@ pub async fn bucketed(server: &LocalServer, bits: u8) -> Bucketed<ConnectionMana
         .expect("bucketed layout")
 }
 
+/// What each count grew by since `before` (counts of [`calls`] taken in
+/// the same order).
+pub fn sent_since(before: &[u64], after: &[u64]) -> Vec<u64> {
+    after.iter().zip(before).map(|(a, b)| a - b).collect()
+}
+
 /// Calls of `command` the server has counted (`INFO commandstats`).
 pub async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
     let text: String = redis::cmd("INFO")

@@ -164,15 +164,18 @@ async fn a_session_created_here_saves_and_deletes_as_one_read_here() {
         }
         counts
     };
-    // Twice: the first time loads the scripts (a first call is counted
-    // twice), the second counts them. Kept whole, in one piece, in two.
-    for (n, text) in [20usize, 80, 150, 20, 80, 150].into_iter().enumerate() {
-        let id = store
-            .create_data(rand::random(), &data(text, 0), in_10_min(), || {
+    let create = async |text: usize, seed: u64| {
+        store
+            .create_data(rand::random(), &data(text, seed), in_10_min(), || {
                 panic!("taken")
             })
             .await
-            .unwrap();
+            .unwrap()
+    };
+    // Twice: the first time loads the scripts (a first call is counted
+    // twice), the second counts them. Kept whole, in one piece, in two.
+    for (n, text) in [20usize, 80, 150, 20, 80, 150].into_iter().enumerate() {
+        let id = create(text, 0).await;
         let before = counts(&mut raw).await;
         assert!(
             store
@@ -180,26 +183,11 @@ async fn a_session_created_here_saves_and_deletes_as_one_read_here() {
                 .await
                 .unwrap()
         );
-        let saved: Vec<u64> = counts(&mut raw)
-            .await
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| a - b)
-            .collect();
-        let id2 = store
-            .create_data(rand::random(), &data(text, 2), in_10_min(), || {
-                panic!("taken")
-            })
-            .await
-            .unwrap();
+        let saved = common::sent_since(&before, &counts(&mut raw).await);
+        let id2 = create(text, 2).await;
         let before = counts(&mut raw).await;
         store.delete_data(id2).await.unwrap();
-        let deleted: Vec<u64> = counts(&mut raw)
-            .await
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| a - b)
-            .collect();
+        let deleted = common::sent_since(&before, &counts(&mut raw).await);
         if n >= 3 {
             // hsetex, evalsha, hexists, hget, hgetdel
             let plain_save = if hsetex {
